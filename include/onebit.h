@@ -1,0 +1,172 @@
+/* onebit: the public C API of libonebit.
+ *
+ * Ownership: every ob_*_load / ob_*_new has a matching ob_*_free. Functions that can fail
+ * return an ob_status and, where they take (err, err_len), write one line saying why. */
+#ifndef ONEBIT_H
+#define ONEBIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ob_status {
+    OB_OK = 0,
+    OB_ERR_IO = 1,          /* file missing, unreadable */
+    OB_ERR_FORMAT = 2,      /* malformed input (GGUF, JSON, template, ...) */
+    OB_ERR_UNSUPPORTED = 3, /* valid but not supported (architecture, type, op) */
+    OB_ERR_NOMEM = 4,       /* over the memory budget or allocation failed */
+    OB_ERR_ARG = 5,         /* bad argument from the caller */
+    OB_ERR_CONTEXT = 6,     /* sequence would exceed the context */
+    OB_ERR_DEVICE = 7,      /* compute device fault */
+} ob_status;
+
+const char *ob_status_str(ob_status st);
+
+/* Tensor element types. Ids match GGUF/ggml type ids so files are interchangeable. */
+typedef enum ob_type {
+    OB_TYPE_F32 = 0, OB_TYPE_F16 = 1, OB_TYPE_Q4_0 = 2, OB_TYPE_Q4_1 = 3,
+    OB_TYPE_Q5_0 = 6, OB_TYPE_Q5_1 = 7, OB_TYPE_Q8_0 = 8, OB_TYPE_Q8_1 = 9,
+    OB_TYPE_Q2_K = 10, OB_TYPE_Q3_K = 11, OB_TYPE_Q4_K = 12, OB_TYPE_Q5_K = 13,
+    OB_TYPE_Q6_K = 14, OB_TYPE_Q8_K = 15, OB_TYPE_IQ2_XXS = 16, OB_TYPE_IQ2_XS = 17,
+    OB_TYPE_IQ3_XXS = 18, OB_TYPE_IQ1_S = 19, OB_TYPE_IQ4_NL = 20, OB_TYPE_IQ3_S = 21,
+    OB_TYPE_IQ2_S = 22, OB_TYPE_IQ4_XS = 23, OB_TYPE_I8 = 24, OB_TYPE_I16 = 25,
+    OB_TYPE_I32 = 26, OB_TYPE_I64 = 27, OB_TYPE_F64 = 28, OB_TYPE_IQ1_M = 29,
+    OB_TYPE_BF16 = 30, OB_TYPE_TQ1_0 = 34, OB_TYPE_TQ2_0 = 35, OB_TYPE_MXFP4 = 39,
+    OB_TYPE_Q1_0 = 41,
+    OB_TYPE_COUNT = 42,
+} ob_type;
+
+/* Name of a type ("Q4_K"), or NULL for an id that is not a type. */
+const char *ob_type_name(ob_type t);
+/* Parses a type name, case-insensitive. Returns false if unknown. */
+bool ob_type_from_name(const char *name, ob_type *out);
+
+/* Bytes of a row of n elements of type t; 0 if unknown type or n not a block multiple. */
+size_t ob_type_row_size(ob_type t, int64_t n);
+/* Elements per block of type t (1 for plain types); 0 if unknown. */
+int64_t ob_type_block_size(ob_type t);
+/* Reference dequantize / quantize of n elements (n a multiple of the block size).
+ * ob_quantize returns bytes written, 0 if the type has no quantizer. */
+ob_status ob_dequantize(ob_type t, const void *src, float *dst, int64_t n);
+size_t ob_quantize(ob_type t, const float *src, void *dst, int64_t n);
+
+/* ---- models ---------------------------------------------------------------------- */
+
+typedef struct ob_model ob_model;
+typedef struct ob_context ob_context;
+typedef struct ob_tokenizer ob_tokenizer;
+
+typedef enum ob_device_kind {
+    OB_DEVICE_AUTO = 0, OB_DEVICE_CPU = 1, OB_DEVICE_CUDA = 2, OB_DEVICE_VULKAN = 3,
+} ob_device_kind;
+
+typedef struct ob_model_params {
+    ob_device_kind device;
+    int device_index;
+    bool strict_device;      /* refuse to load if any node would leave the device */
+    int n_threads;           /* CPU threads; 0 = all cores */
+    size_t mem_budget;       /* bytes; 0 = no explicit budget (free memory of the device) */
+} ob_model_params;
+
+ob_model_params ob_model_default_params(void);
+ob_status ob_model_load(const char *path, const ob_model_params *params, ob_model **out,
+                        char *err, size_t err_len);
+void ob_model_free(ob_model *m);
+
+typedef struct ob_model_info {
+    const char *arch;        /* general.architecture */
+    const char *name;        /* general.name or file name */
+    int64_t n_params;
+    uint64_t file_size;
+    uint64_t weight_bytes;
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ctx_train;
+    const char *backend;     /* "cpu", "cuda", ... */
+} ob_model_info;
+void ob_model_get_info(const ob_model *m, ob_model_info *out);
+/* The model's tokenizer (owned by the model). */
+const ob_tokenizer *ob_model_tokenizer(const ob_model *m);
+/* Chat template from metadata (tokenizer.chat_template), or NULL. */
+const char *ob_model_chat_template(const ob_model *m);
+
+/* ---- contexts ---------------------------------------------------------------------- */
+
+typedef enum ob_kv_type { OB_KV_F16 = 0, OB_KV_Q8_0 = 1, OB_KV_F32 = 2 } ob_kv_type;
+
+typedef struct ob_context_params {
+    int n_ctx;               /* total KV cells per sequence; 0 = min(train ctx, 4096) */
+    int n_seq;               /* parallel sequences, each owning n_ctx cells */
+    int n_batch;             /* max tokens per ob_decode call */
+    ob_kv_type type_k, type_v;
+} ob_context_params;
+
+ob_context_params ob_context_default_params(void);
+ob_status ob_context_new(ob_model *m, const ob_context_params *p, ob_context **out,
+                         char *err, size_t err_len);
+void ob_context_free(ob_context *c);
+int ob_context_n_ctx(const ob_context *c);
+
+/* A batch of tokens; each token belongs to a sequence at a position. Positions of one
+ * sequence must be contiguous from that sequence's current length. */
+typedef struct ob_batch {
+    int n_tokens;
+    const int32_t *token;
+    const int32_t *pos;
+    const int32_t *seq;
+    const int8_t *want_logits; /* per token; NULL = only the last token of the batch */
+} ob_batch;
+
+/* Runs the model over the batch, appending to each sequence's KV cache. */
+ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len);
+/* Logits of the i-th token of the last batch (i must have wanted logits); n_vocab floats. */
+const float *ob_get_logits(ob_context *c, int i);
+/* Forgets positions >= pos of a sequence (pos = 0 clears it). */
+void ob_seq_truncate(ob_context *c, int seq, int pos);
+int ob_seq_len(const ob_context *c, int seq);
+
+/* ---- tokenizer ----------------------------------------------------------------------- */
+
+/* Encodes UTF-8 text. Returns number of tokens (may exceed cap: then call again with a
+ * bigger buffer), or -1 on error. add_special: add BOS/EOS as metadata says.
+ * parse_special: match special-token strings in the text. */
+int ob_tokenize(const ob_tokenizer *t, const char *text, size_t len, int32_t *ids, int cap,
+                bool add_special, bool parse_special);
+/* Bytes of one token's piece (raw bytes, possibly a partial UTF-8 sequence). */
+const char *ob_token_piece(const ob_tokenizer *t, int32_t id, size_t *len);
+int ob_token_bos(const ob_tokenizer *t);
+int ob_token_eos(const ob_tokenizer *t);
+bool ob_token_is_eog(const ob_tokenizer *t, int32_t id);
+int ob_tokenizer_n_vocab(const ob_tokenizer *t);
+
+/* ---- sampling ------------------------------------------------------------------------ */
+
+typedef struct ob_sampler_params {
+    float temperature;       /* <= 0: greedy */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off */
+    float presence_penalty, frequency_penalty;
+    int penalty_last_n;      /* window for penalties; 0 = off, -1 = whole history */
+    uint64_t seed;
+    int n_logit_bias;
+    const int32_t *logit_bias_tok;
+    const float *logit_bias_val;
+} ob_sampler_params;
+
+typedef struct ob_sampler ob_sampler;
+ob_sampler_params ob_sampler_default_params(void);
+ob_sampler *ob_sampler_new(const ob_sampler_params *p, int n_vocab);
+void ob_sampler_free(ob_sampler *s);
+/* Samples from logits (not modified); records the token in the penalty history. */
+int32_t ob_sampler_sample(ob_sampler *s, const float *logits);
+void ob_sampler_accept(ob_sampler *s, int32_t tok);
+void ob_sampler_reset(ob_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,34 @@
+/* 1bit info: the model's hyperparameters and the compute devices this build has. */
+#include "app/commands.h"
+#include "app/opts.h"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int ob_cmd_info(int argc, char **argv) {
+    ob_common_opts o;
+    ob_opts_init(&o);
+    bool want_model = false;
+    for (int i = 1; i < argc; i++) {
+        int r = ob_opts_parse(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) { want_model = want_model || o.model; continue; }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: 1bit info [-m FILE]\n");
+            return 0;
+        }
+        fprintf(stderr, "1bit info: unknown option '%s'\n", argv[i]);
+        return 2;
+    }
+    printf("devices:\n  cpu: %ld cores\n", sysconf(_SC_NPROCESSORS_ONLN));
+    if (!want_model) return 0;
+    ob_model *m = NULL;
+    if (ob_opts_load_model(&o, &m)) return 1;
+    ob_model_info in;
+    ob_model_get_info(m, &in);
+    printf("model: %s\n  architecture: %s\n  parameters: %.3f B\n  file: %.2f MiB\n  vocab %d, embd %d, layers %d, heads %d/%d, head dim %d, train ctx %d\n  backend: %s\n",
+           in.name, in.arch, in.n_params / 1e9, in.file_size / 1048576.0, in.n_vocab, in.n_embd, in.n_layer, in.n_head,
+           in.n_head_kv, in.head_dim, in.n_ctx_train, in.backend);
+    ob_model_free(m);
+    return 0;
+}

@@ -1,0 +1,211 @@
+/* 1bit run: complete a prompt (-p) or chat interactively with the model's template. */
+#include "app/commands.h"
+#include "app/opts.h"
+#include "engine/chat_model.h"
+#include "core/common.h"
+#include "tokenizer/tokenizer.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ob_gen {
+    ob_model *m;
+    ob_context *c;
+    ob_sampler *s;
+    const ob_tokenizer *tok;
+    int n_past;
+} ob_gen;
+
+/* Feeds tokens [0, n) at the end of sequence 0, then samples and streams up to n_predict
+ * tokens to stdout. The reply's text is appended to *reply when reply is not NULL. */
+static ob_status generate(ob_gen *g, const int32_t *toks, int n, int n_predict, char **reply, size_t *reply_len,
+                          double *t_prompt, double *t_gen, int *n_gen) {
+    char err[512];
+    int n_ctx = ob_context_n_ctx(g->c);
+    if (g->n_past + n >= n_ctx) {
+        fprintf(stderr, "1bit: the prompt (%d tokens) does not fit the context of %d tokens (-c)\n", g->n_past + n, n_ctx);
+        return OB_ERR_CONTEXT;
+    }
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)n), *seq = calloc((size_t)n, sizeof(int32_t));
+    if (!pos || !seq) { free(pos); free(seq); return OB_ERR_NOMEM; }
+    for (int i = 0; i < n; i++) pos[i] = g->n_past + i;
+    double t0 = ob_time_s();
+    ob_batch b = {n, toks, pos, seq, NULL};
+    ob_status st = ob_decode(g->c, &b, err, sizeof(err));
+    free(pos);
+    free(seq);
+    if (st) { fprintf(stderr, "1bit: %s\n", err); return st; }
+    for (int i = 0; i < n; i++) ob_sampler_accept(g->s, toks[i]);
+    g->n_past += n;
+    *t_prompt += ob_time_s() - t0;
+    t0 = ob_time_s();
+    ob_detok dt = {0};
+    char buf[256];
+    const float *logits = ob_get_logits(g->c, n - 1);
+    for (int k = 0; k < n_predict; k++) {
+        int32_t id = ob_sampler_sample(g->s, logits);
+        if (ob_token_is_eog(g->tok, id)) break;
+        size_t w = ob_detok_push(g->tok, &dt, id, buf, sizeof(buf));
+        if (w <= sizeof(buf)) {
+            fwrite(buf, 1, w, stdout);
+            fflush(stdout);
+            if (reply) {
+                char *r = realloc(*reply, *reply_len + w + 1);
+                if (r) { memcpy(r + *reply_len, buf, w); *reply_len += w; r[*reply_len] = 0; *reply = r; }
+            }
+        }
+        (*n_gen)++;
+        if (g->n_past + 1 >= n_ctx) { fprintf(stderr, "\n1bit: context full\n"); break; }
+        int32_t p = g->n_past, s0 = 0;
+        ob_batch nb = {1, &id, &p, &s0, NULL};
+        st = ob_decode(g->c, &nb, err, sizeof(err));
+        if (st) { fprintf(stderr, "1bit: %s\n", err); break; }
+        g->n_past++;
+        logits = ob_get_logits(g->c, 0);
+    }
+    size_t w = ob_detok_flush(&dt, buf, sizeof(buf));
+    if (w && w <= sizeof(buf)) fwrite(buf, 1, w, stdout);
+    fflush(stdout);
+    *t_gen += ob_time_s() - t0;
+    return st;
+}
+
+static int32_t *tokenize_all(const ob_tokenizer *t, const char *text, bool add_special, int *n) {
+    size_t len = strlen(text);
+    int cap = (int)len + 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) return NULL;
+    int k = ob_tokenize(t, text, len, ids, cap, add_special, true);
+    if (k > cap) {
+        int32_t *r = realloc(ids, sizeof(int32_t) * (size_t)k);
+        if (!r) { free(ids); return NULL; }
+        ids = r;
+        k = ob_tokenize(t, text, len, ids, k, add_special, true);
+    }
+    if (k < 0) { free(ids); return NULL; }
+    *n = k;
+    return ids;
+}
+
+static void print_timings(int n_prompt, double t_prompt, int n_gen, double t_gen) {
+    fprintf(stderr, "\n[prompt: %d tokens, %.1f tok/s | generation: %d tokens, %.1f tok/s]\n", n_prompt,
+            t_prompt > 0 ? n_prompt / t_prompt : 0.0, n_gen, t_gen > 0 ? n_gen / t_gen : 0.0);
+}
+
+/* Renders the conversation with the model's chat template (or the built-in one for its
+ * architecture when the file carries none). */
+static ob_status render_chat(ob_model *m, json_t *msgs, bool add_gen, char **out, char *err, size_t err_len) {
+    return ob_chat_render_model(m, msgs, add_gen, out, err, err_len);
+}
+
+/* Each turn re-renders the whole conversation, keeps the KV cache for the longest token
+ * prefix it shares with what the model has already seen, and feeds only the rest. */
+static int chat_loop(ob_gen *g, int n_predict, const char *system) {
+    ob_model_info info;
+    ob_model_get_info(g->m, &info);
+    json_t *msgs = json_array();
+    if (system) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", system));
+    int32_t *seen = NULL; /* tokens in the KV cache of sequence 0 */
+    int n_seen = 0;
+    char line[8192];
+    fprintf(stderr, "1bit: chatting with %s (Ctrl-D to quit)\n", info.name);
+    int rc = 0;
+    for (;;) {
+        fprintf(stderr, "> ");
+        fflush(stderr);
+        if (!fgets(line, sizeof(line), stdin)) break;
+        line[strcspn(line, "\r\n")] = 0;
+        if (!line[0]) continue;
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", line));
+        char err[512];
+        char *text = NULL;
+        if (render_chat(g->m, msgs, true, &text, err, sizeof(err))) { fprintf(stderr, "1bit: %s\n", err); rc = 1; break; }
+        int n = 0;
+        int32_t *ids = tokenize_all(g->tok, text, true, &n);
+        free(text);
+        if (!ids || n == 0) { free(ids); continue; }
+        int keep = 0;
+        while (keep < n_seen && keep < n - 1 && seen[keep] == ids[keep]) keep++;
+        ob_seq_truncate(g->c, 0, keep);
+        g->n_past = keep;
+        char *reply = strdup("");
+        size_t reply_len = 0;
+        double tp = 0, tg = 0;
+        int ng = 0;
+        ob_status st = generate(g, ids + keep, n - keep, n_predict, &reply, &reply_len, &tp, &tg, &ng);
+        fputc('\n', stdout);
+        print_timings(n - keep, tp, ng, tg);
+        /* What the cache now holds: the prompt, then the reply as sampled. Re-tokenizing the
+         * reply inside the next rendering usually reproduces it; where not, the prefix match
+         * above simply keeps less. */
+        free(seen);
+        seen = ids;
+        n_seen = n;
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "assistant", "content", reply ? reply : ""));
+        free(reply);
+        if (st) { rc = 1; break; }
+    }
+    free(seen);
+    json_decref(msgs);
+    return rc;
+}
+
+int ob_cmd_run(int argc, char **argv) {
+    ob_common_opts o;
+    ob_opts_init(&o);
+    const char *prompt = NULL, *system = NULL;
+    int n_predict = -1;
+    for (int i = 1; i < argc; i++) {
+        int r = ob_opts_parse(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r > 0) continue;
+        const char *a = argv[i];
+        if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && i + 1 < argc) prompt = argv[++i];
+        else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict")) && i + 1 < argc) n_predict = atoi(argv[++i]);
+        else if ((!strcmp(a, "-sys") || !strcmp(a, "--system")) && i + 1 < argc) system = argv[++i];
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: 1bit run [-m FILE] [-p PROMPT] [-n N] [--system TEXT] [options]\n"
+                   "  -p, --prompt TEXT        complete this text (no prompt: interactive chat)\n"
+                   "  -n, --n-predict N        tokens to generate (default: 256; -1 in chat: until the end)\n"
+                   "  -sys, --system TEXT      system prompt for chat\n%s", ob_opts_help);
+            return 0;
+        } else {
+            fprintf(stderr, "1bit run: unknown option '%s' (see 1bit run --help)\n", a);
+            return 2;
+        }
+    }
+    ob_model *m = NULL;
+    if (ob_opts_load_model(&o, &m)) return 1;
+    char err[512];
+    ob_context *c = NULL;
+    if (ob_context_new(m, &o.cp, &c, err, sizeof(err))) {
+        fprintf(stderr, "1bit: %s\n", err);
+        ob_model_free(m);
+        return 1;
+    }
+    ob_gen g = {m, c, NULL, ob_model_tokenizer(m), 0};
+    g.s = ob_sampler_new(&o.sp, ob_tokenizer_n_vocab(g.tok));
+    int rc = 0;
+    if (!g.s) { fprintf(stderr, "1bit: out of memory\n"); rc = 1; }
+    else if (prompt) {
+        int n = 0;
+        int32_t *ids = tokenize_all(g.tok, prompt, true, &n);
+        if (!ids || n == 0) { fprintf(stderr, "1bit: the prompt could not be tokenized\n"); rc = 1; }
+        else {
+            double tp = 0, tg = 0;
+            int ng = 0;
+            ob_status st = generate(&g, ids, n, n_predict < 0 ? 256 : n_predict, NULL, NULL, &tp, &tg, &ng);
+            fputc('\n', stdout);
+            print_timings(n, tp, ng, tg);
+            rc = st ? 1 : 0;
+        }
+        free(ids);
+    } else {
+        rc = chat_loop(&g, n_predict < 0 ? 1 << 20 : n_predict, system);
+    }
+    ob_sampler_free(g.s);
+    ob_context_free(c);
+    ob_model_free(m);
+    return rc;
+}

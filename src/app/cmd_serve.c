@@ -1,0 +1,193 @@
+/* `1bit serve`: flags (ours and the llama-server ones Lemonade passes), then the server. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "app/commands.h"
+#include "core/common.h"
+#include "server/server.h"
+
+void ob_srv_config_default(ob_srv_config *c) {
+    memset(c, 0, sizeof *c);
+    c->host = "127.0.0.1";
+    c->port = 8080;
+    c->max_body = 16u << 20;
+    c->max_header = 64u << 10;
+    c->timeout_s = 600;
+    c->max_conns = 1024;
+    c->n_slots = 1;
+    c->n_ctx = 4096;
+    c->n_batch = 512;
+    c->type_k = OB_KV_F16;
+    c->type_v = OB_KV_F16;
+    c->n_gpu_layers = -1;
+    c->mp = ob_model_default_params();
+}
+
+void ob_srv_print_usage(const char *prog) {
+    printf("usage: %s serve [options]   (also: llama-server flags with no subcommand)\n\n"
+           "  -m, --model FILE          GGUF model (default: Gemma 3 270M from its PyPI package)\n"
+           "  --host ADDR               bind address (default 127.0.0.1)\n"
+           "  --port N                  port (default 8080)\n"
+           "  --api-key KEY             require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
+           "                            (/health and /v1/models stay open)\n"
+           "  --cors-origins LIST       comma list of allowed browser origins ('*' for any);\n"
+           "                            default: same-origin only\n"
+           "  -c, --ctx-size N          KV cells in all, split evenly between slots (default 4096)\n"
+           "  -np, --parallel N         slots decoded together (default 1)\n"
+           "  -b, --batch-size N        max tokens per forward (default 512)\n"
+           "  -ctk, --cache-type-k T    f16, q8_0 or f32\n"
+           "  -ctv, --cache-type-v T    f16, q8_0 or f32\n"
+           "  -t, --threads N           CPU threads (default: all cores)\n"
+           "  --device D                cpu, cuda[N], vulkan[N] (also CUDA0, Vulkan0, none)\n"
+           "  --no-strict-device        allow nodes to fall back to the CPU\n"
+           "  --alias NAME              model id reported by the API\n"
+           "  --timeout N               idle connection timeout in seconds (default 600)\n"
+           "  --max-body BYTES          request body limit (default 16 MiB)\n"
+           "  --jinja, --metrics, --embeddings, --reranking, -fa [on|off|auto], -ngl N,\n"
+           "  -md FILE, --spec-type T, -ub N, --no-mmap, --mlock, --no-webui\n"
+           "                            accepted with llama-server's meaning\n",
+           prog);
+}
+
+static bool parse_int(const char *s, long lo, long hi, int *out) {
+    if (!s || !*s) return false;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_kv_type(const char *s, ob_kv_type *out) {
+    if (!strcasecmp(s, "f16")) *out = OB_KV_F16;
+    else if (!strcasecmp(s, "q8_0")) *out = OB_KV_Q8_0;
+    else if (!strcasecmp(s, "f32")) *out = OB_KV_F32;
+    else return false;
+    return true;
+}
+
+/* Our device names and llama-server's (CUDA0, Vulkan1, none). */
+static bool parse_device(const char *s, ob_model_params *mp) {
+    char name[32];
+    size_t n = strcspn(s, ",");
+    if (n == 0 || n >= sizeof name) return false;
+    memcpy(name, s, n);
+    name[n] = 0;
+    size_t i = 0;
+    while (name[i] && !isdigit((unsigned char)name[i])) i++;
+    int idx = 0;
+    if (name[i] && !parse_int(name + i, 0, 64, &idx)) return false;
+    name[i] = 0;
+    if (!strcasecmp(name, "cpu") || !strcasecmp(name, "none")) mp->device = OB_DEVICE_CPU;
+    else if (!strcasecmp(name, "cuda") || !strcasecmp(name, "gpu")) mp->device = OB_DEVICE_CUDA;
+    else if (!strcasecmp(name, "vulkan")) mp->device = OB_DEVICE_VULKAN;
+    else if (!strcasecmp(name, "auto")) mp->device = OB_DEVICE_AUTO;
+    else return false;
+    mp->device_index = idx;
+    return true;
+}
+
+static bool is_flag(const char *a, const char *s1, const char *s2) {
+    return (s1 && !strcmp(a, s1)) || (s2 && !strcmp(a, s2));
+}
+
+ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help, char *err, size_t err_len) {
+    *help = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int iv;
+#define NEED_VALUE() do { if (!v) return ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a); i++; } while (0)
+#define INT_VALUE(lo, hi, dst) do { NEED_VALUE(); \
+        if (!parse_int(v, lo, hi, &iv)) { \
+            return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not an integer in [%ld, %ld]", a, v, (long)(lo), (long)(hi)); \
+        } \
+        dst = iv; } while (0)
+        if (is_flag(a, "-h", "--help")) { *help = true; return OB_OK; }
+        else if (is_flag(a, "-m", "--model")) { NEED_VALUE(); c->model_path = v; }
+        else if (is_flag(a, "-c", "--ctx-size")) INT_VALUE(0, 1 << 24, c->n_ctx);
+        else if (is_flag(a, "--port", NULL)) INT_VALUE(0, 65535, c->port);
+        else if (is_flag(a, "--host", NULL)) { NEED_VALUE(); c->host = v; }
+        else if (is_flag(a, "--api-key", NULL)) { NEED_VALUE(); c->api_key = v; }
+        else if (is_flag(a, "--cors-origins", NULL)) { NEED_VALUE(); c->cors_origins = v; }
+        else if (is_flag(a, "--jinja", NULL)) c->jinja = true;
+        else if (is_flag(a, "--no-jinja", NULL)) c->jinja = false;
+        else if (is_flag(a, "--metrics", NULL)) c->metrics = true;
+        else if (is_flag(a, "--embeddings", "--embedding")) c->embeddings = true;
+        else if (is_flag(a, "--reranking", "--rerank")) c->reranking = true;
+        else if (is_flag(a, "-md", "--model-draft")) { NEED_VALUE(); c->draft_path = v; }
+        else if (is_flag(a, "--spec-type", NULL)) { NEED_VALUE(); c->spec_type = v; }
+        else if (is_flag(a, "-np", "--parallel")) INT_VALUE(1, 256, c->n_slots);
+        else if (is_flag(a, "-b", "--batch-size")) INT_VALUE(1, 1 << 16, c->n_batch);
+        else if (is_flag(a, "-ub", "--ubatch-size")) { int u; INT_VALUE(1, 1 << 16, u); (void)u; }
+        else if (is_flag(a, "-ctk", "--cache-type-k")) {
+            NEED_VALUE();
+            if (!parse_kv_type(v, &c->type_k)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unsupported cache type '%s' (f16, q8_0, f32)", a, v);
+        } else if (is_flag(a, "-ctv", "--cache-type-v")) {
+            NEED_VALUE();
+            if (!parse_kv_type(v, &c->type_v)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unsupported cache type '%s' (f16, q8_0, f32)", a, v);
+        } else if (is_flag(a, "-fa", "--flash-attn")) {
+            /* llama-server takes an optional on/off/auto; attention is always fused here */
+            c->flash_attn = true;
+            if (v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto") || !strcmp(v, "1") ||
+                      !strcmp(v, "0") || !strcmp(v, "true") || !strcmp(v, "false"))) {
+                c->flash_attn = strcmp(v, "off") && strcmp(v, "0") && strcmp(v, "false");
+                i++;
+            }
+        } else if (is_flag(a, "-ngl", "--n-gpu-layers") || is_flag(a, "--gpu-layers", NULL)) {
+            NEED_VALUE();
+            if (!strcmp(v, "all") || !strcmp(v, "auto")) c->n_gpu_layers = -1;
+            else if (!parse_int(v, -1, 1 << 20, &c->n_gpu_layers)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not a layer count", a, v);
+        } else if (is_flag(a, "-a", "--alias")) { NEED_VALUE(); c->alias = v; }
+        else if (is_flag(a, "-t", "--threads")) INT_VALUE(0, 4096, c->mp.n_threads);
+        else if (is_flag(a, "-dev", "--device")) {
+            NEED_VALUE();
+            if (!parse_device(v, &c->mp)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown device '%s' (cpu, cuda[N], vulkan[N], CUDA0, Vulkan0, none)", a, v);
+        } else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
+        else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
+        else if (is_flag(a, "-to", "--timeout")) INT_VALUE(1, 86400, c->timeout_s);
+        else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
+        else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; }
+        else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
+                 is_flag(a, "-v", "--verbose") || is_flag(a, "--cont-batching", "-cb")) {
+            /* llama-server switches with nothing to change here */
+        } else {
+            return ob_fail(err, err_len, OB_ERR_ARG, "unknown flag '%s' (see --help)", a);
+        }
+#undef INT_VALUE
+#undef NEED_VALUE
+    }
+    if (c->n_ctx > 0 && c->n_ctx / c->n_slots < 16)
+        return ob_fail(err, err_len, OB_ERR_ARG, "--ctx-size %d leaves fewer than 16 cells for each of %d slots", c->n_ctx, c->n_slots);
+    return OB_OK;
+}
+
+int ob_cmd_serve(int argc, char **argv) {
+    ob_srv_config cfg;
+    ob_srv_config_default(&cfg);
+    char err[512];
+    bool help;
+    if (ob_srv_parse_args(argc, argv, &cfg, &help, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        return 2;
+    }
+    if (help) {
+        ob_srv_print_usage("1bit");
+        return 0;
+    }
+    char *def = NULL;
+    if (!cfg.model_path) {
+        def = ob_default_model_path(err, sizeof err);
+        if (!def) {
+            fprintf(stderr, "1bit serve: no model given (-m) and %s\n", err);
+            return 2;
+        }
+        cfg.model_path = def;
+    }
+    int rc = ob_server_run(&cfg);
+    free(def);
+    return rc;
+}

@@ -1,0 +1,292 @@
+/* 1bit synth: random-weight Qwen3-shaped models with the real Qwen3 vocabulary, for
+ * speed comparisons on exactly the shapes of ../shared/bench/ANCHORS.md. Weights are
+ * N(0, 0.02), norms 1; quantized with our reference quantizers and, for Q4_K_M, the same
+ * per-tensor type mix llama.cpp's quantizer picks. */
+#include "app/commands.h"
+#include "core/common.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+typedef struct ob_shape {
+    const char *name;
+    int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
+    bool tied;
+} ob_shape;
+
+static const ob_shape g_shapes[] = {
+    {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, true},
+    {"qwen3-4b", 2560, 36, 32, 8, 128, 9728, 151936, true},
+    {"qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, false},
+};
+
+typedef struct ob_synth_tensor {
+    char name[64];
+    ob_type type;
+    int n_dims;
+    int64_t ne[2];
+    bool is_norm;
+} ob_synth_tensor;
+
+typedef struct ob_synth {
+    ob_synth_tensor *t;
+    int n;
+    uint64_t seed;
+    int n_threads;
+} ob_synth;
+
+/* llama.cpp's "use more bits" layer rule for Q4_K_M: first and last eighth, and every
+ * third layer in between. */
+static bool more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static ob_type pick_type(const char *ftype, const char *role, int il, int n_layer, bool is_output, ob_type base) {
+    if (!strcasecmp(ftype, "Q4_K_M")) {
+        if (is_output) return OB_TYPE_Q6_K;
+        if (!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) return more_bits(il, n_layer) ? OB_TYPE_Q6_K : OB_TYPE_Q4_K;
+        return OB_TYPE_Q4_K;
+    }
+    if (is_output && (base == OB_TYPE_TQ1_0 || base == OB_TYPE_TQ2_0 || base == OB_TYPE_Q1_0 ||
+                      base == OB_TYPE_IQ1_S || base == OB_TYPE_IQ1_M))
+        return OB_TYPE_Q6_K; /* the output matrix keeps precision in low-bit files */
+    return base;
+}
+
+/* Fast deterministic normal samples per tensor (seeded by tensor index and row). */
+static inline uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+typedef struct { ob_synth *s; int64_t idx; char *buf; int64_t row0, row1; size_t rsize; } ob_fill_job;
+
+static void *fill_rows(void *arg) {
+    ob_fill_job *j = arg;
+    const ob_synth_tensor *t = &j->s->t[j->idx];
+    int64_t n = t->ne[0];
+    float *row = malloc(sizeof(float) * (size_t)n);
+    if (!row) return (void *)1;
+    for (int64_t r = j->row0; r < j->row1; r++) {
+        uint64_t st = mix64(j->s->seed ^ mix64((uint64_t)j->idx * 0x100000001b3ull + (uint64_t)r));
+        for (int64_t i = 0; i < n; i += 2) {
+            st += 0x9E3779B97F4A7C15ull;
+            uint64_t a = mix64(st);
+            double u1 = ((a >> 11) + 1) * (1.0 / 9007199254740993.0), u2 = (a & 0x7ff) / 2048.0 + 1.0 / 4096;
+            double rad = sqrt(-2.0 * log(u1));
+            row[i] = (float)(0.02 * rad * cos(6.283185307179586 * u2));
+            if (i + 1 < n) row[i + 1] = (float)(0.02 * rad * sin(6.283185307179586 * u2));
+        }
+        if (t->is_norm) for (int64_t i = 0; i < n; i++) row[i] = 1.0f;
+        char *dst = j->buf + (size_t)r * j->rsize;
+        const ob_type_traits *tr = ob_type_traits_get(t->type);
+        if (t->type == OB_TYPE_F32) memcpy(dst, row, sizeof(float) * (size_t)n);
+        else tr->from_float(row, dst, n);
+    }
+    free(row);
+    return NULL;
+}
+
+static bool fill(void *ctx, int64_t index, void *buf, size_t size) {
+    ob_synth *s = ctx;
+    const ob_synth_tensor *t = &s->t[index];
+    int64_t rows = t->n_dims > 1 ? t->ne[1] : 1;
+    size_t rsize = ob_row_size(t->type, t->ne[0]);
+    if (rsize * (size_t)rows != size) return false;
+    int nt = s->n_threads;
+    if (rows < nt * 4) nt = 1;
+    pthread_t th[64];
+    ob_fill_job jobs[64];
+    for (int k = 0; k < nt; k++) {
+        jobs[k] = (ob_fill_job){s, index, buf, rows * k / nt, rows * (k + 1) / nt, rsize};
+        if (nt > 1) pthread_create(&th[k], NULL, fill_rows, &jobs[k]);
+    }
+    bool ok = true;
+    if (nt == 1) ok = fill_rows(&jobs[0]) == NULL;
+    else for (int k = 0; k < nt; k++) { void *r; pthread_join(th[k], &r); if (r) ok = false; }
+    return ok;
+}
+
+/* Vocabulary, merges and special tokens from a Hugging Face tokenizer.json, padded to
+ * n_vocab with [PAD<i>] tokens as llama.cpp's converter does. */
+static int add_vocab(ob_gguf_writer *w, const char *path, int n_vocab) {
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) { fprintf(stderr, "1bit synth: %s: %s\n", path, je.text); return -1; }
+    json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
+    json_t *merges = json_object_get(json_object_get(root, "model"), "merges");
+    json_t *added = json_object_get(root, "added_tokens");
+    if (!json_is_object(vocab) || !json_is_array(merges)) {
+        fprintf(stderr, "1bit synth: %s is not a BPE tokenizer.json\n", path);
+        json_decref(root);
+        return -1;
+    }
+    char **toks = calloc((size_t)n_vocab, sizeof(char *));
+    int32_t *types = malloc(sizeof(int32_t) * (size_t)n_vocab);
+    const char *k;
+    json_t *v;
+    json_object_foreach(vocab, k, v) {
+        json_int_t id = json_integer_value(v);
+        if (id >= 0 && id < n_vocab) { toks[id] = strdup(k); types[id] = 1; }
+    }
+    int eos = -1, bos = -1, pad = -1;
+    size_t i;
+    json_array_foreach(added, i, v) {
+        json_int_t id = json_integer_value(json_object_get(v, "id"));
+        const char *c = json_string_value(json_object_get(v, "content"));
+        if (!c || id < 0 || id >= n_vocab) continue;
+        free(toks[id]);
+        toks[id] = strdup(c);
+        types[id] = json_is_true(json_object_get(v, "special")) ? 3 : 4;
+        if (!strcmp(c, "<|im_end|>")) eos = (int)id;
+        if (!strcmp(c, "<|endoftext|>")) { pad = (int)id; bos = (int)id; }
+    }
+    for (int t = 0; t < n_vocab; t++) {
+        if (toks[t]) continue;
+        char b[32];
+        snprintf(b, sizeof(b), "[PAD%d]", t);
+        toks[t] = strdup(b);
+        types[t] = 5; /* unused */
+    }
+    size_t nm = json_array_size(merges);
+    char **ms = malloc(sizeof(char *) * (nm ? nm : 1));
+    json_array_foreach(merges, i, v) {
+        if (json_is_string(v)) ms[i] = strdup(json_string_value(v));
+        else {
+            const char *a = json_string_value(json_array_get(v, 0)), *b2 = json_string_value(json_array_get(v, 1));
+            size_t la = a ? strlen(a) : 0, lb = b2 ? strlen(b2) : 0;
+            ms[i] = malloc(la + lb + 2);
+            snprintf(ms[i], la + lb + 2, "%s %s", a ? a : "", b2 ? b2 : "");
+        }
+    }
+    ob_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    ob_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)toks, NULL, (uint64_t)n_vocab);
+    ob_gguf_set_arr(w, "tokenizer.ggml.token_type", OB_GGUF_INT32, types, (uint64_t)n_vocab);
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)ms, NULL, nm);
+    if (eos >= 0) ob_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (pad >= 0) ob_gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    if (bos >= 0) ob_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", false);
+    for (int t = 0; t < n_vocab; t++) free(toks[t]);
+    for (size_t m = 0; m < nm; m++) free(ms[m]);
+    free(toks);
+    free(ms);
+    free(types);
+    json_decref(root);
+    return 0;
+}
+
+static const char *default_tokenizer(void) {
+    static char buf[4096];
+    const char *sh = getenv("ONEBIT_SHARED");
+    const char *cands[] = {"../shared/data/tokenizers/qwen3/tokenizer.json", "shared/data/tokenizers/qwen3/tokenizer.json"};
+    if (sh) {
+        snprintf(buf, sizeof(buf), "%s/data/tokenizers/qwen3/tokenizer.json", sh);
+        if (access(buf, R_OK) == 0) return buf;
+    }
+    for (size_t i = 0; i < OB_ARRAY_LEN(cands); i++)
+        if (access(cands[i], R_OK) == 0) return cands[i];
+    return NULL;
+}
+
+int ob_cmd_synth(int argc, char **argv) {
+    const char *shape_name = NULL, *type_name = "F16", *out = NULL, *tok_path = NULL;
+    uint64_t seed = 42;
+    int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--shape") && v) { shape_name = v; i++; }
+        else if (!strcmp(a, "--type") && v) { type_name = v; i++; }
+        else if (!strcmp(a, "-o") && v) { out = v; i++; }
+        else if (!strcmp(a, "--tokenizer") && v) { tok_path = v; i++; }
+        else if (!strcmp(a, "--seed") && v) { seed = strtoull(v, NULL, 10); i++; }
+        else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N]\n"
+                   "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n");
+            return 0;
+        } else { fprintf(stderr, "1bit synth: unknown option '%s'\n", a); return 2; }
+    }
+    if (!shape_name || !out) { fprintf(stderr, "1bit synth: --shape and -o are required\n"); return 2; }
+    const ob_shape *sh = NULL;
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_shapes); i++) if (!strcmp(g_shapes[i].name, shape_name)) sh = &g_shapes[i];
+    if (!sh) { fprintf(stderr, "1bit synth: unknown shape '%s' (qwen3-0.6b, qwen3-4b, qwen3-8b)\n", shape_name); return 2; }
+    ob_type base;
+    bool mix = !strcasecmp(type_name, "Q4_K_M");
+    if (mix) base = OB_TYPE_Q4_K;
+    else if (!ob_type_from_name(type_name, &base)) { fprintf(stderr, "1bit synth: unknown type '%s'\n", type_name); return 2; }
+    const ob_type_traits *tr = ob_type_traits_get(base);
+    if (!tr || (!tr->from_float && base != OB_TYPE_F32)) { fprintf(stderr, "1bit synth: no quantizer for %s\n", type_name); return 2; }
+    if (!tok_path) tok_path = default_tokenizer();
+    if (!tok_path) { fprintf(stderr, "1bit synth: Qwen3 tokenizer.json not found (--tokenizer FILE)\n"); return 2; }
+    if (threads < 1) threads = 1;
+    if (threads > 64) threads = 64;
+
+    ob_gguf_writer *w = ob_gguf_writer_new(3, 32);
+    ob_gguf_set_str(w, "general.architecture", "qwen3");
+    ob_gguf_set_str(w, "general.type", "model");
+    char gname[96];
+    snprintf(gname, sizeof(gname), "synthetic %s %s", sh->name, type_name);
+    ob_gguf_set_str(w, "general.name", gname);
+    ob_gguf_set_u32(w, "qwen3.context_length", 40960);
+    ob_gguf_set_u32(w, "qwen3.embedding_length", (uint32_t)sh->n_embd);
+    ob_gguf_set_u32(w, "qwen3.block_count", (uint32_t)sh->n_layer);
+    ob_gguf_set_u32(w, "qwen3.feed_forward_length", (uint32_t)sh->n_ff);
+    ob_gguf_set_u32(w, "qwen3.attention.head_count", (uint32_t)sh->n_head);
+    ob_gguf_set_u32(w, "qwen3.attention.head_count_kv", (uint32_t)sh->n_head_kv);
+    ob_gguf_set_u32(w, "qwen3.attention.key_length", (uint32_t)sh->head_dim);
+    ob_gguf_set_u32(w, "qwen3.attention.value_length", (uint32_t)sh->head_dim);
+    ob_gguf_set_f32(w, "qwen3.rope.freq_base", 1000000.0f);
+    ob_gguf_set_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+    if (add_vocab(w, tok_path, sh->n_vocab)) { ob_gguf_writer_free(w); return 1; }
+
+    int cap = 3 + sh->n_layer * 11;
+    ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads};
+    int64_t E = sh->n_embd, Q = (int64_t)sh->n_head * sh->head_dim, KV = (int64_t)sh->n_head_kv * sh->head_dim, F = sh->n_ff;
+#define T2(nm, role, il, a, b, out_) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
+        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = pick_type(type_name, role, il, sh->n_layer, out_, base); } while (0)
+#define T1(nm, a) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
+        t->n_dims = 1; t->ne[0] = a; t->ne[1] = 1; t->type = OB_TYPE_F32; t->is_norm = true; } while (0)
+    T2("token_embd.weight", "token_embd", 0, E, sh->n_vocab, sh->tied);
+    T1("output_norm.weight", E);
+    if (!sh->tied) T2("output.weight", "output", 0, E, sh->n_vocab, true);
+    char nm[64];
+    for (int il = 0; il < sh->n_layer; il++) {
+#define NM(x) (snprintf(nm, sizeof(nm), "blk.%d." x, il), nm)
+        T1(NM("attn_norm.weight"), E);
+        T2(NM("attn_q.weight"), "attn_q", il, E, Q, false);
+        T2(NM("attn_k.weight"), "attn_k", il, E, KV, false);
+        T2(NM("attn_v.weight"), "attn_v", il, E, KV, false);
+        T2(NM("attn_output.weight"), "attn_output", il, Q, E, false);
+        T1(NM("attn_q_norm.weight"), sh->head_dim);
+        T1(NM("attn_k_norm.weight"), sh->head_dim);
+        T1(NM("ffn_norm.weight"), E);
+        T2(NM("ffn_gate.weight"), "ffn_gate", il, E, F, false);
+        T2(NM("ffn_up.weight"), "ffn_up", il, E, F, false);
+        T2(NM("ffn_down.weight"), "ffn_down", il, F, E, false);
+#undef NM
+    }
+#undef T1
+#undef T2
+    char err[512];
+    int rc = 0;
+    for (int i = 0; i < s.n && !rc; i++) {
+        if (ob_gguf_add_tensor_fn(w, s.t[i].name, s.t[i].type, s.t[i].n_dims, s.t[i].ne, fill, &s, err, sizeof(err))) {
+            fprintf(stderr, "1bit synth: %s\n", err);
+            rc = 1;
+        }
+    }
+    if (!rc && ob_gguf_writer_write(w, out, err, sizeof(err))) { fprintf(stderr, "1bit synth: %s\n", err); rc = 1; }
+    if (!rc) fprintf(stderr, "1bit synth: wrote %s (%s, %s)\n", out, sh->name, type_name);
+    ob_gguf_writer_free(w);
+    free(s.t);
+    return rc;
+}

@@ -1,0 +1,139 @@
+#include "app/opts.h"
+#include "app/commands.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+const char *ob_opts_help =
+    "  -m, --model FILE         GGUF model (default: Gemma 3 270M from the PyPI package)\n"
+    "  -t, --threads N          CPU threads (default: all cores)\n"
+    "  -c, --ctx-size N         context length per sequence\n"
+    "  -b, --batch-size N       tokens per forward pass (default 512)\n"
+    "  --device D               auto, cpu, cuda[:N], vulkan[:N] (also CUDA0, Vulkan0, none)\n"
+    "  --no-strict-device       allow nodes to fall back to the CPU\n"
+    "  --mem-budget SIZE        memory budget for weights + KV + scratch (e.g. 8G)\n"
+    "  -ctk, --cache-type-k T   f16, q8_0 or f32\n"
+    "  -ctv, --cache-type-v T   f16, q8_0 or f32\n"
+    "  --temp X, --top-k N, --top-p X, --min-p X, --seed N\n"
+    "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n";
+
+void ob_opts_init(ob_common_opts *o) {
+    memset(o, 0, sizeof(*o));
+    o->mp = ob_model_default_params();
+    o->cp = ob_context_default_params();
+    o->sp = ob_sampler_default_params();
+}
+
+bool ob_parse_device(const char *s, ob_device_kind *kind, int *index) {
+    *index = 0;
+    const char *num = NULL;
+    if (!strcasecmp(s, "auto")) *kind = OB_DEVICE_AUTO;
+    else if (!strcasecmp(s, "cpu") || !strcasecmp(s, "none")) *kind = OB_DEVICE_CPU;
+    else if (!strncasecmp(s, "cuda", 4)) { *kind = OB_DEVICE_CUDA; num = s + 4; }
+    else if (!strncasecmp(s, "vulkan", 6)) { *kind = OB_DEVICE_VULKAN; num = s + 6; }
+    else return false;
+    if (num && *num) {
+        if (*num == ':') num++;
+        char *end;
+        long v = strtol(num, &end, 10);
+        if (*end || v < 0 || v > 64) return false;
+        *index = (int)v;
+    }
+    return true;
+}
+
+bool ob_parse_kv_type(const char *s, ob_kv_type *t) {
+    if (!strcasecmp(s, "f16")) *t = OB_KV_F16;
+    else if (!strcasecmp(s, "q8_0")) *t = OB_KV_Q8_0;
+    else if (!strcasecmp(s, "f32")) *t = OB_KV_F32;
+    else return false;
+    return true;
+}
+
+bool ob_parse_size(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return false;
+    double mul = 1;
+    if (*end == 'k' || *end == 'K') mul = 1024.0, end++;
+    else if (*end == 'm' || *end == 'M') mul = 1048576.0, end++;
+    else if (*end == 'g' || *end == 'G') mul = 1073741824.0, end++;
+    if (*end == 'i' || *end == 'B' || *end == 'b') end++;
+    if (*end == 'B') end++;
+    if (*end) return false;
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+static bool parse_int(const char *s, int lo, int hi, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || v < lo || v > hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool parse_float(const char *s, float *out) {
+    char *end;
+    float v = strtof(s, &end);
+    if (end == s || *end || v != v) return false;
+    *out = v;
+    return true;
+}
+
+int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+#define IS(x) (!strcmp(a, x))
+#define NEED() do { if (!v) { fprintf(stderr, "1bit: %s needs a value\n", a); return -1; } (*i)++; } while (0)
+#define BAD() do { fprintf(stderr, "1bit: bad value for %s: '%s'\n", a, v); return -1; } while (0)
+    if (IS("-m") || IS("--model")) { NEED(); o->model = v; return 1; }
+    if (IS("-t") || IS("--threads")) { NEED(); if (!parse_int(v, 0, 1024, &o->mp.n_threads)) BAD(); return 1; }
+    if (IS("-c") || IS("--ctx-size")) { NEED(); if (!parse_int(v, 0, 1 << 22, &o->cp.n_ctx)) BAD(); return 1; }
+    if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) { NEED(); if (!parse_int(v, 1, 1 << 16, &o->cp.n_batch)) BAD(); return 1; }
+    if (IS("--device") || IS("-dev")) { NEED(); if (!ob_parse_device(v, &o->mp.device, &o->mp.device_index)) BAD(); return 1; }
+    if (IS("--no-strict-device")) { o->mp.strict_device = false; return 1; }
+    if (IS("--mem-budget")) { NEED(); if (!ob_parse_size(v, &o->mp.mem_budget)) BAD(); return 1; }
+    if (IS("-ctk") || IS("--cache-type-k")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_k)) BAD(); return 1; }
+    if (IS("-ctv") || IS("--cache-type-v")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_v)) BAD(); return 1; }
+    if (IS("--temp") || IS("--temperature")) { NEED(); if (!parse_float(v, &o->sp.temperature)) BAD(); return 1; }
+    if (IS("--top-k")) { NEED(); if (!parse_int(v, 0, 1 << 30, &o->sp.top_k)) BAD(); return 1; }
+    if (IS("--top-p")) { NEED(); if (!parse_float(v, &o->sp.top_p)) BAD(); return 1; }
+    if (IS("--min-p")) { NEED(); if (!parse_float(v, &o->sp.min_p)) BAD(); return 1; }
+    if (IS("--repeat-penalty")) { NEED(); if (!parse_float(v, &o->sp.repeat_penalty)) BAD(); return 1; }
+    if (IS("--presence-penalty")) { NEED(); if (!parse_float(v, &o->sp.presence_penalty)) BAD(); return 1; }
+    if (IS("--frequency-penalty")) { NEED(); if (!parse_float(v, &o->sp.frequency_penalty)) BAD(); return 1; }
+    if (IS("--repeat-last-n")) { NEED(); if (!parse_int(v, -1, 1 << 20, &o->sp.penalty_last_n)) BAD(); return 1; }
+    if (IS("-s") || IS("--seed")) {
+        NEED();
+        char *end;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (end == v || *end) BAD();
+        o->sp.seed = s;
+        return 1;
+    }
+#undef IS
+#undef NEED
+#undef BAD
+    return 0;
+}
+
+ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m) {
+    char err[512] = {0};
+    char *def = NULL;
+    const char *path = o->model;
+    if (!path) {
+        def = ob_default_model_path(err, sizeof(err));
+        if (!def) {
+            fprintf(stderr, "1bit: %s\n", err);
+            return OB_ERR_IO;
+        }
+        fprintf(stderr, "1bit: using the default model %s\n", def);
+        path = def;
+    }
+    ob_status st = ob_model_load(path, &o->mp, m, err, sizeof(err));
+    if (st) fprintf(stderr, "1bit: %s\n", err);
+    free(def);
+    return st;
+}

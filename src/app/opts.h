@@ -1,0 +1,27 @@
+/* Flags shared by the subcommands that load a model. */
+#ifndef OB_APP_OPTS_H
+#define OB_APP_OPTS_H
+#include "onebit.h"
+
+typedef struct ob_common_opts {
+    const char *model;       /* -m; NULL: the default model */
+    ob_model_params mp;
+    ob_context_params cp;
+    ob_sampler_params sp;
+} ob_common_opts;
+
+void ob_opts_init(ob_common_opts *o);
+/* Tries to consume argv[*i] (and its value). Returns 1 if consumed, 0 if not a common
+ * flag, -1 on a bad value (message printed). */
+int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i);
+/* Usage text of the common flags. */
+extern const char *ob_opts_help;
+/* Parses a device name: cpu, cuda[:N], vulkan[:N], CUDA0, Vulkan0, none, auto. */
+bool ob_parse_device(const char *s, ob_device_kind *kind, int *index);
+bool ob_parse_kv_type(const char *s, ob_kv_type *t);
+/* Parses sizes like 512M, 8G, 1048576. */
+bool ob_parse_size(const char *s, size_t *out);
+
+/* Loads the model named by o->model (or the default one, saying where it is). */
+ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m);
+#endif

@@ -1,0 +1,81 @@
+/* Architectures: each family file turns GGUF metadata into hyperparameters, binds its
+ * weights by llama.cpp's tensor names, and builds the graph of one forward pass. */
+#ifndef OB_ARCH_ARCH_H
+#define OB_ARCH_ARCH_H
+
+#include "graph/graph.h"
+#include "format/gguf.h"
+
+#define OB_MAX_LAYERS 256
+
+typedef struct ob_hparams {
+    char arch[32];           /* general.architecture */
+    int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    float norm_eps;
+    float rope_base, rope_freq_scale; /* global layers */
+    float rope_base_swa;              /* sliding-window layers (Gemma 3) */
+    int rope_mode;                    /* 0 adjacent pairs (llama), 2 NeoX halves */
+    int n_rot;
+    int sliding_window;               /* 0: none */
+    bool layer_swa[OB_MAX_LAYERS];    /* layer uses the sliding window */
+    float attn_scale;                 /* multiplies q.k */
+    float attn_softcap, final_softcap;/* 0: none */
+    float embd_scale;                 /* multiplies the token embedding (Gemma: sqrt(n_embd)) */
+    bool tied_output;
+} ob_hparams;
+
+/* One weight tensor of the model, in backend memory. */
+typedef struct ob_weight {
+    const char *name;        /* borrowed from the GGUF reader */
+    ob_type type;
+    int n_dims;
+    int64_t ne[4];
+    void *data;
+} ob_weight;
+
+typedef struct ob_model_view ob_model_view;
+
+/* Inputs of one forward pass, as graph leaves. */
+typedef struct ob_fwd_inputs {
+    ob_tensor *tokens;       /* I32 [T] */
+    ob_tensor *pos;          /* I32 [T] */
+    ob_tensor *seq;          /* I32 [T] */
+    ob_tensor *out_ids;      /* I32 [n_out]: rows of the batch whose logits are wanted */
+    ob_tensor *k_cache[OB_MAX_LAYERS], *v_cache[OB_MAX_LAYERS]; /* [hd*n_kv, cells] */
+    int cells_per_seq;
+    int n_tokens, n_out;
+} ob_fwd_inputs;
+
+typedef struct ob_arch {
+    const char *name;        /* family name, for messages */
+    ob_status (*load_hparams)(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
+    /* Looks up and shape-checks every weight; stores family-private pointers in *priv. */
+    ob_status (*bind)(ob_model_view *mv, const ob_hparams *hp, void **priv, char *err, size_t err_len);
+    /* Builds one forward pass; returns the logits node F32 [n_vocab, n_out]. */
+    ob_tensor *(*build)(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in);
+    void (*free_priv)(void *priv);
+} ob_arch;
+
+/* Maps general.architecture to a family; NULL if unknown. */
+const ob_arch *ob_arch_find(const char *arch_name);
+/* Comma-separated list of supported architecture names, for messages. */
+const char *ob_arch_supported_list(void);
+
+/* For family files: finds a weight by name and checks its shape (ne_expected entries of
+ * -1 match anything). Returns NULL and writes err if missing (when required) or mis-shaped. */
+const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, const int64_t *ne_expected,
+                              bool required, char *err, size_t err_len);
+/* True once a weight lookup found a tensor with the wrong shape or type. */
+bool ob_mv_failed(const ob_model_view *mv);
+/* Leaf node for a weight. */
+ob_tensor *ob_weight_leaf(ob_graph *g, const ob_weight *w);
+
+/* Shared GGUF metadata helpers: "<arch>.<suffix>". */
+bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t *out);
+bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *out);
+
+/* Families. */
+extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
+extern const ob_arch ob_arch_gemma3;
+
+#endif

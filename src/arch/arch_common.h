@@ -1,0 +1,20 @@
+/* Shared pieces of the decoder families (see common.c). */
+#ifndef OB_ARCH_ARCH_COMMON_H
+#define OB_ARCH_ARCH_COMMON_H
+#include "arch/arch.h"
+
+typedef struct ob_attn_weights {
+    const ob_weight *norm;                 /* [n_embd] */
+    const ob_weight *wq, *wk, *wv, *wo;    /* [n_embd, hd*n_head], [n_embd, hd*n_kv] x2, [hd*n_head, n_embd] */
+    const ob_weight *bq, *bk, *bv, *bo;    /* optional biases (Qwen2) */
+    const ob_weight *q_norm, *k_norm;      /* optional per-head RMSNorm [hd] (Qwen3, Gemma 3) */
+} ob_attn_weights;
+
+ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
+ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
+                             bool want_qk_norm, bool want_bias, char *err, size_t err_len);
+/* Projections, per-head norms, rope, KV store and attention of layer il; h is the
+ * normed input [n_embd, T]. Returns the output projection [n_embd, T]. */
+ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
+                         const ob_attn_weights *w, ob_tensor *h, float rope_base, float rope_scale, int window);
+#endif

@@ -1,0 +1,115 @@
+/* Pieces shared by the decoder families: metadata reading and the attention block. */
+#include "arch/arch_common.h"
+#include <math.h>
+#include <stdio.h>
+
+ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
+    const char *a = ob_gguf_get_str(g, "general.architecture");
+    if (!a) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: general.architecture missing");
+    snprintf(hp->arch, sizeof(hp->arch), "%s", a);
+    uint32_t v;
+    struct { const char *suffix; int *dst; bool required; } ints[] = {
+        {"embedding_length", &hp->n_embd, true},
+        {"block_count", &hp->n_layer, true},
+        {"attention.head_count", &hp->n_head, true},
+        {"feed_forward_length", &hp->n_ff, true},
+        {"context_length", &hp->n_ctx_train, false},
+    };
+    for (size_t i = 0; i < OB_ARRAY_LEN(ints); i++) {
+        if (ob_hp_u32(g, a, ints[i].suffix, &v)) *ints[i].dst = (int)v;
+        else if (ints[i].required)
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s missing", a, ints[i].suffix);
+    }
+    hp->n_head_kv = ob_hp_u32(g, a, "attention.head_count_kv", &v) ? (int)v : hp->n_head;
+    if (hp->n_layer <= 0 || hp->n_layer > OB_MAX_LAYERS || hp->n_embd <= 0 || hp->n_head <= 0 ||
+        hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_ff <= 0)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: implausible hyperparameters (layers %d, embd %d, heads %d/%d)",
+                       hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv);
+    hp->head_dim = ob_hp_u32(g, a, "attention.key_length", &v) ? (int)v : hp->n_embd / hp->n_head;
+    uint32_t vlen;
+    if (ob_hp_u32(g, a, "attention.value_length", &vlen) && (int)vlen != hp->head_dim)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: key length %d != value length %u", hp->head_dim, vlen);
+    if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->head_dim % 2)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad head dimension %d", hp->head_dim);
+    hp->n_rot = ob_hp_u32(g, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope dimension %d", hp->n_rot);
+    if (!ob_hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-5f;
+    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
+    float factor = 1.0f;
+    const char *stype = NULL;
+    char key[160];
+    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
+    stype = ob_gguf_get_str(g, key);
+    if (ob_hp_f32(g, a, "rope.scaling.factor", &factor) && factor > 0 && (!stype || !strcmp(stype, "linear")))
+        hp->rope_freq_scale = 1.0f / factor;
+    else
+        hp->rope_freq_scale = 1.0f;
+    if (stype && strcmp(stype, "linear") && strcmp(stype, "none"))
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: rope scaling '%s' is not supported", stype);
+    hp->rope_base_swa = hp->rope_base;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    hp->embd_scale = 1.0f;
+    return OB_OK;
+}
+
+ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
+                             bool want_qk_norm, bool want_bias, char *err, size_t err_len) {
+    char name[96];
+    int64_t E = hp->n_embd, Dq = (int64_t)hp->head_dim * hp->n_head, Dkv = (int64_t)hp->head_dim * hp->n_head_kv;
+#define OB_W(field, suffix, nd, req, ...) do { \
+        int64_t ne_[4] = {__VA_ARGS__}; \
+        snprintf(name, sizeof(name), "blk.%d.%s", il, suffix); \
+        w->field = ob_mv_weight(mv, name, nd, ne_, req, err, err_len); \
+        if (!w->field && ((req) || ob_mv_failed(mv))) return OB_ERR_FORMAT; } while (0)
+    OB_W(norm, "attn_norm.weight", 1, true, E);
+    OB_W(wq, "attn_q.weight", 2, true, E, Dq);
+    OB_W(wk, "attn_k.weight", 2, true, E, Dkv);
+    OB_W(wv, "attn_v.weight", 2, true, E, Dkv);
+    OB_W(wo, "attn_output.weight", 2, true, Dq, E);
+    OB_W(bq, "attn_q.bias", 1, want_bias, Dq);
+    OB_W(bk, "attn_k.bias", 1, want_bias, Dkv);
+    OB_W(bv, "attn_v.bias", 1, want_bias, Dkv);
+    OB_W(bo, "attn_output.bias", 1, false, E);
+    OB_W(q_norm, "attn_q_norm.weight", 1, want_qk_norm, hp->head_dim);
+    OB_W(k_norm, "attn_k_norm.weight", 1, want_qk_norm, hp->head_dim);
+#undef OB_W
+    return OB_OK;
+}
+
+static ob_tensor *proj(ob_graph *g, const ob_weight *w, const ob_weight *b, ob_tensor *x, const char *nm, int il) {
+    ob_tensor *y = ob_matmul(g, ob_weight_leaf(g, w), x);
+    ob_set_name(y, "blk.%d.%s", il, nm);
+    if (b) y = ob_add(g, y, ob_weight_leaf(g, b));
+    return y;
+}
+
+ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
+                         const ob_attn_weights *w, ob_tensor *h, float rope_base, float rope_scale, int window) {
+    int64_t T = in->n_tokens;
+    ob_tensor *q = proj(g, w->wq, w->bq, h, "attn_q", il);
+    ob_tensor *k = proj(g, w->wk, w->bk, h, "attn_k", il);
+    ob_tensor *v = proj(g, w->wv, w->bv, h, "attn_v", il);
+    int64_t qs[3] = {hp->head_dim, hp->n_head, T}, ks[3] = {hp->head_dim, hp->n_head_kv, T};
+    q = ob_view(g, q, 3, qs);
+    k = ob_view(g, k, 3, ks);
+    if (w->q_norm) q = ob_rms_norm(g, q, ob_weight_leaf(g, w->q_norm), hp->norm_eps);
+    if (w->k_norm) k = ob_rms_norm(g, k, ob_weight_leaf(g, w->k_norm), hp->norm_eps);
+    q = ob_rope(g, q, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
+    k = ob_rope(g, k, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
+    ob_set_name(q, "blk.%d.q_rope", il);
+    ob_set_name(k, "blk.%d.k_rope", il);
+    ob_tensor *ks_ = ob_kv_store(g, k, in->k_cache[il], in->pos, in->seq, in->cells_per_seq);
+    ob_set_name(ks_, "blk.%d.k_store", il);
+    ob_tensor *vs_ = ob_kv_store(g, v, in->v_cache[il], in->pos, in->seq, in->cells_per_seq);
+    ob_set_name(vs_, "blk.%d.v_store", il);
+    /* The attention reads both caches; ordering is carried by the store tokens. The V store
+     * is chained through the K store's token so one source slot suffices. */
+    vs_->src[4] = ks_;
+    ob_tensor *a = ob_attention(g, q, in->k_cache[il], in->v_cache[il], in->pos, in->seq, vs_,
+                                in->cells_per_seq, hp->n_head_kv, window, true, hp->attn_scale,
+                                hp->attn_softcap);
+    ob_set_name(a, "blk.%d.attn", il);
+    ob_tensor *o = proj(g, w->wo, w->bo, a, "attn_output", il);
+    return o;
+}

@@ -1,0 +1,93 @@
+/* The llama family: Llama 3 (llama), Qwen2 (qkv biases), Qwen3 (per-head q/k RMSNorm).
+ * Pre-norm blocks: x += attn(norm(x)); x += ffn(norm(x)); SwiGLU feed-forward. */
+#include "arch/arch_common.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct ob_llama_layer {
+    ob_attn_weights attn;
+    const ob_weight *ffn_norm;              /* [n_embd] */
+    const ob_weight *gate, *up, *down;      /* [n_embd, n_ff] x2, [n_ff, n_embd] */
+} ob_llama_layer;
+
+typedef struct ob_llama {
+    const ob_weight *tok_embd;              /* [n_embd, n_vocab] */
+    const ob_weight *out_norm;              /* [n_embd] */
+    const ob_weight *output;                /* [n_embd, n_vocab] (tok_embd when tied) */
+    ob_llama_layer layers[];
+} ob_llama;
+
+static ob_status llama_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
+    ob_status st = ob_hp_load_common(g, hp, err, err_len);
+    if (st) return st;
+    /* llama.cpp's converter permutes Llama's q/k rows so rope rotates adjacent pairs;
+     * the Qwen families keep HF's layout and rotate halves (NeoX). */
+    hp->rope_mode = strcmp(hp->arch, "llama") ? 2 : 0;
+    return OB_OK;
+}
+
+static ob_status llama_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, char *err, size_t err_len) {
+    ob_llama *m = calloc(1, sizeof(ob_llama) + sizeof(ob_llama_layer) * (size_t)hp->n_layer);
+    if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
+    *priv = m;
+    int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t ne_tok[2] = {E, V}, ne_e[1] = {E};
+    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
+    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
+    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
+    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
+    if (!m->output) m->output = m->tok_embd;
+    bool qk_norm = !strcmp(hp->arch, "qwen3"), bias = !strcmp(hp->arch, "qwen2");
+    for (int il = 0; il < hp->n_layer; il++) {
+        ob_llama_layer *L = &m->layers[il];
+        ob_status st = ob_bind_layer_attn(mv, hp, il, &L->attn, qk_norm, bias, err, err_len);
+        if (st) return st;
+        char name[96];
+        int64_t ne_ef[2] = {E, F}, ne_fe[2] = {F, E};
+        snprintf(name, sizeof(name), "blk.%d.ffn_norm.weight", il);
+        if (!(L->ffn_norm = ob_mv_weight(mv, name, 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
+        snprintf(name, sizeof(name), "blk.%d.ffn_gate.weight", il);
+        if (!(L->gate = ob_mv_weight(mv, name, 2, ne_ef, true, err, err_len))) return OB_ERR_FORMAT;
+        snprintf(name, sizeof(name), "blk.%d.ffn_up.weight", il);
+        if (!(L->up = ob_mv_weight(mv, name, 2, ne_ef, true, err, err_len))) return OB_ERR_FORMAT;
+        snprintf(name, sizeof(name), "blk.%d.ffn_down.weight", il);
+        if (!(L->down = ob_mv_weight(mv, name, 2, ne_fe, true, err, err_len))) return OB_ERR_FORMAT;
+    }
+    return OB_OK;
+}
+
+static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in) {
+    const ob_llama *m = priv;
+    ob_tensor *x = ob_get_rows(g, ob_weight_leaf(g, m->tok_embd), in->tokens);
+    ob_set_name(x, "token_embd");
+    for (int il = 0; il < hp->n_layer; il++) {
+        const ob_llama_layer *L = &m->layers[il];
+        ob_tensor *h = ob_rms_norm(g, x, ob_weight_leaf(g, L->attn.norm), hp->norm_eps);
+        ob_set_name(h, "blk.%d.attn_norm", il);
+        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, hp->rope_base, hp->rope_freq_scale, 0);
+        x = ob_add(g, x, a);
+        h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);
+        ob_set_name(h, "blk.%d.ffn_norm", il);
+        ob_tensor *gt = ob_matmul(g, ob_weight_leaf(g, L->gate), h);
+        ob_set_name(gt, "blk.%d.ffn_gate", il);
+        ob_tensor *up = ob_matmul(g, ob_weight_leaf(g, L->up), h);
+        ob_set_name(up, "blk.%d.ffn_up", il);
+        ob_tensor *f = ob_glu(g, gt, up, OB_ACT_SILU);
+        f = ob_matmul(g, ob_weight_leaf(g, L->down), f);
+        ob_set_name(f, "blk.%d.ffn_down", il);
+        x = ob_add(g, x, f);
+    }
+    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
+    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
+    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
+    ob_set_name(logits, "output");
+    return logits;
+}
+
+const ob_arch ob_arch_llama = {
+    .name = "llama",
+    .load_hparams = llama_hparams,
+    .bind = llama_bind,
+    .build = llama_build,
+    .free_priv = free,
+};

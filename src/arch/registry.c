@@ -1,0 +1,32 @@
+#include "arch/arch.h"
+#include <stdio.h>
+
+typedef struct { const char *gguf_name; const ob_arch *family; } ob_arch_entry;
+
+static const ob_arch_entry g_arches[] = {
+    {"llama", &ob_arch_llama},
+    {"qwen2", &ob_arch_llama},
+    {"qwen3", &ob_arch_llama},
+    {"gemma3", &ob_arch_gemma3},
+};
+
+const ob_arch *ob_arch_find(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_arches); i++)
+        if (!strcmp(g_arches[i].gguf_name, name)) return g_arches[i].family;
+    return NULL;
+}
+
+const char *ob_arch_supported_list(void) { return "llama, qwen2, qwen3, gemma3"; }
+
+bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t *out) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    return ob_gguf_get_u32(g, key, out);
+}
+
+bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *out) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+    return ob_gguf_get_f32(g, key, out);
+}

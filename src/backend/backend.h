@@ -1,0 +1,34 @@
+/* The backend seam: a struct of function pointers plus an opaque context. The engine
+ * talks to every device through this and nothing else. */
+#ifndef OB_BACKEND_BACKEND_H
+#define OB_BACKEND_BACKEND_H
+
+#include "graph/graph.h"
+
+typedef struct ob_backend ob_backend;
+
+typedef struct ob_backend_iface {
+    const char *name;            /* "cpu", "cuda", "vulkan" */
+    bool host_memory;            /* buffers are host memory: weights may be borrowed from the mmap */
+    /* Can this node (op, input types, shape) run here? Must be cheap and pure. */
+    bool (*supports)(ob_backend *b, const ob_tensor *node);
+    void *(*alloc)(ob_backend *b, size_t size);                /* NULL on failure; 64-byte aligned */
+    void (*free_buf)(ob_backend *b, void *p);
+    ob_status (*upload)(ob_backend *b, void *dst, const void *src, size_t size);
+    ob_status (*download)(ob_backend *b, void *dst, const void *src, size_t size);
+    /* Runs every non-leaf, non-view node of g in order. Node data pointers are backend memory. */
+    ob_status (*compute)(ob_backend *b, ob_graph *g, char *err, size_t err_len);
+    void (*destroy)(ob_backend *b);
+} ob_backend_iface;
+
+struct ob_backend {
+    const ob_backend_iface *iface;
+    void *ctx;
+};
+
+/* CPU backend; n_threads 0 = number of online cores. */
+ob_backend *ob_backend_cpu_new(int n_threads);
+
+static inline void ob_backend_free(ob_backend *b) { if (b) b->iface->destroy(b); }
+
+#endif

@@ -1,0 +1,74 @@
+/* CPU backend internals: thread pool, per-op kernels, dot-product kernels.
+ * One file per op: op_<name>.c. Each op has a plain-C reference; fast paths (AVX2/FMA,
+ * AVX-512, chosen at run time) are tested against it by tests/unit/test_cpu_ops.c. */
+#ifndef OB_BACKEND_CPU_CPU_H
+#define OB_BACKEND_CPU_CPU_H
+
+#include "backend/backend.h"
+#include "format/quant.h"
+
+typedef struct ob_cpu_pool ob_cpu_pool;
+
+/* What a kernel sees: its thread index among nth, a shared work buffer, and a barrier. */
+typedef struct ob_cpu_op_ctx {
+    int ith, nth;
+    void *wdata;             /* shared by all threads of this node */
+    size_t wsize;
+    ob_cpu_pool *pool;
+} ob_cpu_op_ctx;
+
+/* Waits until all nth threads of the node reach it. */
+void ob_cpu_sync(const ob_cpu_op_ctx *c);
+
+/* Thread pool (pool.c): n_threads - 1 persistent workers plus the calling thread.
+ * ob_cpu_pool_run calls fn(arg, ith, nth) on every thread and returns when all are done. */
+ob_cpu_pool *ob_cpu_pool_new(int n_threads);
+void ob_cpu_pool_free(ob_cpu_pool *p);
+int ob_cpu_pool_size(const ob_cpu_pool *p);
+void ob_cpu_pool_run(ob_cpu_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
+
+typedef void (*ob_cpu_kernel_fn)(ob_tensor *dst, const ob_cpu_op_ctx *c);
+
+/* This thread's share [*r0, *r1) of n items split as evenly as possible over nth. */
+static inline void ob_cpu_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
+    *r0 = n * ith / nth;
+    *r1 = n * (ith + 1) / nth;
+}
+
+/* Work buffer bytes a node needs (shared across its threads). */
+size_t ob_cpu_work_size(const ob_tensor *node, int nth);
+
+/* Attention work buffer: per-thread K/V/accumulator scratch plus split-KV partials. */
+size_t ob_cpu_attention_work_size(const ob_tensor *node, int nth);
+
+/* Matmul work buffer (activations quantized to the weight type's dot partner). */
+size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth);
+
+/* Per-op kernels (fast path where there is one, reference otherwise). */
+void ob_cpu_op_get_rows(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_rms_norm(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_layer_norm(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_add(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_mul(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_scale(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_rope(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_kv_store(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_glu(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_act(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_softmax(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_cpy(ob_tensor *dst, const ob_cpu_op_ctx *c);
+
+/* Plain single-threaded references for every op (the test oracle). */
+void ob_cpu_ref_op(ob_tensor *dst);
+
+/* Matmul reference: dequantize each weight row to f32, dot in double. */
+void ob_cpu_ref_matmul(ob_tensor *dst);
+
+/* Forces the scalar fallback (tests compare each level): 0 scalar, 1 AVX2, 2 AVX-512,
+ * -1 best available. Returns the level now in use. */
+int ob_cpu_set_simd_level(int level);
+int ob_cpu_simd_level(void);
+
+#endif

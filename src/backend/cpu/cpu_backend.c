@@ -1,0 +1,250 @@
+/* The CPU backend: the ob_backend interface over host memory, and the compute loop that
+ * runs each node of a graph on every thread of the pool with a barrier after it. */
+#include "backend/cpu/cpu.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+typedef struct ob_cpu_backend {
+    ob_cpu_pool *pool;
+    int nth;
+    void *wdata;   /* shared work buffer: grows to the largest node seen, never shrinks */
+    size_t wsize;
+} ob_cpu_backend;
+
+/* ---- what the CPU can run ------------------------------------------------------------ */
+
+static bool is_f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
+static bool is_i32(const ob_tensor *t) { return t && t->type == OB_TYPE_I32; }
+
+static bool has_to_float(ob_type t) {
+    const ob_type_traits *tr = ob_type_traits_get(t);
+    return tr && tr->to_float;
+}
+
+static bool is_kv_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_Q8_0; }
+
+static bool row_aligned(ob_type t, int64_t n) {
+    int64_t bs = ob_type_block_size(t);
+    return bs > 0 && n > 0 && n % bs == 0;
+}
+
+static int64_t gcd64(int64_t a, int64_t b) { while (b) { int64_t r = a % b; a = b; b = r; } return a; }
+
+static bool supports_node(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    switch (n->op) {
+    case OB_OP_LEAF:
+    case OB_OP_VIEW:
+        return true;
+    case OB_OP_GET_ROWS:
+        return a && has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && is_i32(b) &&
+               is_f32(n) && n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
+    case OB_OP_RMS_NORM:
+    case OB_OP_LAYER_NORM:
+        if (!is_f32(a) || !is_f32(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
+        for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
+            if (n->src[s] && (!is_f32(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
+        return true;
+    case OB_OP_MATMUL:
+        return a && has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && is_f32(b) && is_f32(n) &&
+               b->ne[0] == a->ne[0] && n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
+    case OB_OP_ADD:
+    case OB_OP_MUL:
+        return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(n) == ob_nelements(a) &&
+               b->ne[0] == a->ne[0] && n->ne[0] == a->ne[0] &&
+               (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
+    case OB_OP_SCALE:
+    case OB_OP_ACT:
+    case OB_OP_SOFTMAX:
+        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_RELU)) return false;
+        return is_f32(a) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
+    case OB_OP_GLU:
+        return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
+               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_RELU;
+    case OB_OP_ROPE: {
+        int n_rot = n->ip[0];
+        return is_f32(a) && is_f32(n) && is_i32(b) && ob_nelements(n) == ob_nelements(a) &&
+               n->ne[0] == a->ne[0] && n_rot > 0 && n_rot % 2 == 0 && n_rot <= a->ne[0] && n_rot <= 1024 &&
+               (n->ip[1] == 0 || n->ip[1] == 2) && ob_nelements(b) == a->ne[2] * a->ne[3];
+    }
+    case OB_OP_KV_STORE: {
+        const ob_tensor *pos = n->src[2], *seq = n->src[3];
+        if (!is_f32(a) || !b || !is_kv_type(b->type) || !is_i32(pos) || !is_i32(seq)) return false;
+        int64_t row = b->ne[0];
+        if (row <= 0 || ob_nelements(a) % row != 0 || !row_aligned(b->type, row)) return false;
+        int64_t T = ob_nelements(a) / row;
+        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ip[0] > 0 && ob_nelements(n) >= 1 &&
+               is_f32(n);
+    }
+    case OB_OP_ATTENTION: {
+        const ob_tensor *kc = n->src[1], *vc = n->src[2], *pos = n->src[3], *seq = n->src[4];
+        if (!is_f32(a) || !is_f32(n) || !kc || !vc || !is_kv_type(kc->type) || !is_kv_type(vc->type)) return false;
+        if (!is_i32(pos) || !is_i32(seq)) return false;
+        int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
+        int n_kv = n->ip[1];
+        if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
+        if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
+        /* Per-head slices of a quantized cache row must start on a block boundary. */
+        if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
+        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
+    }
+    case OB_OP_CPY: {
+        if (!a || ob_nelements(a) != ob_nelements(n)) return false;
+        const ob_type_traits *ts = ob_type_traits_get(a->type), *td = ob_type_traits_get(n->type);
+        if (!ts || !td || !ts->to_float || !(td->from_float || n->type == OB_TYPE_F32)) return false;
+        if (!row_aligned(a->type, a->ne[0]) || !row_aligned(n->type, n->ne[0])) return false;
+        int64_t bs = ts->block_size, bd = td->block_size, l = bs / gcd64(bs, bd) * bd;
+        return l <= 256 && ob_nelements(a) % l == 0;
+    }
+    default:
+        return false;
+    }
+}
+
+static bool cpu_supports(ob_backend *be, const ob_tensor *node) { return supports_node(node); }
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+static void *cpu_alloc(ob_backend *be, size_t size) {
+    size_t sz = (size + 63) & ~(size_t)63;
+    if (sz < size) return NULL;
+    return aligned_alloc(64, sz ? sz : 64);
+}
+
+static void cpu_free_buf(ob_backend *be, void *p) { free(p); }
+
+static ob_status cpu_copy(ob_backend *be, void *dst, const void *src, size_t size) {
+    if (size) memcpy(dst, src, size);
+    return OB_OK;
+}
+
+/* ---- compute ------------------------------------------------------------------------- */
+
+static ob_cpu_kernel_fn kernel_for(ob_op op) {
+    switch (op) {
+    case OB_OP_GET_ROWS: return ob_cpu_op_get_rows;
+    case OB_OP_RMS_NORM: return ob_cpu_op_rms_norm;
+    case OB_OP_LAYER_NORM: return ob_cpu_op_layer_norm;
+    case OB_OP_MATMUL: return ob_cpu_op_matmul;
+    case OB_OP_ADD: return ob_cpu_op_add;
+    case OB_OP_MUL: return ob_cpu_op_mul;
+    case OB_OP_SCALE: return ob_cpu_op_scale;
+    case OB_OP_ROPE: return ob_cpu_op_rope;
+    case OB_OP_KV_STORE: return ob_cpu_op_kv_store;
+    case OB_OP_ATTENTION: return ob_cpu_op_attention;
+    case OB_OP_GLU: return ob_cpu_op_glu;
+    case OB_OP_ACT: return ob_cpu_op_act;
+    case OB_OP_SOFTMAX: return ob_cpu_op_softmax;
+    case OB_OP_CPY: return ob_cpu_op_cpy;
+    default: return NULL;
+    }
+}
+
+size_t ob_cpu_work_size(const ob_tensor *node, int nth) {
+    switch (node->op) {
+    case OB_OP_MATMUL: return ob_cpu_matmul_work_size(node, nth);
+    case OB_OP_ATTENTION: return ob_cpu_attention_work_size(node, nth);
+    default: return 0;
+    }
+}
+
+/* Index inputs come from requests: a bad position or id is an error, not a wild write. */
+static ob_status check_indices(const ob_tensor *n, char *err, size_t err_len) {
+    if (n->op == OB_OP_GET_ROWS) {
+        const int32_t *ids = n->src[1]->data;
+        int64_t rows = ob_nrows(n->src[0]), T = ob_nelements(n->src[1]);
+        for (int64_t i = 0; i < T; i++)
+            if (ids[i] < 0 || ids[i] >= rows)
+                return ob_fail(err, err_len, OB_ERR_ARG, "%s: row id %d out of range [0, %lld)", n->name,
+                               (int)ids[i], (long long)rows);
+    } else if (n->op == OB_OP_KV_STORE || n->op == OB_OP_ATTENTION) {
+        const ob_tensor *cache = n->src[1];
+        const int32_t *pos = n->src[n->op == OB_OP_KV_STORE ? 2 : 3]->data;
+        const int32_t *seq = n->src[n->op == OB_OP_KV_STORE ? 3 : 4]->data;
+        int64_t T = ob_nelements(n->src[n->op == OB_OP_KV_STORE ? 2 : 3]);
+        int64_t cps = n->ip[0], cells = ob_nrows(cache);
+        for (int64_t i = 0; i < T; i++)
+            if (pos[i] < 0 || pos[i] >= cps || seq[i] < 0 || (int64_t)seq[i] * cps + cps > cells)
+                return ob_fail(err, err_len, OB_ERR_CONTEXT, "%s: token %lld (seq %d, pos %d) outside the KV cache",
+                               n->name, (long long)i, (int)seq[i], (int)pos[i]);
+    }
+    return OB_OK;
+}
+
+typedef struct ob_cpu_job {
+    ob_cpu_kernel_fn fn;
+    ob_tensor *node;
+    ob_cpu_backend *cb;
+} ob_cpu_job;
+
+static void run_job(void *arg, int ith, int nth) {
+    ob_cpu_job *j = arg;
+    ob_cpu_op_ctx c = {.ith = ith, .nth = nth, .wdata = j->cb->wdata, .wsize = j->cb->wsize, .pool = j->cb->pool};
+    j->fn(j->node, &c);
+}
+
+static ob_status cpu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+    ob_cpu_backend *cb = be->ctx;
+    for (int64_t i = 0; i < g->n; i++) {
+        ob_tensor *n = &g->nodes[i];
+        if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        ob_cpu_kernel_fn fn = kernel_for(n->op);
+        if (!fn || !supports_node(n))
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "cpu: node %s (%s, %s) not supported", n->name,
+                           ob_op_name(n->op), ob_type_name(n->type) ? ob_type_name(n->type) : "?");
+        ob_status st = check_indices(n, err, err_len);
+        if (st != OB_OK) return st;
+        size_t ws = ob_cpu_work_size(n, cb->nth);
+        if (ws > cb->wsize) {
+            size_t sz = (ws + 63) & ~(size_t)63;
+            void *p = aligned_alloc(64, sz);
+            if (!p) return ob_fail(err, err_len, OB_ERR_NOMEM, "cpu: work buffer of %zu bytes for %s", ws, n->name);
+            free(cb->wdata);
+            cb->wdata = p;
+            cb->wsize = sz;
+        }
+        ob_cpu_job job = {.fn = fn, .node = n, .cb = cb};
+        ob_cpu_pool_run(cb->pool, run_job, &job);
+    }
+    return OB_OK;
+}
+
+static void cpu_destroy(ob_backend *be) {
+    if (!be) return;
+    ob_cpu_backend *cb = be->ctx;
+    if (cb) {
+        ob_cpu_pool_free(cb->pool);
+        free(cb->wdata);
+        free(cb);
+    }
+    free(be);
+}
+
+static const ob_backend_iface g_cpu_iface = {
+    .name = "cpu",
+    .host_memory = true,
+    .supports = cpu_supports,
+    .alloc = cpu_alloc,
+    .free_buf = cpu_free_buf,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .compute = cpu_compute,
+    .destroy = cpu_destroy,
+};
+
+ob_backend *ob_backend_cpu_new(int n_threads) {
+    if (n_threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = nc > 0 ? (int)OB_MIN(nc, 512) : 1;
+    }
+    ob_backend *be = calloc(1, sizeof(*be));
+    ob_cpu_backend *cb = calloc(1, sizeof(*cb));
+    if (!be || !cb) { free(be); free(cb); return NULL; }
+    cb->nth = n_threads;
+    cb->pool = ob_cpu_pool_new(n_threads);
+    if (!cb->pool) { free(be); free(cb); return NULL; }
+    be->iface = &g_cpu_iface;
+    be->ctx = cb;
+    return be;
+}

@@ -1,0 +1,259 @@
+/* KV_STORE (F32 rows into an F32/F16/Q8_0 cache) and ATTENTION (flash style: one pass of
+ * online softmax per query, f32 accumulation).
+ *
+ * Attention work is split into tasks (token, kv head, kv split). A task serves all
+ * n_head/n_kv query heads of its kv head, so each K/V row slice is dequantized once per
+ * group. When there are fewer (token, kv head) pairs than threads (decode), each pair's
+ * cells are also split into n_split chunks whose partial (max, sum, acc) are merged after
+ * a barrier, so a long-context decode step uses every thread. */
+#include "backend/cpu/cpu.h"
+#include <math.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---- KV_STORE -------------------------------------------------------------------------- */
+
+void ob_cpu_op_kv_store(ob_tensor *dst, const ob_cpu_op_ctx *c) {
+    const ob_tensor *x = dst->src[0], *cache = dst->src[1];
+    const int32_t *pos = dst->src[2]->data, *seq = dst->src[3]->data;
+    int64_t row = cache->ne[0], T = ob_nelements(x) / row, cps = dst->ip[0], t0, t1;
+    size_t rb = ob_row_size(cache->type, row);
+    ob_cpu_split(T, c->ith, c->nth, &t0, &t1);
+    for (int64_t t = t0; t < t1; t++) {
+        const float *src = (const float *)x->data + t * row;
+        char *d = (char *)cache->data + (size_t)((int64_t)seq[t] * cps + pos[t]) * rb;
+        if (cache->type == OB_TYPE_F32) memcpy(d, src, rb);
+        else if (cache->type == OB_TYPE_F16)
+            for (int64_t i = 0; i < row; i++) ((uint16_t *)d)[i] = ob_f32_to_f16(src[i]);
+        else ob_quant_row_q8_0(src, d, row);
+    }
+    if (c->ith == 0) *(float *)dst->data = 0.0f;
+}
+
+/* ---- vector helpers -------------------------------------------------------------------- */
+
+static float dot_ref(const float *a, const float *b, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void axpy_ref(float *y, float a, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* n values of a cache row slice -> float. F32 rows are used in place (returns src). */
+static const float *kv_row_ref(ob_type t, const void *src, float *buf, int64_t n) {
+    if (t == OB_TYPE_F32) return src;
+    if (t == OB_TYPE_F16) {
+        const uint16_t *h = src;
+        for (int64_t i = 0; i < n; i++) buf[i] = ob_f16_to_f32(h[i]);
+    } else {
+        ob_dequant_row_q8_0(src, buf, n);
+    }
+    return buf;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2,fma,f16c"))) static float dot_avx2(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    __m256 v = _mm256_add_ps(s0, s1);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float r = _mm_cvtss_f32(s);
+    for (; i < n; i++) r += a[i] * b[i];
+    return r;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * x[i];
+}
+
+__attribute__((target("avx2,fma,f16c"))) static const float *kv_row_avx2(ob_type t, const void *src, float *buf,
+                                                                         int64_t n) {
+    if (t == OB_TYPE_F32) return src;
+    int64_t i = 0;
+    if (t == OB_TYPE_F16) {
+        const uint16_t *h = src;
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+        for (; i < n; i++) buf[i] = ob_f16_to_f32(h[i]);
+        return buf;
+    }
+    const ob_block_q8_0 *b = src;
+    for (int64_t k = 0; k < n / 32; k++) {
+        __m256 d = _mm256_set1_ps(ob_f16_to_f32(b[k].d));
+        for (int j = 0; j < 32; j += 8) {
+            __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[k].qs + j)));
+            _mm256_storeu_ps(buf + k * 32 + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
+        }
+    }
+    return buf;
+}
+#endif
+
+typedef struct ob_attn_vec {
+    float (*dot)(const float *, const float *, int64_t);
+    void (*axpy)(float *, float, const float *, int64_t);
+    const float *(*row)(ob_type, const void *, float *, int64_t);
+} ob_attn_vec;
+
+static ob_attn_vec attn_vec(void) {
+#if defined(__x86_64__)
+    if (ob_cpu_simd_level() >= 1 && __builtin_cpu_supports("f16c")) return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2};
+#endif
+    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref};
+}
+
+/* ---- ATTENTION ------------------------------------------------------------------------- */
+
+typedef struct ob_attn_dims {
+    int64_t hd, H, T, n_kv, g, cps, n_split;
+    size_t per_thread;   /* floats of scratch per thread (64-byte multiple) */
+    size_t partial_off;  /* float offsets in the work buffer */
+    size_t maxpos_off;
+} ob_attn_dims;
+
+static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
+    ob_attn_dims d;
+    const ob_tensor *q = n->src[0];
+    d.hd = q->ne[0];
+    d.H = q->ne[1];
+    d.T = q->ne[2] * q->ne[3];
+    d.n_kv = n->ip[1] > 0 ? n->ip[1] : 1;
+    d.g = d.H / d.n_kv;
+    d.cps = n->ip[0];
+    int64_t pairs = d.T * d.n_kv;
+    d.n_split = pairs >= nth ? 1 : OB_MIN((nth + pairs - 1) / pairs, 64);
+    /* k, v buffers [hd] each; q, acc [g*hd] each; m, l [g] */
+    d.per_thread = (size_t)((2 + 2 * d.g) * d.hd + 2 * d.g + 15) & ~(size_t)15;
+    d.partial_off = d.per_thread * (size_t)nth;
+    size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.hd + 2)) : 0;
+    d.maxpos_off = d.partial_off + partial;
+    return d;
+}
+
+size_t ob_cpu_attention_work_size(const ob_tensor *node, int nth) {
+    ob_attn_dims d = attn_dims(node, nth);
+    size_t maxpos = node->ip[3] ? 0 : (size_t)d.T;
+    return (d.maxpos_off + maxpos) * sizeof(float);
+}
+
+/* Cells [*lo, *hi] (inclusive) that token t attends inside its sequence. The window is
+ * one-sided for causal attention and symmetric (|p - j| < w) for the non-causal kind. */
+static void attn_range(const ob_tensor *n, int32_t p, int32_t maxpos, int64_t *lo, int64_t *hi) {
+    int64_t w = n->ip[2];
+    *lo = w > 0 ? OB_MAX(0, (int64_t)p - w + 1) : 0;
+    *hi = n->ip[3] ? p : maxpos;
+    if (!n->ip[3] && w > 0) *hi = OB_MIN(*hi, (int64_t)p + w - 1);
+}
+
+void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
+    const ob_tensor *q = dst->src[0], *kc = dst->src[1], *vc = dst->src[2];
+    const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
+    ob_attn_dims d = attn_dims(dst, c->nth);
+    int64_t hd = d.hd, g = d.g;
+    float *w = c->wdata;
+    int32_t *maxpos = (int32_t *)(w + d.maxpos_off);
+    bool causal = dst->ip[3] != 0;
+    float scale = dst->fp[0], cap = dst->fp[1];
+    ob_attn_vec vec = attn_vec();
+
+    if (!causal) {
+        /* Whole-sequence attention reaches the furthest position of the token's sequence in
+         * this batch. O(T^2) integer work, small next to the attention itself. */
+        int64_t t0, t1;
+        ob_cpu_split(d.T, c->ith, c->nth, &t0, &t1);
+        for (int64_t t = t0; t < t1; t++) {
+            int32_t m = pos[t];
+            for (int64_t u = 0; u < d.T; u++)
+                if (seq[u] == seq[t] && pos[u] > m) m = pos[u];
+            maxpos[t] = m;
+        }
+        ob_cpu_sync(c);
+    }
+
+    float *kbuf = w + d.per_thread * (size_t)c->ith, *vbuf = kbuf + hd, *qb = vbuf + hd, *acc = qb + g * hd;
+    float *m = acc + g * hd, *l = m + g;
+    size_t krb = ob_row_size(kc->type, hd * d.n_kv), vrb = ob_row_size(vc->type, hd * d.n_kv);
+    int64_t n_tasks = d.T * d.n_kv * d.n_split;
+    /* Tasks are dealt round-robin: causal costs grow with position, so contiguous blocks
+     * would leave the thread with the last tokens doing most of the work. */
+    for (int64_t task = c->ith; task < n_tasks; task += c->nth) {
+        int64_t sp = task % d.n_split, kh = (task / d.n_split) % d.n_kv, t = task / (d.n_split * d.n_kv);
+        int64_t lo, hi;
+        attn_range(dst, pos[t], causal ? pos[t] : maxpos[t], &lo, &hi);
+        int64_t ncell = hi - lo + 1, j0 = lo + ncell * sp / d.n_split, j1 = lo + ncell * (sp + 1) / d.n_split;
+        const float *qt = (const float *)q->data + (t * d.H + kh * g) * hd;
+        for (int64_t i = 0; i < g * hd; i++) qb[i] = qt[i] * scale;
+        for (int64_t i = 0; i < g; i++) { m[i] = -INFINITY; l[i] = 0; }
+        memset(acc, 0, sizeof(float) * (size_t)(g * hd));
+        const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh);
+        const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh);
+        int64_t cell0 = (int64_t)seq[t] * d.cps;
+        for (int64_t j = j0; j < j1; j++) {
+            const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + j) * krb, kbuf, hd);
+            const float *v = vec.row(vc->type, vbase + (size_t)(cell0 + j) * vrb, vbuf, hd);
+            for (int64_t i = 0; i < g; i++) {
+                float s = vec.dot(qb + i * hd, k, hd);
+                if (cap > 0) s = cap * tanhf(s / cap);
+                if (s > m[i]) {
+                    /* New running max: rescale what was accumulated under the old one. */
+                    float corr = expf(m[i] - s);
+                    l[i] *= corr;
+                    for (int64_t e = 0; e < hd; e++) acc[i * hd + e] *= corr;
+                    m[i] = s;
+                }
+                float p = expf(s - m[i]);
+                l[i] += p;
+                vec.axpy(acc + i * hd, p, v, hd);
+            }
+        }
+        for (int64_t i = 0; i < g; i++) {
+            int64_t h = kh * g + i;
+            if (d.n_split == 1) {
+                float *o = (float *)dst->data + (t * d.H + h) * hd, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
+                for (int64_t e = 0; e < hd; e++) o[e] = acc[i * hd + e] * inv;
+            } else {
+                float *pp = w + d.partial_off + (size_t)(((t * d.H + h) * d.n_split + sp) * (hd + 2));
+                pp[0] = m[i];
+                pp[1] = l[i];
+                memcpy(pp + 2, acc + i * hd, sizeof(float) * (size_t)hd);
+            }
+        }
+    }
+    if (d.n_split == 1) return;
+
+    /* Merge the kv splits of each (token, head): rescale every partial to the common max. */
+    ob_cpu_sync(c);
+    int64_t r0, r1;
+    ob_cpu_split(d.T * d.H, c->ith, c->nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *pp = w + d.partial_off + (size_t)(r * d.n_split * (hd + 2));
+        float mx = -INFINITY, sum = 0;
+        for (int64_t s = 0; s < d.n_split; s++)
+            if (pp[s * (hd + 2) + 1] > 0 && pp[s * (hd + 2)] > mx) mx = pp[s * (hd + 2)];
+        float *o = (float *)dst->data + r * hd;
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        for (int64_t s = 0; s < d.n_split; s++) {
+            const float *ps = pp + s * (hd + 2);
+            if (!(ps[1] > 0)) continue;
+            float f = expf(ps[0] - mx);
+            sum += ps[1] * f;
+            vec.axpy(o, f, ps + 2, hd);
+        }
+        float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        for (int64_t e = 0; e < hd; e++) o[e] *= inv;
+    }
+}

@@ -1,0 +1,158 @@
+/* OB_OP_MATMUL on the CPU: y[t][n] = dot(W row n, x column t).
+ *
+ *   src0 W [K, N] any type with a to_float; src1 x F32 [K, T]; dst F32 [N, T].
+ *
+ * Phase 1: the threads quantize the T activation columns into the weight kernel's act
+ * format (work buffer), then meet at a barrier. Phase 2: each thread takes a contiguous
+ * range of output rows and walks it in tiles of rows small enough to stay in cache; for
+ * each tile it sweeps the tokens OB_DOT_MAX_COLS at a time, so prefill streams the
+ * weights from memory once instead of once per token. */
+#include "backend/cpu/cpu.h"
+#include "backend/cpu/vec_dot.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+/* Requested level (-1: best the CPU has). A test hook; normal runs never set it. */
+static _Atomic int requested_level = -1;
+
+static int best_level(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return 1;
+#endif
+    return 0;
+}
+
+int ob_cpu_set_simd_level(int level) {
+    int best = best_level();
+    if (level < 0 || level > best) level = best;
+    atomic_store(&requested_level, level);
+    return level;
+}
+
+int ob_cpu_simd_level(void) {
+    int l = atomic_load(&requested_level);
+    return l < 0 ? best_level() : l;
+}
+
+static ob_vec_dot_kernel pick_kernel(ob_type t, int level) {
+    ob_vec_dot_kernel k = { 0 };
+    if (level >= 2) k = ob_cpu_vec_dot_avx512(t);
+    if (!k.dot && level >= 1) k = ob_cpu_vec_dot_avx2(t);
+    if (!k.dot) k = ob_cpu_vec_dot_ref(t);
+    return k;
+}
+
+/* Shape and type checks; the graph builder and supports() should have refused these
+ * already, so failing here means a bug upstream, not bad user input. */
+static bool matmul_shape_ok(const ob_tensor *dst) {
+    const ob_tensor *w = dst->src[0], *x = dst->src[1];
+    if (!w || !x || x->type != OB_TYPE_F32 || dst->type != OB_TYPE_F32) return false;
+    const ob_type_traits *tr = ob_type_traits_get(w->type);
+    if (!tr || !tr->to_float || tr->block_size <= 0) return false;
+    int64_t k = w->ne[0];
+    if (k <= 0 || k % tr->block_size != 0 || x->ne[0] != k || dst->ne[0] != w->ne[1]) return false;
+    return ob_nrows(x) == ob_nrows(dst) && w->ne[2] == 1 && w->ne[3] == 1;
+}
+
+static char *align64(void *p) {
+    return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+}
+
+size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth) {
+    const ob_tensor *w = node->src[0], *x = node->src[1];
+    if (!w || !x) return 0;
+    int64_t k = w->ne[0], t = ob_nrows(x);
+    /* The larger of the two int8 formats, so the size holds whatever level runs. */
+    size_t rs = 0;
+    if (k % 32 == 0) rs = ob_cpu_act_row_size(OB_ACT_Q8_32, k);
+    if (k % OB_QK_K == 0) rs = OB_MAX(rs, ob_cpu_act_row_size(OB_ACT_Q8_K, k));
+    if (rs == 0) return 0;
+    return rs * (size_t)t + 64;
+}
+
+void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
+    const ob_tensor *w = dst->src[0], *x = dst->src[1];
+    if (!matmul_shape_ok(dst)) {
+        if (c->ith == 0) ob_log(OB_LOG_ERROR, "matmul %s: unsupported shapes or types", dst->name);
+        return;
+    }
+    const int64_t k = w->ne[0], n = w->ne[1], t = ob_nrows(x);
+    const size_t w_rs = ob_row_size(w->type, k);
+    const ob_vec_dot_kernel kern = pick_kernel(w->type, ob_cpu_simd_level());
+    if (!kern.dot) {
+        if (c->ith == 0) ob_log(OB_LOG_ERROR, "matmul %s: no kernel for weight type %s", dst->name,
+                                ob_type_name(w->type));
+        return;
+    }
+
+    const char *act = x->data;
+    size_t act_rs = (size_t)k * sizeof(float);
+    if (kern.act != OB_ACT_F32) {
+        act_rs = ob_cpu_act_row_size(kern.act, k);
+        char *buf = align64(c->wdata);
+        if (!c->wdata || act_rs * (size_t)t + 64 > c->wsize) {
+            if (c->ith == 0) ob_log(OB_LOG_ERROR, "matmul %s: work buffer too small", dst->name);
+            return;
+        }
+        for (int64_t i = c->ith; i < t; i += c->nth)
+            ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
+        if (c->nth > 1) ob_cpu_sync(c);
+        act = buf;
+    }
+
+    const int64_t r0 = n * c->ith / c->nth, r1 = n * (c->ith + 1) / c->nth;
+    /* Rows per tile: ~32 KiB of weights, re-read from L1/L2 for each group of tokens. */
+    int64_t tile = (int64_t)(32768 / (w_rs ? w_rs : 1));
+    tile = OB_MAX(tile, 1);
+    if (t <= OB_DOT_MAX_COLS) tile = r1 - r0; /* one sweep: nothing to reuse */
+    float *y = dst->data;
+    const char *wd = w->data;
+    float out[OB_DOT_MAX_COLS];
+    for (int64_t rt = r0; rt < r1; rt += tile) {
+        const int64_t re = OB_MIN(rt + tile, r1);
+        for (int64_t c0 = 0; c0 < t; c0 += OB_DOT_MAX_COLS) {
+            const int nc = (int)OB_MIN((int64_t)OB_DOT_MAX_COLS, t - c0);
+            const char *a = act + (size_t)c0 * act_rs;
+            for (int64_t r = rt; r < re; r++) {
+                kern.dot(k, wd + (size_t)r * w_rs, a, act_rs, nc, out);
+                for (int j = 0; j < nc; j++) y[(c0 + j) * n + r] = out[j];
+            }
+        }
+    }
+}
+
+void ob_cpu_ref_matmul(ob_tensor *dst) {
+    const ob_tensor *w = dst->src[0], *x = dst->src[1];
+    float *y = dst->data;
+    if (!matmul_shape_ok(dst)) {
+        ob_log(OB_LOG_ERROR, "matmul %s: unsupported shapes or types", dst->name);
+        return;
+    }
+    const int64_t k = w->ne[0], n = w->ne[1], t = ob_nrows(x);
+    const ob_type_traits *tr = ob_type_traits_get(w->type);
+    const size_t w_rs = ob_row_size(w->type, k);
+    float *row = malloc((size_t)k * sizeof(float));
+    if (!row) {
+        for (int64_t i = 0; i < n * t; i++) y[i] = NAN;
+        return;
+    }
+    for (int64_t r = 0; r < n; r++) {
+        tr->to_float((const char *)w->data + (size_t)r * w_rs, row, k);
+        for (int64_t j = 0; j < t; j++) {
+            const float *xj = (const float *)x->data + j * k;
+            double s = 0.0;
+            for (int64_t i = 0; i < k; i++) s += (double)row[i] * (double)xj[i];
+            y[j * n + r] = (float)s;
+        }
+    }
+    free(row);
+}

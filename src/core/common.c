@@ -1,0 +1,41 @@
+#include "core/common.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static enum ob_log_level g_log_level = OB_LOG_INFO; /* set once at start-up by main() */
+
+ob_status ob_fail(char *err, size_t err_len, ob_status st, const char *fmt, ...) {
+    if (err && err_len) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+void ob_panic(const char *file, int line, const char *what) {
+    fprintf(stderr, "onebit: internal error at %s:%d: %s\n", file, line, what);
+    abort();
+}
+
+void ob_log_set_level(enum ob_log_level lvl) { g_log_level = lvl; }
+
+void ob_log(enum ob_log_level lvl, const char *fmt, ...) {
+    if (lvl < g_log_level) return;
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    fprintf(stderr, "[%s] ", names[lvl]);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double ob_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,267 @@
+/* A context: KV cache for n_seq sequences, input buffers, activation scratch, logits.
+ * Everything is allocated here; ob_decode allocates nothing. */
+#include "engine/model_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+struct ob_context {
+    ob_model *m;
+    ob_backend *be;
+    ob_context_params p;
+    int cells_per_seq;
+    ob_type kv_type_k, kv_type_v;
+    void *kv_buf;            /* all layers' K then V caches */
+    void *k[OB_MAX_LAYERS], *v[OB_MAX_LAYERS];
+    void *in_buf;            /* device: tokens, pos, seq, out_ids (I32 [n_batch] each) */
+    int32_t *h_in;           /* host staging for the same */
+    void *scratch;
+    size_t scratch_size;
+    ob_graph *graph;
+    float *logits;           /* host [n_vocab, n_out] */
+    int32_t *logit_row;      /* per token of the last batch: row in logits or -1 */
+    int n_batch_last;
+    int *seq_len;            /* [n_seq] */
+};
+
+ob_context_params ob_context_default_params(void) {
+    ob_context_params p = {0};
+    p.n_ctx = 0;
+    p.n_seq = 1;
+    p.n_batch = 512;
+    p.type_k = OB_KV_F16;
+    p.type_v = OB_KV_F16;
+    return p;
+}
+
+static ob_type kv_type(ob_kv_type t) {
+    return t == OB_KV_Q8_0 ? OB_TYPE_Q8_0 : t == OB_KV_F32 ? OB_TYPE_F32 : OB_TYPE_F16;
+}
+
+/* Builds the graph of one forward pass over T tokens, n_out of which want logits. */
+static ob_tensor *build(ob_context *c, int T, int n_out) {
+    ob_model *m = c->m;
+    const ob_hparams *hp = &m->hp;
+    ob_graph *g = c->graph;
+    ob_graph_reset(g);
+    ob_fwd_inputs in = {0};
+    int32_t *base = c->in_buf;
+    int nb = c->p.n_batch;
+    int64_t neT[1] = {T}, neO[1] = {n_out};
+    in.tokens = ob_leaf(g, "inp_tokens", OB_TYPE_I32, 1, neT, base);
+    in.pos = ob_leaf(g, "inp_pos", OB_TYPE_I32, 1, neT, base + nb);
+    in.seq = ob_leaf(g, "inp_seq", OB_TYPE_I32, 1, neT, base + 2 * nb);
+    in.out_ids = ob_leaf(g, "inp_out_ids", OB_TYPE_I32, 1, neO, base + 3 * nb);
+    int64_t cells = (int64_t)c->cells_per_seq * c->p.n_seq;
+    int64_t nekv[2] = {(int64_t)hp->head_dim * hp->n_head_kv, cells};
+    for (int il = 0; il < hp->n_layer; il++) {
+        in.k_cache[il] = ob_leaf(g, "cache_k", c->kv_type_k, 2, nekv, c->k[il]);
+        in.v_cache[il] = ob_leaf(g, "cache_v", c->kv_type_v, 2, nekv, c->v[il]);
+        ob_set_name(in.k_cache[il], "cache_k.%d", il);
+        ob_set_name(in.v_cache[il], "cache_v.%d", il);
+    }
+    in.cells_per_seq = c->cells_per_seq;
+    in.n_tokens = T;
+    in.n_out = n_out;
+    return m->arch->build(g, hp, m->arch_priv, &in);
+}
+
+/* Every node of the graph must run on the chosen backend (strict placement). */
+static ob_status check_placement(ob_context *c, char *err, size_t err_len) {
+    ob_graph *g = c->graph;
+    for (int64_t i = 0; i < g->n; i++) {
+        ob_tensor *t = &g->nodes[i];
+        if (t->op == OB_OP_LEAF || t->op == OB_OP_VIEW) continue;
+        if (c->be->iface->supports(c->be, t)) continue;
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                       "placement: node '%s' op %s (%s x %s) shape [%lld, %lld, %lld] has no %s kernel "
+                       "(--no-strict-device allows a CPU fallback)",
+                       t->name, ob_op_name(t->op), t->src[0] ? ob_type_name(t->src[0]->type) : "-",
+                       t->src[1] ? ob_type_name(t->src[1]->type) : "-", (long long)t->ne[0], (long long)t->ne[1],
+                       (long long)t->ne[2], c->be->iface->name);
+    }
+    return OB_OK;
+}
+
+void ob_context_free(ob_context *c) {
+    if (!c) return;
+    ob_backend *be = c->be;
+    if (c->kv_buf) be->iface->free_buf(be, c->kv_buf);
+    if (c->in_buf) be->iface->free_buf(be, c->in_buf);
+    if (c->scratch) be->iface->free_buf(be, c->scratch);
+    ob_graph_free(c->graph);
+    free(c->h_in);
+    free(c->logits);
+    free(c->logit_row);
+    free(c->seq_len);
+    free(c);
+}
+
+ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **out, char *err, size_t err_len) {
+    *out = NULL;
+    ob_context_params p = pp ? *pp : ob_context_default_params();
+    const ob_hparams *hp = &m->hp;
+    if (p.n_seq <= 0) p.n_seq = 1;
+    if (p.n_batch <= 0) p.n_batch = 512;
+    if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p.n_ctx > 1 << 22 || p.n_seq > 1024 || p.n_batch > 1 << 16)
+        return ob_fail(err, err_len, OB_ERR_ARG, "context: sizes out of range (ctx %d, seqs %d, batch %d)", p.n_ctx, p.n_seq, p.n_batch);
+    ob_context *c = calloc(1, sizeof(*c));
+    if (!c) return ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory");
+    c->m = m;
+    c->be = m->backend;
+    c->p = p;
+    c->cells_per_seq = p.n_ctx;
+    c->kv_type_k = kv_type(p.type_k);
+    c->kv_type_v = kv_type(p.type_v);
+    ob_status st = OB_OK;
+    size_t row = (size_t)hp->head_dim * hp->n_head_kv;
+    size_t cells = (size_t)p.n_ctx * p.n_seq;
+    size_t krow = ob_row_size(c->kv_type_k, (int64_t)row), vrow = ob_row_size(c->kv_type_v, (int64_t)row);
+    if (!krow || !vrow) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: head size %zu is not a multiple of the KV cache block", row);
+        goto fail;
+    }
+    size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = (vrow * cells + 255) & ~(size_t)255;
+    size_t kv_total = (layer_k + layer_v) * (size_t)hp->n_layer;
+    c->graph = ob_graph_new((int64_t)hp->n_layer * 48 + 64);
+    c->h_in = calloc((size_t)p.n_batch * 4, sizeof(int32_t));
+    c->logits = malloc(sizeof(float) * (size_t)hp->n_vocab * ((size_t)p.n_batch + 1)); /* +1: a chunk with no wanted row still writes one */
+    c->logit_row = malloc(sizeof(int32_t) * (size_t)p.n_batch);
+    c->seq_len = calloc((size_t)p.n_seq, sizeof(int));
+    if (!c->graph || !c->h_in || !c->logits || !c->logit_row || !c->seq_len) {
+        st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory");
+        goto fail;
+    }
+    /* Scratch for the largest graph: a full batch with every row wanting logits. */
+    c->in_buf = c->be->iface->alloc(c->be, sizeof(int32_t) * (size_t)p.n_batch * 4);
+    if (!c->in_buf) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: cannot allocate input buffers"); goto fail; }
+    build(c, p.n_batch, p.n_batch);
+    ob_graph_plan(c->graph);
+    size_t scratch = c->graph->scratch_size;
+    if (m->params.strict_device) {
+        st = check_placement(c, err, err_len);
+        if (st) goto fail;
+        build(c, 1, 1);
+        st = check_placement(c, err, err_len);
+        if (st) goto fail;
+    }
+    size_t need = kv_total + scratch;
+    if (m->params.mem_budget && need + m->weight_bytes > m->params.mem_budget) {
+        st = ob_fail(err, err_len, OB_ERR_NOMEM,
+                     "context: weights %.1f MiB + KV cache %.1f MiB + scratch %.1f MiB exceed the memory budget of %.1f MiB",
+                     m->weight_bytes / 1048576.0, kv_total / 1048576.0, scratch / 1048576.0, m->params.mem_budget / 1048576.0);
+        goto fail;
+    }
+    c->kv_buf = c->be->iface->alloc(c->be, kv_total);
+    c->scratch = c->be->iface->alloc(c->be, scratch);
+    c->scratch_size = scratch;
+    if (!c->kv_buf || !c->scratch) {
+        st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: cannot allocate KV cache %.1f MiB + scratch %.1f MiB on %s",
+                     kv_total / 1048576.0, scratch / 1048576.0, c->be->iface->name);
+        goto fail;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        c->k[il] = (char *)c->kv_buf + (size_t)il * (layer_k + layer_v);
+        c->v[il] = (char *)c->k[il] + layer_k;
+    }
+    *out = c;
+    return OB_OK;
+fail:
+    ob_context_free(c);
+    return st;
+}
+
+int ob_context_n_ctx(const ob_context *c) { return c->cells_per_seq; }
+
+int ob_seq_len(const ob_context *c, int seq) {
+    return seq >= 0 && seq < c->p.n_seq ? c->seq_len[seq] : 0;
+}
+
+void ob_seq_truncate(ob_context *c, int seq, int pos) {
+    if (seq < 0 || seq >= c->p.n_seq || pos < 0) return;
+    if (pos < c->seq_len[seq]) c->seq_len[seq] = pos;
+}
+
+/* Runs one chunk of at most n_batch tokens. */
+static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T, char *err, size_t err_len) {
+    const ob_hparams *hp = &c->m->hp;
+    int nb = c->p.n_batch;
+    int32_t *tok = c->h_in, *pos = c->h_in + nb, *seq = c->h_in + 2 * nb, *outs = c->h_in + 3 * nb;
+    int n_out = 0;
+    for (int i = 0; i < T; i++) {
+        int j = start + i;
+        tok[i] = b->token[j];
+        pos[i] = b->pos[j];
+        seq[i] = b->seq[j];
+        bool want = b->want_logits ? b->want_logits[j] != 0 : j == b->n_tokens - 1;
+        c->logit_row[j] = want ? n_out : -1;
+        if (want) outs[n_out++] = i;
+    }
+    if (n_out == 0) outs[n_out++] = T - 1; /* the graph always ends in logits */
+    ob_backend *be = c->be;
+    ob_status st = be->iface->upload(be, c->in_buf, c->h_in, sizeof(int32_t) * (size_t)nb * 4);
+    if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: upload failed");
+    ob_tensor *logits = build(c, T, n_out);
+    ob_graph_plan(c->graph);
+    OB_ASSERT(c->graph->scratch_size <= c->scratch_size);
+    ob_graph_bind(c->graph, c->scratch);
+    st = be->iface->compute(be, c->graph, err, err_len);
+    if (st) return st;
+    /* Logits rows land at chunk-local rows; store them after the earlier chunks' rows. */
+    int row0 = 0;
+    for (int j = 0; j < start; j++) if (c->logit_row[j] >= 0) row0 = c->logit_row[j] + 1;
+    for (int i = 0; i < T; i++) if (c->logit_row[start + i] >= 0) c->logit_row[start + i] += row0;
+    size_t nbytes = sizeof(float) * (size_t)hp->n_vocab * (size_t)n_out;
+    st = be->iface->download(be, c->logits + (size_t)row0 * hp->n_vocab, logits->data, nbytes);
+    if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: download failed");
+    return OB_OK;
+}
+
+ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len) {
+    const ob_hparams *hp = &c->m->hp;
+    if (!b || b->n_tokens <= 0 || !b->token || !b->pos || !b->seq)
+        return ob_fail(err, err_len, OB_ERR_ARG, "decode: empty batch");
+    if (b->n_tokens > c->p.n_batch * 64)
+        return ob_fail(err, err_len, OB_ERR_ARG, "decode: batch of %d tokens is too large", b->n_tokens);
+    /* Validate everything first so a bad batch changes nothing. */
+    int *len = malloc(sizeof(int) * (size_t)c->p.n_seq);
+    if (!len) return ob_fail(err, err_len, OB_ERR_NOMEM, "decode: out of memory");
+    memcpy(len, c->seq_len, sizeof(int) * (size_t)c->p.n_seq);
+    ob_status st = OB_OK;
+    for (int i = 0; i < b->n_tokens && !st; i++) {
+        int s = b->seq[i], p = b->pos[i], t = b->token[i];
+        if (t < 0 || t >= hp->n_vocab) st = ob_fail(err, err_len, OB_ERR_ARG, "decode: token id %d out of range", t);
+        else if (s < 0 || s >= c->p.n_seq) st = ob_fail(err, err_len, OB_ERR_ARG, "decode: sequence %d out of range", s);
+        else if (p != len[s]) st = ob_fail(err, err_len, OB_ERR_ARG, "decode: sequence %d expects position %d, got %d", s, len[s], p);
+        else if (p >= c->cells_per_seq)
+            st = ob_fail(err, err_len, OB_ERR_CONTEXT, "decode: sequence %d would exceed the context of %d tokens", s, c->cells_per_seq);
+        else len[s] = p + 1;
+    }
+    if (st) { free(len); return st; }
+    if (b->n_tokens > c->p.n_batch) {
+        /* Logits of every chunk must fit the host buffer. */
+        int n_out = 0;
+        for (int j = 0; j < b->n_tokens; j++)
+            n_out += b->want_logits ? b->want_logits[j] != 0 : j == b->n_tokens - 1;
+        if (n_out > c->p.n_batch) {
+            free(len);
+            return ob_fail(err, err_len, OB_ERR_ARG, "decode: %d logits rows wanted, at most %d", n_out, c->p.n_batch);
+        }
+    }
+    c->n_batch_last = b->n_tokens;
+    free(c->logit_row);
+    c->logit_row = malloc(sizeof(int32_t) * (size_t)b->n_tokens);
+    if (!c->logit_row) { free(len); return ob_fail(err, err_len, OB_ERR_NOMEM, "decode: out of memory"); }
+    for (int start = 0; start < b->n_tokens && !st; start += c->p.n_batch) {
+        int T = OB_MIN(c->p.n_batch, b->n_tokens - start);
+        st = decode_chunk(c, b, start, T, err, err_len);
+    }
+    if (!st) memcpy(c->seq_len, len, sizeof(int) * (size_t)c->p.n_seq);
+    free(len);
+    return st;
+}
+
+const float *ob_get_logits(ob_context *c, int i) {
+    if (i < 0 || i >= c->n_batch_last || c->logit_row[i] < 0) return NULL;
+    return c->logits + (size_t)c->logit_row[i] * c->m->hp.n_vocab;
+}

@@ -1,0 +1,192 @@
+/* Loading a model: GGUF -> architecture -> hyperparameters -> weights on a device. */
+#include "engine/model_internal.h"
+#include "tokenizer/tokenizer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+ob_model_params ob_model_default_params(void) {
+    ob_model_params p = {0};
+    p.device = OB_DEVICE_AUTO;
+    p.strict_device = true;
+    return p;
+}
+
+const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, const int64_t *ne,
+                              bool required, char *err, size_t err_len) {
+    ob_model *m = mv->m;
+    for (int64_t i = 0; i < m->n_weights; i++) {
+        ob_weight *w = &m->weights[i];
+        if (strcmp(w->name, name)) continue;
+        bool ok = w->n_dims <= n_dims;
+        for (int d = 0; d < 4 && ok; d++) {
+            int64_t want = d < n_dims ? ne[d] : 1;
+            if (want >= 0 && w->ne[d] != want) ok = false;
+        }
+        if (!ok) {
+            mv->failed = true;
+            ob_fail(err, err_len, OB_ERR_FORMAT,
+                    "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                    (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3],
+                    (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1));
+            return NULL;
+        }
+        return w;
+    }
+    if (required) {
+        mv->failed = true;
+        ob_fail(err, err_len, OB_ERR_FORMAT, "model: tensor '%s' is missing", name);
+    }
+    return NULL;
+}
+
+bool ob_mv_failed(const ob_model_view *mv) { return mv->failed; }
+
+ob_tensor *ob_weight_leaf(ob_graph *g, const ob_weight *w) {
+    return ob_leaf(g, w->name, w->type, w->n_dims, w->ne, w->data);
+}
+
+static ob_backend *make_backend(const ob_model_params *p, char *err, size_t err_len) {
+    switch (p->device) {
+    case OB_DEVICE_AUTO:
+    case OB_DEVICE_CPU: {
+        ob_backend *b = ob_backend_cpu_new(p->n_threads);
+        if (!b) ob_fail(err, err_len, OB_ERR_NOMEM, "model: cannot start the CPU backend");
+        return b;
+    }
+    case OB_DEVICE_CUDA:
+        ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: this build has no CUDA backend (build with -DONEBIT_CUDA=ON)");
+        return NULL;
+    case OB_DEVICE_VULKAN:
+        ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: this build has no Vulkan backend (build with -DONEBIT_VULKAN=ON)");
+        return NULL;
+    }
+    ob_fail(err, err_len, OB_ERR_ARG, "model: unknown device");
+    return NULL;
+}
+
+void ob_model_free(ob_model *m) {
+    if (!m) return;
+    if (m->arch && m->arch_priv) m->arch->free_priv(m->arch_priv);
+    if (m->backend) {
+        if (m->weight_buf) m->backend->iface->free_buf(m->backend, m->weight_buf);
+        ob_backend_free(m->backend);
+    }
+    if (m->tok) ob_tokenizer_free(m->tok);
+    free(m->weights);
+    free(m->chat_template);
+    free(m->path);
+    ob_gguf_close(m->gguf);
+    free(m);
+}
+
+static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
+    int64_t n = ob_gguf_n_tensors(m->gguf);
+    m->weights = calloc((size_t)(n ? n : 1), sizeof(ob_weight));
+    if (!m->weights) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
+    m->n_weights = n;
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const ob_gguf_tensor *t = ob_gguf_tensor_at(m->gguf, i);
+        const ob_type_traits *tr = ob_type_traits_get(t->type);
+        if (!tr || !tr->to_float)
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: tensor '%s' has unsupported type %s",
+                           t->name.p, tr ? tr->name : "?");
+        ob_weight *w = &m->weights[i];
+        w->name = t->name.p;
+        w->type = t->type;
+        w->n_dims = t->n_dims;
+        for (int d = 0; d < 4; d++) w->ne[d] = t->ne[d];
+        w->data = (void *)t->data;
+        total += (t->size + 255) & ~(size_t)255;
+        int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->n_params += ne;
+        m->weight_bytes += t->size;
+    }
+    if (m->params.mem_budget && m->weight_bytes > m->params.mem_budget)
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "model: weights need %.1f MiB, over the memory budget of %.1f MiB",
+                       m->weight_bytes / 1048576.0, m->params.mem_budget / 1048576.0);
+    if (m->backend->iface->host_memory) return OB_OK; /* borrow the mapping */
+    m->weight_buf = m->backend->iface->alloc(m->backend, total);
+    if (!m->weight_buf)
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "model: cannot allocate %.1f MiB of weights on %s",
+                       total / 1048576.0, m->backend->iface->name);
+    size_t off = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const ob_gguf_tensor *t = ob_gguf_tensor_at(m->gguf, i);
+        ob_weight *w = &m->weights[i];
+        w->data = (char *)m->weight_buf + off;
+        ob_status st = m->backend->iface->upload(m->backend, w->data, t->data, t->size);
+        if (st) return ob_fail(err, err_len, st, "model: uploading '%s' failed", w->name);
+        off += (t->size + 255) & ~(size_t)255;
+    }
+    return OB_OK;
+}
+
+ob_status ob_model_load(const char *path, const ob_model_params *params, ob_model **out, char *err, size_t err_len) {
+    *out = NULL;
+    ob_model *m = calloc(1, sizeof(*m));
+    if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
+    m->params = params ? *params : ob_model_default_params();
+    ob_status st = ob_gguf_open(path, &m->gguf, err, err_len);
+    if (st) goto fail;
+    m->path = strdup(path);
+    const char *an = ob_gguf_get_str(m->gguf, "general.architecture");
+    if (!an) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: general.architecture is missing", path); goto fail; }
+    m->arch = ob_arch_find(an);
+    if (!m->arch) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: unknown architecture '%s' (supported: %s)", path, an,
+                     ob_arch_supported_list());
+        goto fail;
+    }
+    st = m->arch->load_hparams(m->gguf, &m->hp, err, err_len);
+    if (st) goto fail;
+    const ob_gguf_tensor *te = ob_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!te || te->n_dims != 2) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: token_embd.weight is missing", path); goto fail; }
+    m->hp.n_vocab = (int)te->ne[1];
+    const char *gn = ob_gguf_get_str(m->gguf, "general.name");
+    if (gn) snprintf(m->name, sizeof(m->name), "%s", gn);
+    else { const char *b = strrchr(path, '/'); snprintf(m->name, sizeof(m->name), "%s", b ? b + 1 : path); }
+    const char *tmpl = ob_gguf_get_str(m->gguf, "tokenizer.chat_template");
+    if (tmpl) m->chat_template = strdup(tmpl);
+
+    st = ob_tokenizer_from_gguf(m->gguf, &m->tok, err, err_len);
+    if (st) goto fail;
+    if (ob_tokenizer_n_vocab(m->tok) > m->hp.n_vocab) {
+        st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: tokenizer has %d tokens but the embedding only %d rows", path,
+                     ob_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto fail;
+    }
+    m->backend = make_backend(&m->params, err, err_len);
+    if (!m->backend) { st = OB_ERR_UNSUPPORTED; goto fail; }
+    st = load_weights(m, err, err_len);
+    if (st) goto fail;
+    ob_model_view mv = {m, false};
+    st = m->arch->bind(&mv, &m->hp, &m->arch_priv, err, err_len);
+    if (st) goto fail;
+    *out = m;
+    return OB_OK;
+fail:
+    ob_model_free(m);
+    return st ? st : OB_ERR_FORMAT;
+}
+
+void ob_model_get_info(const ob_model *m, ob_model_info *o) {
+    memset(o, 0, sizeof(*o));
+    o->arch = m->hp.arch;
+    o->name = m->name;
+    o->n_params = m->n_params;
+    o->file_size = ob_gguf_file_size(m->gguf);
+    o->weight_bytes = m->weight_bytes;
+    o->n_vocab = m->hp.n_vocab;
+    o->n_embd = m->hp.n_embd;
+    o->n_layer = m->hp.n_layer;
+    o->n_head = m->hp.n_head;
+    o->n_head_kv = m->hp.n_head_kv;
+    o->head_dim = m->hp.head_dim;
+    o->n_ctx_train = m->hp.n_ctx_train;
+    o->backend = m->backend->iface->name;
+}
+
+const ob_tokenizer *ob_model_tokenizer(const ob_model *m) { return m->tok; }
+const char *ob_model_chat_template(const ob_model *m) { return m->chat_template; }

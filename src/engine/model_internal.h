@@ -1,0 +1,32 @@
+/* Engine internals shared by model.c and context.c. */
+#ifndef OB_ENGINE_MODEL_INTERNAL_H
+#define OB_ENGINE_MODEL_INTERNAL_H
+
+#include "arch/arch.h"
+#include "backend/backend.h"
+#include "format/quant.h"
+
+struct ob_model {
+    ob_gguf *gguf;           /* owns the mapping the CPU weights point into */
+    ob_backend *backend;
+    const ob_arch *arch;
+    ob_hparams hp;
+    void *arch_priv;         /* family-private weight pointers */
+    ob_weight *weights;      /* [n_weights], one per GGUF tensor */
+    int64_t n_weights;
+    void *weight_buf;        /* device copy of all weights (NULL when borrowed from the mmap) */
+    ob_tokenizer *tok;
+    char *chat_template;
+    char *path;
+    char name[128];
+    uint64_t weight_bytes;
+    int64_t n_params;
+    ob_model_params params;
+};
+
+struct ob_model_view {
+    ob_model *m;
+    bool failed;
+};
+
+#endif

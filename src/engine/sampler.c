@@ -1,0 +1,211 @@
+/* Sampling: penalties and logit bias, then greedy or temperature with top-k, top-p and
+ * min-p. Deterministic for a seed. */
+#include "core/common.h"
+#include <math.h>
+#include <stdlib.h>
+
+struct ob_sampler {
+    ob_sampler_params p;
+    int n_vocab;
+    int32_t *bias_tok;
+    float *bias_val;
+    int32_t *hist;           /* ring of recent tokens for penalties */
+    int hist_cap, hist_n, hist_head;
+    int32_t *counts;         /* [n_vocab] occurrences within the window */
+    float *work;             /* [n_vocab] adjusted logits */
+    int32_t *idx;            /* [n_vocab] candidate ids */
+    uint64_t rng[2];
+};
+
+ob_sampler_params ob_sampler_default_params(void) {
+    ob_sampler_params p = {0};
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.penalty_last_n = 64;
+    p.seed = 0x5eed;
+    return p;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t s0 = s[0], s1 = s[1], r = s0 + s1;
+    s1 ^= s0;
+    s[0] = ((s0 << 55) | (s0 >> 9)) ^ s1 ^ (s1 << 14);
+    s[1] = (s1 << 36) | (s1 >> 28);
+    return r;
+}
+
+static void rng_seed(uint64_t *s, uint64_t seed) {
+    /* splitmix64 to spread the seed over both words */
+    for (int i = 0; i < 2; i++) {
+        uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        s[i] = z ^ (z >> 31);
+    }
+}
+
+ob_sampler *ob_sampler_new(const ob_sampler_params *p, int n_vocab) {
+    if (n_vocab <= 0) return NULL;
+    ob_sampler *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    s->hist_cap = p->penalty_last_n < 0 ? 1 << 20 : p->penalty_last_n;
+    s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+    s->work = malloc(sizeof(float) * (size_t)n_vocab);
+    s->idx = malloc(sizeof(int32_t) * (size_t)n_vocab);
+    s->hist = malloc(sizeof(int32_t) * (size_t)(s->hist_cap > 0 ? s->hist_cap : 1));
+    int nb = p->n_logit_bias > 0 ? p->n_logit_bias : 0;
+    s->bias_tok = malloc(sizeof(int32_t) * (size_t)(nb ? nb : 1));
+    s->bias_val = malloc(sizeof(float) * (size_t)(nb ? nb : 1));
+    if (!s->counts || !s->work || !s->idx || !s->hist || !s->bias_tok || !s->bias_val) {
+        ob_sampler_free(s);
+        return NULL;
+    }
+    if (nb) {
+        memcpy(s->bias_tok, p->logit_bias_tok, sizeof(int32_t) * (size_t)nb);
+        memcpy(s->bias_val, p->logit_bias_val, sizeof(float) * (size_t)nb);
+    }
+    s->p.n_logit_bias = nb;
+    s->p.logit_bias_tok = s->bias_tok;
+    s->p.logit_bias_val = s->bias_val;
+    rng_seed(s->rng, p->seed);
+    return s;
+}
+
+void ob_sampler_free(ob_sampler *s) {
+    if (!s) return;
+    free(s->counts);
+    free(s->work);
+    free(s->idx);
+    free(s->hist);
+    free(s->bias_tok);
+    free(s->bias_val);
+    free(s);
+}
+
+void ob_sampler_reset(ob_sampler *s) {
+    memset(s->counts, 0, sizeof(int32_t) * (size_t)s->n_vocab);
+    s->hist_n = s->hist_head = 0;
+    rng_seed(s->rng, s->p.seed);
+}
+
+void ob_sampler_accept(ob_sampler *s, int32_t tok) {
+    if (s->hist_cap <= 0 || tok < 0 || tok >= s->n_vocab) return;
+    if (s->hist_n == s->hist_cap) {
+        int32_t old = s->hist[s->hist_head];
+        s->counts[old]--;
+        s->hist_n--;
+    }
+    s->hist[s->hist_head] = tok;
+    s->hist_head = (s->hist_head + 1) % s->hist_cap;
+    s->hist_n++;
+    s->counts[tok]++;
+}
+
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+    const float *w = ctx;
+    float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
+    if (x != y) return x < y ? 1 : -1;
+    return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, stable results */
+}
+
+int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
+    const ob_sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    float *w = s->work;
+    memcpy(w, logits, sizeof(float) * (size_t)n);
+    for (int i = 0; i < p->n_logit_bias; i++) {
+        int32_t t = p->logit_bias_tok[i];
+        if (t >= 0 && t < n) w[t] += p->logit_bias_val[i];
+    }
+    bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (pen && s->hist_n > 0) {
+        /* Visit each distinct token of the window once. */
+        for (int k = 0; k < s->hist_n; k++) {
+            int32_t t = s->hist[(s->hist_head - 1 - k + s->hist_cap) % s->hist_cap];
+            int c = s->counts[t];
+            if (c <= 0 || w[t] != w[t]) continue;
+            if (p->repeat_penalty != 1.0f) w[t] = w[t] > 0 ? w[t] / p->repeat_penalty : w[t] * p->repeat_penalty;
+            w[t] -= (float)c * p->frequency_penalty + p->presence_penalty;
+            s->counts[t] = -c; /* mark visited */
+        }
+        for (int k = 0; k < s->hist_n; k++) {
+            int32_t t = s->hist[(s->hist_head - 1 - k + s->hist_cap) % s->hist_cap];
+            if (s->counts[t] < 0) s->counts[t] = -s->counts[t];
+        }
+    }
+    if (p->temperature <= 0) {
+        int best = 0;
+        for (int i = 1; i < n; i++) if (w[i] > w[best]) best = i;
+        ob_sampler_accept(s, best);
+        return best;
+    }
+    /* Candidates: the top-k through a min-heap (O(n log k)); with top-k off, a min-p
+     * threshold (when set) prunes before the sort. */
+    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+    int m = 0;
+    if (k < n) {
+        int32_t *h = s->idx;
+        for (int i = 0; i < n; i++) {
+            if (m < k) {
+                int c = m++;
+                h[c] = i;
+                while (c > 0 && cmp_desc(&h[(c - 1) / 2], &h[c], w) < 0) { /* parent better -> swap up */
+                    int32_t t = h[c]; h[c] = h[(c - 1) / 2]; h[(c - 1) / 2] = t; c = (c - 1) / 2;
+                }
+            } else if (cmp_desc(&i, &h[0], w) < 0) {
+                h[0] = i;
+                int c = 0;
+                for (;;) {
+                    int l = 2 * c + 1, r = l + 1, worst = c;
+                    if (l < m && cmp_desc(&h[l], &h[worst], w) > 0) worst = l;
+                    if (r < m && cmp_desc(&h[r], &h[worst], w) > 0) worst = r;
+                    if (worst == c) break;
+                    int32_t t = h[c]; h[c] = h[worst]; h[worst] = t; c = worst;
+                }
+            }
+        }
+    } else {
+        float mx0 = w[0];
+        for (int i = 1; i < n; i++) if (w[i] > mx0) mx0 = w[i];
+        float lim = p->min_p > 0 ? mx0 + (float)(log(p->min_p) * p->temperature) - 1e-6f : -INFINITY;
+        for (int i = 0; i < n; i++) if (w[i] >= lim) s->idx[m++] = i;
+    }
+    qsort_r(s->idx, (size_t)m, sizeof(int32_t), cmp_desc, w);
+    float mx = w[s->idx[0]];
+    double sum = 0;
+    if (p->min_p > 0) {
+        /* keep tokens with prob >= min_p * max prob */
+        double lim = log(p->min_p) * p->temperature;
+        int keep = 1;
+        while (keep < m && (double)(w[s->idx[keep]] - mx) >= lim) keep++;
+        m = keep;
+    }
+    sum = 0;
+    for (int i = 0; i < m; i++) sum += exp((double)(w[s->idx[i]] - mx) / p->temperature);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        int keep = 0;
+        while (keep < m) {
+            cum += exp((double)(w[s->idx[keep]] - mx) / p->temperature) / sum;
+            keep++;
+            if (cum >= p->top_p) break;
+        }
+        m = keep;
+        sum = 0;
+        for (int i = 0; i < m; i++) sum += exp((double)(w[s->idx[i]] - mx) / p->temperature);
+    }
+    double r = (double)(rng_next(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    int32_t pick = s->idx[m - 1];
+    double acc = 0;
+    for (int i = 0; i < m; i++) {
+        acc += exp((double)(w[s->idx[i]] - mx) / p->temperature);
+        if (r < acc) { pick = s->idx[i]; break; }
+    }
+    ob_sampler_accept(s, pick);
+    return pick;
+}

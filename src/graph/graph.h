@@ -1,0 +1,102 @@
+/* The op IR. An architecture file builds one forward pass as a list of nodes; a backend
+ * runs them. Tensors are contiguous; ne[0] is the innermost dimension (a row). */
+#ifndef OB_GRAPH_GRAPH_H
+#define OB_GRAPH_GRAPH_H
+
+#include "core/common.h"
+
+#define OB_MAX_SRC 6
+#define OB_MAX_NAME 64
+
+typedef enum ob_op {
+    OB_OP_LEAF = 0,   /* weight, cache or input: data set by the owner */
+    OB_OP_VIEW,       /* same bytes as src0, other shape (contiguous reshape) */
+    OB_OP_GET_ROWS,   /* src0 table [ne0, rows] any type; src1 ids I32 [T] -> F32 [ne0, T] */
+    OB_OP_RMS_NORM,   /* src0 x F32 [n, rows]; src1 weight F32 [n] or NULL; f[0] eps.
+                         i[0] = 1: Gemma style, multiply by (1 + w) is folded at load, so no flag needed */
+    OB_OP_LAYER_NORM, /* src0 x [n, rows]; src1 weight [n] or NULL; src2 bias [n] or NULL; f[0] eps */
+    OB_OP_MATMUL,     /* src0 W [K, N] any type; src1 x F32 [K, T] -> F32 [N, T]  (y = W x) */
+    OB_OP_ADD,        /* src0 [n, rows] + src1 ([n, rows] or [n] broadcast) */
+    OB_OP_MUL,        /* src0 [n, rows] * src1 ([n, rows] or [n] broadcast) */
+    OB_OP_SCALE,      /* src0 * f[0] */
+    OB_OP_ROPE,       /* src0 F32 [head_dim, n_head, T]; src1 pos I32 [T].
+                         i[0] n_rot, i[1] mode (0 = adjacent pairs, 2 = NeoX halves);
+                         f[0] freq_base, f[1] freq_scale */
+    OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (F32/F16/Q8_0 [row, cells]) at
+                         cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T].
+                         dst is a 1-element F32 token that orders later reads */
+    OB_OP_ATTENTION,  /* src0 q F32 [hd, n_head, T]; src1 K cache [hd*n_kv, cells];
+                         src2 V cache [hd*n_kv, cells]; src3 pos I32 [T]; src4 seq I32 [T];
+                         src5 the KV_STORE token (ordering only).
+                         i[0] cells per sequence, i[1] n_head_kv, i[2] sliding window (0 = none),
+                         i[3] causal (1) or whole sequence (0, encoders: attends to the
+                         batch's tokens of the same sequence); f[0] scale, f[1] logit soft-cap (0 = none)
+                         -> F32 [hd*n_head, T] */
+    OB_OP_GLU,        /* src0 gate [n, rows], src1 up [n, rows] -> act(gate) * up; i[0] ob_act */
+    OB_OP_ACT,        /* src0 -> act(src0); i[0] ob_act */
+    OB_OP_SOFTMAX,    /* softmax over rows of src0 */
+    OB_OP_CPY,        /* src0 -> dst of another type (same element count) */
+    OB_OP_COUNT,
+} ob_op;
+
+typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3 } ob_act;
+
+const char *ob_op_name(ob_op op);
+
+typedef struct ob_tensor {
+    ob_op op;
+    ob_type type;
+    int64_t ne[4];           /* elements per dimension, unused = 1 */
+    void *data;              /* backend memory (host pointer on the CPU) */
+    struct ob_tensor *src[OB_MAX_SRC];
+    int32_t ip[4];           /* integer op parameters */
+    float fp[4];             /* float op parameters */
+    char name[OB_MAX_NAME];
+    /* planner state */
+    int64_t id;              /* index in the graph */
+    size_t offset;           /* byte offset in the scratch arena (non-leaf, non-view) */
+    int64_t last_use;
+} ob_tensor;
+
+typedef struct ob_graph {
+    ob_tensor *nodes;        /* [cap]; nodes in execution order (leaves included) */
+    int64_t n, cap;
+    size_t scratch_size;     /* bytes the planner needs for activations */
+} ob_graph;
+
+ob_graph *ob_graph_new(int64_t cap);
+void ob_graph_free(ob_graph *g);
+void ob_graph_reset(ob_graph *g);
+
+int64_t ob_nelements(const ob_tensor *t);
+size_t ob_nbytes(const ob_tensor *t);
+int64_t ob_nrows(const ob_tensor *t); /* elements / ne[0] */
+
+/* Builders. Each returns the new node (never NULL: capacity is an internal invariant). */
+ob_tensor *ob_leaf(ob_graph *g, const char *name, ob_type type, int n_dims, const int64_t *ne, void *data);
+ob_tensor *ob_view(ob_graph *g, ob_tensor *a, int n_dims, const int64_t *ne);
+ob_tensor *ob_get_rows(ob_graph *g, ob_tensor *table, ob_tensor *ids);
+ob_tensor *ob_rms_norm(ob_graph *g, ob_tensor *x, ob_tensor *w, float eps);
+ob_tensor *ob_layer_norm(ob_graph *g, ob_tensor *x, ob_tensor *w, ob_tensor *b, float eps);
+ob_tensor *ob_matmul(ob_graph *g, ob_tensor *w, ob_tensor *x);
+ob_tensor *ob_add(ob_graph *g, ob_tensor *a, ob_tensor *b);
+ob_tensor *ob_mul(ob_graph *g, ob_tensor *a, ob_tensor *b);
+ob_tensor *ob_scale(ob_graph *g, ob_tensor *a, float s);
+ob_tensor *ob_rope(ob_graph *g, ob_tensor *x, ob_tensor *pos, int n_rot, int mode, float base, float freq_scale);
+ob_tensor *ob_kv_store(ob_graph *g, ob_tensor *x, ob_tensor *cache, ob_tensor *pos, ob_tensor *seq, int cells_per_seq);
+ob_tensor *ob_attention(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc, ob_tensor *pos,
+                        ob_tensor *seq, ob_tensor *order, int cells_per_seq, int n_head_kv,
+                        int window, bool causal, float scale, float softcap);
+ob_tensor *ob_glu(ob_graph *g, ob_tensor *gate, ob_tensor *up, ob_act act);
+ob_tensor *ob_act_op(ob_graph *g, ob_tensor *x, ob_act act);
+ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
+ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
+void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Assigns scratch offsets to every computed node, reusing memory after a node's last
+ * use. Sets g->scratch_size. Views share their source's bytes. */
+void ob_graph_plan(ob_graph *g);
+/* Points every computed node's data at base + offset (after ob_graph_plan). */
+void ob_graph_bind(ob_graph *g, void *base);
+
+#endif

@@ -1,0 +1,399 @@
+/* HTTP on libmicrohttpd: one thread per connection, body and header limits, API key,
+ * CORS, and the serve loop (listen first, load, serve, shut down on a signal or fault). */
+#include "server/server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "core/common.h"
+#include "server/gen.h"
+#include "server/scheduler.h"
+
+#ifdef ONEBIT_HAVE_MHD
+#include <microhttpd.h>
+
+/* Per-request state across MHD's access-handler calls. */
+typedef struct ob_conn {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+} ob_conn;
+
+typedef struct ob_http {
+    ob_server_state st;
+    struct MHD_Daemon *d;
+} ob_http;
+
+int ob_srv_conn_fd(const ob_req *rq) {
+    if (!rq->conn) return -1;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+/* Is origin in the comma-separated allow list, or the server's own origin? */
+static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, const char *origin) {
+    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+    if (host) {
+        const char *o = origin;
+        if (!strncmp(o, "http://", 7)) o += 7;
+        else if (!strncmp(o, "https://", 8)) o += 8;
+        if (!strcasecmp(o, host)) return true;
+    }
+    const char *l = cfg->cors_origins;
+    if (!l) return false;
+    size_t ol = strlen(origin);
+    while (*l) {
+        const char *e = strchr(l, ',');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        while (n && *l == ' ') { l++; n--; }
+        while (n && l[n - 1] == ' ') n--;
+        if ((n == 1 && *l == '*') || (n == ol && !strncasecmp(l, origin, n))) return true;
+        if (!e) break;
+        l = e + 1;
+    }
+    return false;
+}
+
+static bool path_is_open(const char *path) {
+    return !strcmp(path, "/health") || !strcmp(path, "/v1/health") || !strcmp(path, "/v1/models") ||
+           !strcmp(path, "/models") || !strcmp(path, "/api/v1/health") || !strcmp(path, "/api/v1/models");
+}
+
+static bool authorized(const ob_srv_config *cfg, struct MHD_Connection *c) {
+    if (!cfg->api_key || !cfg->api_key[0]) return true;
+    const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (a && !strncasecmp(a, "Bearer ", 7) && !strcmp(a + 7, cfg->api_key)) return true;
+    const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
+    return x && !strcmp(x, cfg->api_key);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max);
+static void stream_free(void *cls);
+
+/* SSE bytes pending for MHD: the stream refills it. */
+typedef struct ob_sse_pipe {
+    ob_stream *st;
+    char *buf;
+    size_t len, off;
+    int state; /* 1 more may follow, 0 ended, -1 aborted */
+} ob_sse_pipe;
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *out, size_t max) {
+    ob_sse_pipe *p = cls;
+    while (p->off >= p->len) {
+        free(p->buf);
+        p->buf = NULL;
+        p->len = p->off = 0;
+        if (p->state == 0) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (p->state < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
+        p->state = p->st->next(p->st, &p->buf, &p->len);
+    }
+    size_t n = OB_MIN(max, p->len - p->off);
+    memcpy(out, p->buf + p->off, n);
+    p->off += n;
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    ob_sse_pipe *p = cls;
+    p->st->close(p->st);
+    free(p->buf);
+    free(p);
+}
+
+static void add_common_headers(const ob_srv_config *cfg, struct MHD_Connection *c, struct MHD_Response *resp) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && origin_allowed(cfg, c, origin)) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+    MHD_add_response_header(resp, "Server", "onebit");
+}
+
+static enum MHD_Result send_resp(ob_http *h, struct MHD_Connection *c, ob_resp *r) {
+    struct MHD_Response *resp;
+    if (r->stream) {
+        ob_sse_pipe *p = calloc(1, sizeof *p);
+        if (!p) {
+            r->stream->close(r->stream);
+            return MHD_NO;
+        }
+        p->st = r->stream;
+        p->state = 1;
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, p, stream_free);
+        if (!resp) {
+            stream_free(p);
+            return MHD_NO;
+        }
+        MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "text/event-stream");
+        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    } else {
+        resp = MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            free(r->body);
+            return MHD_NO;
+        }
+        r->body = NULL;
+        MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "application/json");
+    }
+    add_common_headers(&*h->st.cfg, c, resp);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static void route(ob_http *h, const ob_req *rq, ob_resp *r) {
+    ob_server_state *s = &h->st;
+    if (ob_srv_route_llama(s, rq, r)) return;
+    if (ob_srv_route_openai(s, rq, r)) return;
+    if (ob_srv_route_anthropic(s, rq, r)) return;
+    if (ob_srv_route_lemonade(s, rq, r)) return;
+    ob_srv_error(r, 404, NULL, "no route for %s %s", rq->method, rq->path);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    ob_http *h = cls;
+    const ob_srv_config *cfg = h->st.cfg;
+    ob_conn *cn = *con_cls;
+    if (!cn) {
+        cn = calloc(1, sizeof *cn);
+        if (!cn) return MHD_NO;
+        *con_cls = cn;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl) {
+            char *end;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (*end || n > cfg->max_body) cn->too_large = true;
+        }
+        if (cn->too_large) { /* answer at once rather than reading what we will refuse */
+            ob_resp r = {0};
+            ob_srv_error(&r, 413, NULL, "request body larger than %zu bytes", cfg->max_body);
+            return send_resp(h, c, &r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!cn->too_large) {
+            size_t need;
+            if (!ob_add_ok(cn->len, *upload_size, &need) || need > cfg->max_body) {
+                cn->too_large = true;
+            } else {
+                if (need + 1 > cn->cap) {
+                    size_t cap = cn->cap ? cn->cap : 4096;
+                    while (cap < need + 1) cap *= 2;
+                    char *p = realloc(cn->body, cap);
+                    if (!p) return MHD_NO;
+                    cn->body = p;
+                    cn->cap = cap;
+                }
+                memcpy(cn->body + cn->len, upload, *upload_size);
+                cn->len += *upload_size;
+                cn->body[cn->len] = 0;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    ob_resp r = {0};
+    if (cn->too_large) {
+        ob_srv_error(&r, 413, NULL, "request body larger than %zu bytes", cfg->max_body);
+        return send_resp(h, c, &r);
+    }
+    char path[512];
+    size_t pl = strcspn(url, "?");
+    if (pl >= sizeof path) {
+        ob_srv_error(&r, 414, NULL, "URL too long");
+        return send_resp(h, c, &r);
+    }
+    memcpy(path, url, pl);
+    path[pl] = 0;
+    while (pl > 1 && path[pl - 1] == '/') path[--pl] = 0;
+    if (!strcmp(method, "OPTIONS")) {
+        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+        if (origin && !origin_allowed(cfg, c, origin)) {
+            ob_srv_error(&r, 403, NULL, "origin not allowed");
+            return send_resp(h, c, &r);
+        }
+        struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+        add_common_headers(cfg, c, resp);
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                rh ? rh : "Authorization, Content-Type, X-Api-Key");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+        enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        MHD_destroy_response(resp);
+        return ret;
+    }
+    if (!path_is_open(path) && !authorized(cfg, c)) {
+        ob_srv_error(&r, 401, NULL, "invalid or missing API key");
+        return send_resp(h, c, &r);
+    }
+    ob_req rq = {.method = method, .path = path, .body = cn->body ? cn->body : "", .body_len = cn->len, .conn = c};
+    route(h, &rq, &r);
+    if (r.status == 0) { /* the client went away while we worked: close without a reply */
+        free(r.body);
+        if (r.stream) r.stream->close(r.stream);
+        return MHD_NO;
+    }
+    return send_resp(h, c, &r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc) {
+    ob_conn *cn = *con_cls;
+    if (!cn) return;
+    free(cn->body);
+    free(cn);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[256];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    ob_log(OB_LOG_DEBUG, "http: %s", msg);
+}
+
+static char *model_id_from_path(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    return strdup(b);
+}
+
+/* Resolves host:port to a socket address for MHD. */
+static bool resolve(const char *host, int port, struct sockaddr_storage *ss, char *err, size_t n) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &ai);
+    if (rc != 0 || !ai) {
+        ob_fail(err, n, OB_ERR_ARG, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+        return false;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    return true;
+}
+
+int ob_server_run(const ob_srv_config *cfg) {
+    ob_http *h = calloc(1, sizeof *h);
+    if (!h) return 1;
+    h->st.cfg = cfg;
+    h->st.t_start = ob_time_s();
+    char *model_id = cfg->alias ? strdup(cfg->alias) : model_id_from_path(cfg->model_path);
+    h->st.model_id = model_id;
+
+    /* Signals go to this thread only (sigtimedwait below); connection threads inherit
+     * the mask. A closed socket must not kill the process. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    char err[512];
+    struct sockaddr_storage ss;
+    if (!resolve(cfg->host, cfg->port, &ss, err, sizeof err)) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        free(model_id);
+        free(h);
+        return 1;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0,
+                            MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                            MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                            MHD_OPTION_END);
+    if (!h->d) {
+        fprintf(stderr, "1bit serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
+        free(model_id);
+        free(h);
+        return 1;
+    }
+    ob_log(OB_LOG_INFO, "serve: listening on http://%s:%d (loading %s)", cfg->host, cfg->port, cfg->model_path);
+
+    int rc = 0;
+    ob_model *m = NULL;
+    ob_context *ctx = NULL;
+    ob_sched *sched = NULL;
+    ob_status st = ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
+    if (st == OB_OK) {
+        ob_context_params cp = ob_context_default_params();
+        cp.n_seq = cfg->n_slots;
+        cp.n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx / cfg->n_slots : 0;
+        cp.n_batch = cfg->n_batch;
+        cp.type_k = cfg->type_k;
+        cp.type_v = cfg->type_v;
+        st = ob_context_new(m, &cp, &ctx, err, sizeof err);
+    }
+    if (st == OB_OK) st = ob_sched_new(m, ctx, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
+    if (st != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        h->st.ready = -1;
+        rc = 1;
+        goto out;
+    }
+    h->st.model = m;
+    h->st.tok = ob_model_tokenizer(m);
+    h->st.chat_template = ob_model_chat_template(m);
+    h->st.sched = sched;
+    __atomic_store_n(&h->st.ready, 1, __ATOMIC_RELEASE);
+    ob_log(OB_LOG_INFO, "serve: ready: %d slot(s) of %d tokens", cfg->n_slots, ob_sched_n_ctx_slot(sched));
+
+    for (;;) {
+        struct timespec ts = {0, 200 * 1000000L};
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM) {
+            ob_log(OB_LOG_INFO, "serve: signal %d, shutting down", sig);
+            break;
+        }
+        if (ob_sched_failed(sched)) {
+            /* in-flight requests already hold their 500; give them a moment to go out */
+            __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
+            struct timespec g = {1, 0};
+            nanosleep(&g, NULL);
+            rc = 1;
+            break;
+        }
+    }
+out:
+    if (sched) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
+    if (sched) ob_sched_stop(sched); /* fails what is left, so every reader finishes */
+    MHD_stop_daemon(h->d);           /* waits for the connection threads */
+    ob_sched_free(sched);
+    ob_context_free(ctx);
+    ob_model_free(m);
+    free(model_id);
+    free(h);
+    return rc;
+}
+
+#else /* no libmicrohttpd */
+
+int ob_srv_conn_fd(const ob_req *rq) { return -1; }
+
+int ob_server_run(const ob_srv_config *cfg) {
+    fprintf(stderr, "1bit serve: this build has no HTTP support (libmicrohttpd was not found)\n");
+    return 1;
+}
+#endif

@@ -1,0 +1,341 @@
+/* OpenAI routes: /v1/models, /v1/chat/completions, /v1/completions, in OpenAI's shapes
+ * (plus llama-server's "timings"). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/common.h"
+#include "server/gen.h"
+
+json_t *ob_oai_token_json(ob_server_state *s, int32_t id, float lp);
+bool ob_oai_ready(ob_server_state *s, ob_resp *r);
+
+bool ob_oai_ready(ob_server_state *s, ob_resp *r) {
+    int st = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
+    if (st == 1) return true;
+    if (st == 0) ob_srv_error(r, 503, NULL, "Loading model");
+    else if (st == 2) ob_srv_error(r, 503, NULL, "model unloaded; POST /api/v1/load to load it again");
+    else ob_srv_error(r, 503, NULL, "the server is shutting down");
+    return false;
+}
+
+/* {"token","logprob","bytes"} for one token. */
+json_t *ob_oai_token_json(ob_server_state *s, int32_t id, float lp) {
+    size_t n = 0;
+    const char *p = ob_token_piece(s->tok, id, &n);
+    if (!p) n = 0;
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(bytes, json_integer((unsigned char)p[i]));
+    return json_pack("{s:o,s:f,s:o}", "token", ob_srv_jstr(p ? p : "", n), "logprob", (double)lp, "bytes", bytes);
+}
+
+static json_t *chat_logprobs(ob_server_state *s, const ob_tok_rec *t, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) {
+        json_t *e = ob_oai_token_json(s, t[i].id, t[i].logprob);
+        json_t *top = json_array();
+        for (int k = 0; k < t[i].n_top; k++) json_array_append_new(top, ob_oai_token_json(s, t[i].top_id[k], t[i].top_lp[k]));
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(a, e);
+    }
+    return json_pack("{s:o,s:n}", "content", a, "refusal");
+}
+
+/* Legacy completions logprobs: parallel arrays. */
+static json_t *compl_logprobs(ob_server_state *s, const ob_tok_rec *t, int n, size_t base_offset) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = base_offset;
+    for (int i = 0; i < n; i++) {
+        size_t len = 0;
+        const char *p = ob_token_piece(s->tok, t[i].id, &len);
+        if (!p) len = 0;
+        json_array_append_new(toks, ob_srv_jstr(p ? p : "", len));
+        json_array_append_new(lps, json_real(t[i].logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t[i].n_top; k++) {
+            size_t tl = 0;
+            const char *tp = ob_token_piece(s->tok, t[i].top_id[k], &tl);
+            json_t *key = ob_srv_jstr(tp ? tp : "", tp ? tl : 0);
+            json_object_set_new(top, json_string_value(key), json_real(t[i].top_lp[k]));
+            json_decref(key);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += len;
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static json_t *usage_json(const ob_task_out *o, int n_choices, int total_gen) {
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", o->n_prompt, "completion_tokens", total_gen,
+                     "total_tokens", o->n_prompt + total_gen, "prompt_tokens_details", "cached_tokens", o->n_cached);
+}
+
+static json_t *chunk_base(ob_gen_stream *gs, bool chat) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", gs->id, "object", chat ? "chat.completion.chunk" : "text_completion",
+                     "created", (json_int_t)gs->created, "model", gs->s->model_id, "system_fingerprint", "onebit");
+}
+
+/* Routes streamed text into content and reasoning (<think>...</think> at the start). */
+static void think_feed(ob_gen_stream *gs, const char *t, size_t n, bool final, char **content, size_t *cl,
+                       char **reason, size_t *rl) {
+    ob_srv_buf_add(&gs->hold, &gs->hold_len, t, n);
+    for (;;) {
+        char *h = gs->hold ? gs->hold : "";
+        size_t hl = gs->hold_len;
+        if (gs->think == 0) {
+            size_t i = 0;
+            while (i < hl && (h[i] == ' ' || h[i] == '\n')) i++;
+            size_t rest = hl - i;
+            if (rest >= 7 && !memcmp(h + i, "<think>", 7)) {
+                gs->think = 1;
+                memmove(h, h + i + 7, hl - i - 7);
+                gs->hold_len -= i + 7;
+                continue;
+            }
+            if (!final && rest < 7 && !memcmp(h + i, "<think>", rest)) return;
+            gs->think = 2;
+            continue;
+        }
+        if (gs->think == 1) {
+            char *e = memmem(h, hl, "</think>", 8);
+            if (e) {
+                size_t k = (size_t)(e - h);
+                ob_srv_buf_add(reason, rl, h, k);
+                size_t skip = k + 8;
+                while (skip < hl && h[skip] == '\n') skip++;
+                memmove(h, h + skip, hl - skip);
+                gs->hold_len -= skip;
+                gs->think = 2;
+                continue;
+            }
+            size_t keep = 0;
+            for (size_t k = OB_MIN(7, hl); k > 0 && !final; k--)
+                if (!memcmp(h + hl - k, "</think>", k)) { keep = k; break; }
+            ob_srv_buf_add(reason, rl, h, hl - keep);
+            memmove(h, h + hl - keep, keep);
+            gs->hold_len = keep;
+            return;
+        }
+        ob_srv_buf_add(content, cl, h, hl);
+        gs->hold_len = 0;
+        return;
+    }
+}
+
+static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
+    if (!gs->started) {
+        json_t *c = chunk_base(gs, true);
+        json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
+                                                    "assistant", "content", "", "logprobs", "finish_reason"));
+        ob_srv_sse(buf, len, NULL, c);
+    }
+    if (o->done && o->finish == OB_FINISH_ERROR) {
+        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", o->err_status ? o->err_status : 500,
+                              "message", o->err, "type", "server_error");
+        ob_srv_sse(buf, len, NULL, e);
+        return;
+    }
+    char *content = NULL, *reason = NULL;
+    size_t cl = 0, rl = 0;
+    think_feed(gs, o->text ? o->text : "", o->text_len, o->done, &content, &cl, &reason, &rl);
+    if (cl || rl || (gs->logprobs && o->n_toks)) {
+        json_t *delta = json_object();
+        if (rl) json_object_set_new(delta, "reasoning_content", ob_srv_jstr(reason, rl));
+        if (cl || !rl) json_object_set_new(delta, "content", ob_srv_jstr(content ? content : "", cl));
+        json_t *ch = json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta, "finish_reason");
+        json_object_set_new(ch, "logprobs", gs->logprobs ? chat_logprobs(gs->s, o->toks, o->n_toks) : json_null());
+        json_t *c = chunk_base(gs, true);
+        json_object_set_new(c, "choices", json_pack("[o]", ch));
+        ob_srv_sse(buf, len, NULL, c);
+    }
+    free(content);
+    free(reason);
+    if (o->done) {
+        json_t *c = chunk_base(gs, true);
+        json_object_set_new(c, "choices", json_pack("[{s:i,s:{},s:n,s:s}]", "index", 0, "delta", "logprobs",
+                                                    "finish_reason", ob_gen_finish_str(o)));
+        json_object_set_new(c, "timings", ob_gen_timings(o));
+        ob_srv_sse(buf, len, NULL, c);
+        if (gs->include_usage) {
+            c = chunk_base(gs, true);
+            json_object_set_new(c, "choices", json_array());
+            json_object_set_new(c, "usage", usage_json(o, 1, o->n_gen));
+            ob_srv_sse(buf, len, NULL, c);
+        }
+        ob_srv_buf_add(buf, len, "data: [DONE]\n\n", 14);
+    }
+}
+
+static void compl_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
+    if (o->done && o->finish == OB_FINISH_ERROR) {
+        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", o->err_status ? o->err_status : 500,
+                              "message", o->err, "type", "server_error");
+        ob_srv_sse(buf, len, NULL, e);
+        return;
+    }
+    if (o->text_len || (gs->logprobs && o->n_toks)) {
+        json_t *ch = json_pack("{s:o,s:i,s:n}", "text", ob_srv_jstr(o->text ? o->text : "", o->text_len), "index", 0,
+                               "finish_reason");
+        json_object_set_new(ch, "logprobs", gs->logprobs ? compl_logprobs(gs->s, o->toks, o->n_toks, 0) : json_null());
+        json_t *c = chunk_base(gs, false);
+        json_object_set_new(c, "choices", json_pack("[o]", ch));
+        ob_srv_sse(buf, len, NULL, c);
+    }
+    if (o->done) {
+        json_t *c = chunk_base(gs, false);
+        json_object_set_new(c, "choices", json_pack("[{s:s,s:i,s:n,s:s}]", "text", "", "index", 0, "logprobs",
+                                                    "finish_reason", ob_gen_finish_str(o)));
+        json_object_set_new(c, "timings", ob_gen_timings(o));
+        ob_srv_sse(buf, len, NULL, c);
+        if (gs->include_usage) {
+            c = chunk_base(gs, false);
+            json_object_set_new(c, "choices", json_array());
+            json_object_set_new(c, "usage", usage_json(o, 1, o->n_gen));
+            ob_srv_sse(buf, len, NULL, c);
+        }
+        ob_srv_buf_add(buf, len, "data: [DONE]\n\n", 14);
+    }
+}
+
+/* Submits n choices of one prompt and answers, streamed or whole. */
+static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_gen_req *g, int32_t *prompt,
+                           int n_prompt, bool chat) {
+    if (g->stream && g->n > 1) {
+        ob_srv_error(r, 400, NULL, "'n' > 1 is not supported with 'stream'");
+        return;
+    }
+    ob_task *tasks[OB_GEN_MAX_N] = {0};
+    for (int i = 0; i < g->n; i++) {
+        ob_task_params p = ob_gen_task_params(g, prompt, n_prompt, i);
+        tasks[i] = ob_gen_submit(s, &p, r);
+        if (!tasks[i]) {
+            for (int j = 0; j < i; j++) ob_sched_release(s->sched, tasks[j]);
+            return;
+        }
+    }
+    if (g->stream) {
+        ob_gen_stream *gs;
+        *r = ob_gen_stream_start(s, rq, tasks[0], chat ? chat_fmt : compl_fmt, g, &gs);
+        if (r->stream) ob_gen_id(gs->id, sizeof gs->id, chat ? "chatcmpl-" : "cmpl-");
+        return;
+    }
+    ob_gen_result res[OB_GEN_MAX_N];
+    bool ok = ob_gen_wait(s, rq, tasks, g->n, res, r);
+    for (int i = 0; i < g->n; i++) ob_sched_release(s->sched, tasks[i]);
+    if (!ok) {
+        for (int i = 0; i < g->n; i++) ob_gen_result_clear(&res[i]);
+        return;
+    }
+    char id[48];
+    ob_gen_id(id, sizeof id, chat ? "chatcmpl-" : "cmpl-");
+    json_t *choices = json_array();
+    int total_gen = 0;
+    for (int i = 0; i < g->n; i++) {
+        json_t *ch;
+        if (chat) {
+            char *content, *reason;
+            ob_gen_split_think(res[i].text, res[i].text_len, &content, &reason);
+            json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                                    ob_srv_jstr(content ? content : "", content ? strlen(content) : 0));
+            if (reason) json_object_set_new(msg, "reasoning_content", ob_srv_jstr(reason, strlen(reason)));
+            free(content);
+            free(reason);
+            ch = json_pack("{s:i,s:o,s:s}", "index", i, "message", msg, "finish_reason", ob_gen_finish_str(&res[i].last));
+            json_object_set_new(ch, "logprobs", g->logprobs ? chat_logprobs(s, res[i].toks, res[i].n_toks) : json_null());
+        } else {
+            ch = json_pack("{s:o,s:i,s:s}", "text", ob_srv_jstr(res[i].text, res[i].text_len), "index", i,
+                           "finish_reason", ob_gen_finish_str(&res[i].last));
+            json_object_set_new(ch, "logprobs", g->logprobs ? compl_logprobs(s, res[i].toks, res[i].n_toks, 0) : json_null());
+        }
+        json_array_append_new(choices, ch);
+        total_gen += res[i].last.n_gen;
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
+                          "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "onebit",
+                          "choices", choices);
+    json_object_set_new(o, "usage", usage_json(&res[0].last, g->n, total_gen));
+    json_object_set_new(o, "timings", ob_gen_timings(&res[0].last));
+    for (int i = 0; i < g->n; i++) ob_gen_result_clear(&res[i]);
+    ob_srv_json(r, 200, o);
+}
+
+/* Chat messages -> prompt tokens (template rendered, BOS once). */
+int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_resp *r);
+int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_resp *r) {
+    char *text = ob_gen_render_chat(s, messages, true, r);
+    if (!text) return NULL;
+    int32_t *ids = ob_gen_tokenize(s, text, strlen(text), true, true, n, r);
+    free(text);
+    if (ids && *n >= 2 && ids[0] == ob_token_bos(s->tok) && ids[1] == ids[0]) {
+        memmove(ids, ids + 1, (size_t)(*n - 1) * sizeof *ids);
+        (*n)--;
+    }
+    return ids;
+}
+
+static void chat_completions(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    ob_gen_req g;
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        ob_srv_error(r, 400, NULL, "'messages' must be a non-empty array");
+    } else if (ob_gen_parse(s, body, OB_GEN_OPENAI_CHAT, &g, r)) {
+        int n;
+        int32_t *ids = ob_oai_chat_prompt(s, msgs, &n, r);
+        if (ids) run_generation(s, rq, r, &g, ids, n, true);
+        free(ids);
+    }
+    json_decref(body);
+}
+
+static void completions(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    ob_gen_req g;
+    json_t *prompt = json_object_get(body, "prompt");
+    if (!prompt) {
+        ob_srv_error(r, 400, NULL, "'prompt' is required");
+    } else if (ob_gen_parse(s, body, OB_GEN_OPENAI_COMPL, &g, r)) {
+        int n;
+        int32_t *ids = ob_gen_prompt_tokens(s, prompt, &n, r);
+        if (ids) run_generation(s, rq, r, &g, ids, n, false);
+        free(ids);
+    }
+    json_decref(body);
+}
+
+static void models(ob_server_state *s, ob_resp *r) {
+    json_t *meta = json_object();
+    if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) == 1) {
+        ob_model_info mi;
+        ob_model_get_info(s->model, &mi);
+        json_object_set_new(meta, "n_vocab", json_integer(mi.n_vocab));
+        json_object_set_new(meta, "n_ctx_train", json_integer(mi.n_ctx_train));
+        json_object_set_new(meta, "n_embd", json_integer(mi.n_embd));
+        json_object_set_new(meta, "n_params", json_integer(mi.n_params));
+        json_object_set_new(meta, "size", json_integer((json_int_t)mi.file_size));
+    }
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", s->model_id, "object", "model", "created",
+                          (json_int_t)time(NULL), "owned_by", "onebit", "meta", meta);
+    ob_srv_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}
+
+bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    const char *p = rq->path;
+    bool get = !strcmp(rq->method, "GET"), post = !strcmp(rq->method, "POST");
+    if (!strcmp(p, "/v1/models") || !strcmp(p, "/models")) {
+        if (!get) ob_srv_error(r, 405, NULL, "use GET");
+        else models(s, r);
+        return true;
+    }
+    bool chat = !strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions");
+    bool compl = !strcmp(p, "/v1/completions") || !strcmp(p, "/completions");
+    if (!chat && !compl) return false;
+    if (!post) ob_srv_error(r, 405, NULL, "use POST");
+    else if (ob_oai_ready(s, r)) (chat ? chat_completions : completions)(s, rq, r);
+    return true;
+}

@@ -1,0 +1,689 @@
+/* Continuous batching over n_slots sequences of one context (see scheduler.h). */
+#include "server/scheduler.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <jansson.h>
+
+#include "core/common.h"
+#include "tokenizer/tokenizer.h"
+
+struct ob_task {
+    /* input, fixed at submit */
+    int32_t *prompt;
+    int n_prompt, n_predict, n_probs;
+    bool logprobs, ignore_eos;
+    ob_sampler_params sp;
+    int32_t *bias_tok;
+    float *bias_val;
+    char **stop;
+    int n_stop;
+    /* output, under s->mu */
+    char *text;
+    size_t text_len, text_cap, released;
+    ob_tok_rec *toks;
+    int n_toks, toks_cap;
+    bool done, stopped_eos;
+    ob_finish finish;
+    int err_status, stop_idx;
+    char err[256];
+    int n_cached, n_gen, slot;
+    double t_start, t_prompt_done, t_end;
+    pthread_cond_t cond;
+    int refs;
+    bool cancelled;
+    ob_task *next;
+    /* scheduler thread only */
+    ob_sampler *smp;
+    ob_detok dt;
+    int n_past;          /* prompt tokens already in the KV */
+    int32_t last_tok;    /* sampled, not yet in the KV */
+};
+
+typedef struct ob_slot {
+    ob_task *task;
+    int32_t *cache;      /* [n_ctx_slot] tokens held in this sequence's KV */
+    int n_cache;
+    int i_batch;         /* batch row whose logits this slot samples from, or -1 */
+    int n_fed;           /* tokens this slot put in the current batch */
+    double t_used;
+    uint64_t n_tasks;
+} ob_slot;
+
+struct ob_sched {
+    ob_model *m;
+    ob_context *ctx;
+    const ob_tokenizer *tok;
+    int n_slots, n_ctx_slot, n_batch, n_vocab;
+    ob_slot *slots;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    ob_task *q_head, *q_tail;
+    int n_queued;
+    pthread_t th;
+    bool thread_started, stop, failed, joined;
+    int32_t *b_tok, *b_pos, *b_seq;   /* [n_batch] */
+    int8_t *b_want;
+    float *lp;                        /* [n_vocab] scratch for log softmax */
+    ob_sched_stats st;
+};
+
+static void task_free(ob_task *t) {
+    if (!t) return;
+    free(t->prompt);
+    free(t->bias_tok);
+    free(t->bias_val);
+    for (int i = 0; i < t->n_stop; i++) free(t->stop[i]);
+    free(t->stop);
+    free(t->text);
+    free(t->toks);
+    if (t->smp) ob_sampler_free(t->smp);
+    pthread_cond_destroy(&t->cond);
+    free(t);
+}
+
+/* Drops one reference; the caller holds s->mu. */
+static void task_unref(ob_task *t) {
+    if (--t->refs == 0) task_free(t);
+}
+
+static bool text_reserve(ob_task *t, size_t extra) {
+    size_t need = t->text_len + extra + 1;
+    if (need <= t->text_cap) return true;
+    size_t cap = t->text_cap ? t->text_cap : 256;
+    while (cap < need) cap *= 2;
+    char *p = realloc(t->text, cap);
+    if (!p) return false;
+    t->text = p;
+    t->text_cap = cap;
+    return true;
+}
+
+/* Ends a task: the reader sees done; the scheduler's reference goes. Holds s->mu. */
+static void task_finish(ob_sched *s, ob_task *t, ob_finish f, int status, const char *msg) {
+    if (t->done) return;
+    if (f != OB_FINISH_ERROR && !t->cancelled) {
+        char tail[16];
+        size_t n = ob_detok_flush(&t->dt, tail, sizeof tail);
+        if (n <= sizeof tail && t->stop_idx < 0 && text_reserve(t, n)) {
+            memcpy(t->text + t->text_len, tail, n);
+            t->text_len += n;
+        }
+        if (t->stop_idx < 0) t->released = t->text_len; /* a partial stop never completed */
+    }
+    t->done = true;
+    t->finish = f;
+    t->err_status = status;
+    if (msg) snprintf(t->err, sizeof t->err, "%s", msg);
+    t->t_end = ob_time_s();
+    if (t->t_prompt_done == 0) t->t_prompt_done = t->t_end;
+    if (t->t_start > 0) {
+        s->st.prompt_tokens += (uint64_t)(t->n_past - t->n_cached);
+        s->st.prompt_s += t->t_prompt_done - t->t_start;
+        s->st.gen_tokens += (uint64_t)t->n_gen;
+        s->st.gen_s += t->t_end - t->t_prompt_done;
+        if (f != OB_FINISH_ERROR && !t->cancelled) {
+            s->st.last_prompt_tokens = t->n_prompt;
+            s->st.last_gen_tokens = t->n_gen;
+            s->st.last_ttft_s = t->t_prompt_done - t->t_start;
+            double dt = t->t_end - t->t_prompt_done;
+            s->st.last_tps = dt > 0 ? t->n_gen / dt : 0;
+        }
+    }
+    s->st.requests_done++;
+    pthread_cond_broadcast(&t->cond);
+    task_unref(t);
+}
+
+/* Longest suffix of text that is a proper prefix of some stop string: held back so a
+ * stream never shows the beginning of a stop string that then completes. */
+static size_t stop_holdback(const ob_task *t) {
+    size_t best = 0;
+    for (int i = 0; i < t->n_stop; i++) {
+        size_t sl = strlen(t->stop[i]);
+        for (size_t k = OB_MIN(sl - 1, t->text_len); k > best; k--) {
+            if (memcmp(t->text + t->text_len - k, t->stop[i], k) == 0) { best = k; break; }
+        }
+    }
+    return best;
+}
+
+/* Appends a piece of generated text and applies stop strings. Returns true if a stop
+ * string ended the task. Holds s->mu. */
+static bool task_append_text(ob_task *t, const char *p, size_t n) {
+    if (n == 0) return false;
+    if (!text_reserve(t, n)) return false;
+    size_t old = t->text_len;
+    memcpy(t->text + old, p, n);
+    t->text_len += n;
+    t->text[t->text_len] = 0;
+    size_t best = (size_t)-1;
+    for (int i = 0; i < t->n_stop; i++) {
+        size_t sl = strlen(t->stop[i]);
+        size_t from = old > sl ? old - sl + 1 : 0;
+        if (t->text_len < sl) continue;
+        for (size_t j = from; j + sl <= t->text_len; j++) {
+            if (memcmp(t->text + j, t->stop[i], sl) == 0) {
+                if (j < best) { best = j; t->stop_idx = i; }
+                break;
+            }
+        }
+    }
+    if (best != (size_t)-1) {
+        t->text_len = best;
+        t->text[best] = 0;
+        t->released = best;
+        return true;
+    }
+    size_t rel = t->text_len - stop_holdback(t);
+    if (rel > t->released) t->released = rel;
+    return false;
+}
+
+/* log softmax of logits into lp; fills the token record. */
+static void fill_logprobs(ob_sched *s, const float *logits, int32_t tok, int n_top, ob_tok_rec *r) {
+    int n = s->n_vocab;
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(logits[i] - mx));
+    float lse = mx + (float)log(sum);
+    r->id = tok;
+    r->logprob = (tok >= 0 && tok < n) ? logits[tok] - lse : -INFINITY;
+    r->n_top = 0;
+    for (int k = 0; k < n_top && k < OB_SRV_MAX_TOP; k++) {
+        /* selection of the k-th largest, skipping those taken: n_top is small */
+        int bi = -1;
+        for (int i = 0; i < n; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) if (r->top_id[j] == i) { taken = true; break; }
+            if (taken) continue;
+            if (bi < 0 || logits[i] > logits[bi]) bi = i;
+        }
+        if (bi < 0) break;
+        r->top_id[k] = bi;
+        r->top_lp[k] = logits[bi] - lse;
+        r->n_top++;
+    }
+}
+
+static bool tok_push(ob_task *t, const ob_tok_rec *r) {
+    if (t->n_toks == t->toks_cap) {
+        int cap = t->toks_cap ? t->toks_cap * 2 : 64;
+        ob_tok_rec *p = realloc(t->toks, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        t->toks = p;
+        t->toks_cap = cap;
+    }
+    t->toks[t->n_toks++] = *r;
+    return true;
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = OB_MIN(na, nb), i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Moves queued tasks into free slots, preferring the slot whose KV already holds the
+ * longest prefix of the prompt. Holds s->mu. */
+static void assign_tasks(ob_sched *s) {
+    while (s->q_head) {
+        ob_task *t = s->q_head;
+        if (t->cancelled) {
+            s->q_head = t->next;
+            if (!s->q_head) s->q_tail = NULL;
+            s->n_queued--;
+            task_finish(s, t, OB_FINISH_NONE, 0, NULL);
+            continue;
+        }
+        int best = -1, best_lcp = -1;
+        for (int i = 0; i < s->n_slots; i++) {
+            ob_slot *sl = &s->slots[i];
+            if (sl->task) continue;
+            int l = common_prefix(sl->cache, sl->n_cache, t->prompt, t->n_prompt);
+            if (l > best_lcp || (l == best_lcp && sl->t_used < s->slots[best].t_used)) {
+                best = i;
+                best_lcp = l;
+            }
+        }
+        if (best < 0) return;
+        s->q_head = t->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        ob_slot *sl = &s->slots[best];
+        /* the last prompt token is always decoded again: its logits start the reply */
+        int keep = OB_MIN(best_lcp, t->n_prompt - 1);
+        ob_seq_truncate(s->ctx, best, keep);
+        sl->n_cache = keep;
+        sl->task = t;
+        sl->n_tasks++;
+        t->slot = best;
+        t->n_past = keep;
+        t->n_cached = keep;
+        t->t_start = ob_time_s();
+    }
+}
+
+static void fail_all(ob_sched *s, int status, const char *msg) {
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].task) task_finish(s, s->slots[i].task, OB_FINISH_ERROR, status, msg);
+        s->slots[i].task = NULL;
+    }
+    while (s->q_head) {
+        ob_task *t = s->q_head;
+        s->q_head = t->next;
+        task_finish(s, t, OB_FINISH_ERROR, status, msg);
+    }
+    s->q_tail = NULL;
+    s->n_queued = 0;
+}
+
+/* Fills the batch: one token per generating slot first (latency), then prompt chunks
+ * in slot order until n_batch. Returns the token count. Holds s->mu. */
+static int build_batch(ob_sched *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        ob_slot *sl = &s->slots[i];
+        sl->i_batch = -1;
+        sl->n_fed = 0;
+        ob_task *t = sl->task;
+        if (!t || t->n_past < t->n_prompt || n >= s->n_batch) continue;
+        s->b_tok[n] = t->last_tok;
+        s->b_pos[n] = sl->n_cache;
+        s->b_seq[n] = i;
+        s->b_want[n] = 1;
+        sl->i_batch = n++;
+        sl->n_fed = 1;
+    }
+    for (int i = 0; i < s->n_slots && n < s->n_batch; i++) {
+        ob_slot *sl = &s->slots[i];
+        ob_task *t = sl->task;
+        if (!t || t->n_past >= t->n_prompt) continue;
+        int k = OB_MIN(t->n_prompt - t->n_past, s->n_batch - n);
+        for (int j = 0; j < k; j++) {
+            s->b_tok[n] = t->prompt[t->n_past + j];
+            s->b_pos[n] = sl->n_cache + j;
+            s->b_seq[n] = i;
+            s->b_want[n] = 0;
+            n++;
+        }
+        sl->n_fed = k;
+        if (t->n_past + k == t->n_prompt) {
+            s->b_want[n - 1] = 1;
+            sl->i_batch = n - 1;
+        }
+    }
+    return n;
+}
+
+/* After a forward: move fed tokens into each slot's cache record, sample where logits
+ * were produced, and publish text. Holds s->mu. */
+static void consume_batch(ob_sched *s, int n) {
+    double now = ob_time_s();
+    for (int i = 0; i < s->n_slots; i++) {
+        ob_slot *sl = &s->slots[i];
+        ob_task *t = sl->task;
+        if (!t || sl->n_fed == 0) continue;
+        for (int j = 0; j < n; j++)
+            if (s->b_seq[j] == i && sl->n_cache < s->n_ctx_slot) sl->cache[sl->n_cache++] = s->b_tok[j];
+        if (t->n_past < t->n_prompt) t->n_past += sl->n_fed;
+        sl->t_used = now;
+        if (t->cancelled) {
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_NONE, 0, NULL);
+            continue;
+        }
+        if (sl->i_batch < 0) continue;
+        const float *logits = ob_get_logits(s->ctx, sl->i_batch);
+        if (!logits) {
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_ERROR, 500, "no logits from the model");
+            continue;
+        }
+        if (t->t_prompt_done == 0) t->t_prompt_done = now;
+        int32_t tok = ob_sampler_sample(t->smp, logits);
+        if (!t->ignore_eos && ob_token_is_eog(s->tok, tok)) {
+            t->stopped_eos = true;
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_STOP, 0, NULL);
+            continue;
+        }
+        if (t->logprobs) {
+            ob_tok_rec r;
+            fill_logprobs(s, logits, tok, t->n_probs, &r);
+            tok_push(t, &r);
+        } else {
+            ob_tok_rec r = {.id = tok};
+            tok_push(t, &r);
+        }
+        char piece[256];
+        size_t pn = ob_detok_push(s->tok, &t->dt, tok, piece, sizeof piece);
+        if (pn > sizeof piece) pn = 0; /* a piece this long is not text we can show */
+        t->n_gen++;
+        t->last_tok = tok;
+        bool stopped = task_append_text(t, piece, pn);
+        pthread_cond_broadcast(&t->cond);
+        if (stopped) {
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_STOP, 0, NULL);
+        } else if ((t->n_predict >= 0 && t->n_gen >= t->n_predict) || sl->n_cache >= s->n_ctx_slot) {
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_LENGTH, 0, NULL);
+        }
+    }
+}
+
+static void *sched_main(void *arg) {
+    ob_sched *s = arg;
+    char err[256];
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        for (int i = 0; i < s->n_slots; i++) {
+            ob_task *t = s->slots[i].task;
+            if (t && t->cancelled) {
+                s->slots[i].task = NULL;
+                task_finish(s, t, OB_FINISH_NONE, 0, NULL);
+            }
+        }
+        if (s->stop) break;
+        assign_tasks(s);
+        int n = build_batch(s);
+        if (n == 0) {
+            pthread_cond_wait(&s->wake, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+        ob_batch b = {.n_tokens = n, .token = s->b_tok, .pos = s->b_pos, .seq = s->b_seq,
+                      .want_logits = s->b_want};
+        err[0] = 0;
+        ob_status st = ob_decode(s->ctx, &b, err, sizeof err);
+        pthread_mutex_lock(&s->mu);
+        s->st.n_decode_calls++;
+        s->st.n_decode_tokens += (uint64_t)n;
+        if (st == OB_ERR_DEVICE) {
+            ob_log(OB_LOG_ERROR, "serve: device fault: %s", err);
+            s->failed = true;
+            fail_all(s, 500, "compute device fault; the server is shutting down");
+            break;
+        }
+        if (st != OB_OK) {
+            /* the batch's sequences may be half-written: forget them and fail their tasks */
+            ob_log(OB_LOG_WARN, "serve: decode failed: %s", err);
+            for (int i = 0; i < s->n_slots; i++) {
+                ob_slot *sl = &s->slots[i];
+                if (!sl->n_fed) continue;
+                ob_seq_truncate(s->ctx, i, 0);
+                sl->n_cache = 0;
+                if (sl->task) task_finish(s, sl->task, OB_FINISH_ERROR, 500, err[0] ? err : "decode failed");
+                sl->task = NULL;
+            }
+            continue;
+        }
+        consume_batch(s, n);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+ob_status ob_sched_new(ob_model *m, ob_context *ctx, int n_slots, int n_batch, ob_sched **out,
+                       char *err, size_t err_len) {
+    *out = NULL;
+    if (n_slots < 1 || n_batch < 1) return ob_fail(err, err_len, OB_ERR_ARG, "scheduler: bad slot or batch count");
+    ob_sched *s = calloc(1, sizeof *s);
+    if (!s) return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: out of memory");
+    s->m = m;
+    s->ctx = ctx;
+    s->tok = ob_model_tokenizer(m);
+    s->n_slots = n_slots;
+    s->n_batch = n_batch;
+    s->n_ctx_slot = ob_context_n_ctx(ctx);
+    s->n_vocab = ob_tokenizer_n_vocab(s->tok);
+    ob_model_info mi;
+    ob_model_get_info(m, &mi);
+    if (mi.n_vocab > s->n_vocab) s->n_vocab = mi.n_vocab;
+    s->slots = calloc((size_t)n_slots, sizeof *s->slots);
+    s->b_tok = malloc((size_t)n_batch * sizeof(int32_t));
+    s->b_pos = malloc((size_t)n_batch * sizeof(int32_t));
+    s->b_seq = malloc((size_t)n_batch * sizeof(int32_t));
+    s->b_want = malloc((size_t)n_batch);
+    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want;
+    for (int i = 0; ok && i < n_slots; i++) {
+        s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
+        ok = s->slots[i].cache != NULL;
+    }
+    if (!ok) {
+        ob_sched_free(s);
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->wake);
+        ob_sched_free(s);
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: cannot start thread");
+    }
+    s->thread_started = true;
+    *out = s;
+    return OB_OK;
+}
+
+void ob_sched_stop(ob_sched *s) {
+    if (!s || !s->thread_started) return;
+    pthread_mutex_lock(&s->mu);
+    bool joined = s->joined;
+    s->stop = true;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    if (!joined) pthread_join(s->th, NULL);
+    pthread_mutex_lock(&s->mu);
+    s->joined = true;
+    fail_all(s, s->failed ? 500 : 503, s->failed ? "compute device fault" : "server shutting down");
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ob_sched_free(ob_sched *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        ob_sched_stop(s);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->wake);
+    }
+    for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].cache);
+    free(s->slots);
+    free(s->b_tok);
+    free(s->b_pos);
+    free(s->b_seq);
+    free(s->b_want);
+    free(s);
+}
+
+int ob_sched_n_ctx_slot(const ob_sched *s) { return s->n_ctx_slot; }
+int ob_sched_n_slots(const ob_sched *s) { return s->n_slots; }
+
+bool ob_sched_failed(ob_sched *s) {
+    pthread_mutex_lock(&s->mu);
+    bool f = s->failed;
+    pthread_mutex_unlock(&s->mu);
+    return f;
+}
+
+ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, char *err, size_t err_len) {
+    if (p->n_prompt < 1) {
+        *st = ob_fail(err, err_len, OB_ERR_ARG, "the prompt is empty");
+        return NULL;
+    }
+    if (p->n_prompt >= s->n_ctx_slot) {
+        *st = ob_fail(err, err_len, OB_ERR_CONTEXT,
+                      "the request exceeds the available context size (%d prompt tokens, context %d per slot)",
+                      p->n_prompt, s->n_ctx_slot);
+        return NULL;
+    }
+    ob_task *t = calloc(1, sizeof *t);
+    if (!t) goto nomem;
+    pthread_cond_init(&t->cond, NULL);
+    t->stop_idx = -1;
+    t->slot = -1;
+    t->n_prompt = p->n_prompt;
+    t->n_predict = p->n_predict;
+    t->n_probs = OB_MAX(0, OB_MIN(p->n_probs, OB_SRV_MAX_TOP));
+    t->logprobs = p->logprobs;
+    t->ignore_eos = p->ignore_eos;
+    t->sp = p->sp;
+    t->prompt = malloc((size_t)p->n_prompt * sizeof(int32_t));
+    if (!t->prompt) goto nomem;
+    memcpy(t->prompt, p->prompt, (size_t)p->n_prompt * sizeof(int32_t));
+    if (p->sp.n_logit_bias > 0) {
+        t->bias_tok = malloc((size_t)p->sp.n_logit_bias * sizeof(int32_t));
+        t->bias_val = malloc((size_t)p->sp.n_logit_bias * sizeof(float));
+        if (!t->bias_tok || !t->bias_val) goto nomem;
+        memcpy(t->bias_tok, p->sp.logit_bias_tok, (size_t)p->sp.n_logit_bias * sizeof(int32_t));
+        memcpy(t->bias_val, p->sp.logit_bias_val, (size_t)p->sp.n_logit_bias * sizeof(float));
+        t->sp.logit_bias_tok = t->bias_tok;
+        t->sp.logit_bias_val = t->bias_val;
+    } else {
+        t->sp.n_logit_bias = 0;
+        t->sp.logit_bias_tok = NULL;
+        t->sp.logit_bias_val = NULL;
+    }
+    if (p->n_stop > 0) {
+        t->stop = calloc((size_t)p->n_stop, sizeof(char *));
+        if (!t->stop) goto nomem;
+        for (int i = 0; i < p->n_stop; i++) {
+            if (!p->stop[i] || !p->stop[i][0]) continue;
+            t->stop[t->n_stop] = strdup(p->stop[i]);
+            if (!t->stop[t->n_stop]) goto nomem;
+            t->n_stop++;
+        }
+    }
+    t->smp = ob_sampler_new(&t->sp, s->n_vocab);
+    if (!t->smp) goto nomem;
+    t->refs = 2; /* the caller's and the scheduler's */
+    pthread_mutex_lock(&s->mu);
+    if (s->failed || s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        task_free(t);
+        *st = ob_fail(err, err_len, OB_ERR_DEVICE, "the server is shutting down");
+        return NULL;
+    }
+    if (s->q_tail) s->q_tail->next = t;
+    else s->q_head = t;
+    s->q_tail = t;
+    s->n_queued++;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->mu);
+    *st = OB_OK;
+    return t;
+nomem:
+    task_free(t);
+    *st = ob_fail(err, err_len, OB_ERR_NOMEM, "out of memory");
+    return NULL;
+}
+
+void ob_sched_poll(ob_sched *s, ob_task *t, ob_task_cursor *cur, int ms, ob_task_out *o) {
+    memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&s->mu);
+    if (!(t->released > cur->text || t->n_toks > cur->toks || t->done) && ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        while (!(t->released > cur->text || t->n_toks > cur->toks || t->done)) {
+            if (pthread_cond_timedwait(&t->cond, &s->mu, &ts) == ETIMEDOUT) break;
+        }
+    }
+    if (t->released > cur->text) {
+        o->text_len = t->released - cur->text;
+        o->text = malloc(o->text_len + 1);
+        if (o->text) {
+            memcpy(o->text, t->text + cur->text, o->text_len);
+            o->text[o->text_len] = 0;
+            cur->text = t->released;
+        } else {
+            o->text_len = 0;
+        }
+    }
+    if (t->n_toks > cur->toks) {
+        o->n_toks = t->n_toks - cur->toks;
+        o->toks = malloc((size_t)o->n_toks * sizeof *o->toks);
+        if (o->toks) {
+            memcpy(o->toks, t->toks + cur->toks, (size_t)o->n_toks * sizeof *o->toks);
+            cur->toks = t->n_toks;
+        } else {
+            o->n_toks = 0;
+        }
+    }
+    /* done only once the reader has everything */
+    o->done = t->done && cur->text >= t->released && cur->toks >= t->n_toks;
+    o->finish = t->finish;
+    o->err_status = t->err_status;
+    memcpy(o->err, t->err, sizeof o->err);
+    o->stop_word = t->stop_idx >= 0 ? t->stop[t->stop_idx] : NULL;
+    o->stopped_eos = t->stopped_eos;
+    o->n_prompt = t->n_prompt;
+    o->n_cached = t->n_cached;
+    o->n_gen = t->n_gen;
+    o->slot = t->slot;
+    double tp = t->t_prompt_done > 0 ? t->t_prompt_done : 0;
+    o->t_prompt_ms = (tp > 0 && t->t_start > 0) ? (tp - t->t_start) * 1e3 : 0;
+    double te = t->t_end > 0 ? t->t_end : ob_time_s();
+    o->t_gen_ms = tp > 0 ? (te - tp) * 1e3 : 0;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ob_task_out_clear(ob_task_out *o) {
+    free(o->text);
+    free(o->toks);
+    o->text = NULL;
+    o->toks = NULL;
+}
+
+void ob_sched_release(ob_sched *s, ob_task *t) {
+    if (!t) return;
+    pthread_mutex_lock(&s->mu);
+    if (!t->done) {
+        t->cancelled = true;
+        pthread_cond_signal(&s->wake);
+    }
+    task_unref(t);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void ob_sched_get_stats(ob_sched *s, ob_sched_stats *st) {
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    st->processing = 0;
+    st->kv_used = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].task) st->processing++;
+        st->kv_used += s->slots[i].n_cache;
+    }
+    st->deferred = s->n_queued;
+    st->n_slots = s->n_slots;
+    st->n_ctx_slot = s->n_ctx_slot;
+    st->kv_total = (long)s->n_slots * s->n_ctx_slot;
+    pthread_mutex_unlock(&s->mu);
+}
+
+json_t *ob_sched_slots_json(ob_sched *s) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_slots; i++) {
+        ob_slot *sl = &s->slots[i];
+        ob_task *t = sl->task;
+        json_t *o = json_pack("{s:i,s:i,s:b,s:i,s:I}", "id", i, "n_ctx", s->n_ctx_slot,
+                              "is_processing", t != NULL, "n_past", sl->n_cache,
+                              "n_tasks", (json_int_t)sl->n_tasks);
+        if (o && t)
+            json_object_set_new(o, "next_token", json_pack("{s:i,s:i}", "n_decoded", t->n_gen,
+                                                           "n_prompt", t->n_prompt));
+        if (o) json_array_append_new(a, o);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return a;
+}

@@ -1,0 +1,122 @@
+/* The HTTP server behind `1bit serve`: configuration, the request/response types the
+ * route families share, and their entry points.
+ *
+ * Threads: libmicrohttpd runs one thread per connection; each route handler runs on the
+ * connection's thread and may block on its own request (never on the model). One
+ * scheduler thread (scheduler.c) owns the context and runs every decode step. */
+#ifndef OB_SERVER_SERVER_H
+#define OB_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <jansson.h>
+#include "onebit.h"
+
+typedef struct ob_sched ob_sched;
+
+typedef struct ob_srv_config {
+    const char *host;          /* bind address; default 127.0.0.1 */
+    int port;                  /* default 8080 */
+    const char *api_key;       /* NULL: no auth */
+    const char *cors_origins;  /* comma list ("*" allowed); NULL: same-origin only */
+    size_t max_body;           /* request body limit, bytes */
+    size_t max_header;         /* per-connection header memory, bytes */
+    int timeout_s;             /* idle connection timeout */
+    int max_conns;
+    int n_slots;               /* -np */
+    int n_ctx;                 /* -c: total KV cells, split evenly between slots */
+    int n_batch;               /* max tokens per forward */
+    ob_kv_type type_k, type_v;
+    bool metrics, embeddings, reranking, jinja, flash_attn;
+    int n_gpu_layers;          /* accepted for llama-server compatibility */
+    const char *model_path, *alias, *draft_path, *spec_type, *chat_template;
+    ob_model_params mp;
+} ob_srv_config;
+
+void ob_srv_config_default(ob_srv_config *c);
+/* Parses serve / llama-server flags; argv[0] is the command name. Strings point into argv.
+ * Returns OB_ERR_ARG with a message for an unknown or malformed flag; sets *help when
+ * -h/--help was given. */
+ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
+                            char *err, size_t err_len);
+void ob_srv_print_usage(const char *prog);
+
+typedef struct ob_server ob_server;
+
+/* Starts listening (health answers 503 while loading), loads the model, serves until
+ * SIGINT/SIGTERM or a device fault. Returns the process exit code. */
+int ob_server_run(const ob_srv_config *cfg);
+
+/* ---- what handlers see ----------------------------------------------------------- */
+
+typedef struct ob_req {
+    const char *method, *path;  /* path without query string */
+    const char *body;           /* NUL-terminated; may contain NULs before body_len */
+    size_t body_len;
+    struct MHD_Connection *conn;
+} ob_req;
+
+/* A route's answer: a complete body, or a stream that pulls bytes until it ends. */
+typedef struct ob_stream ob_stream;
+struct ob_stream {
+    /* Appends the next bytes to *buf (malloc'd string, *len bytes), blocking until some
+     * are ready. Returns 1 while more may follow, 0 at the end (after any final bytes),
+     * -1 to abort the connection (the client went away). */
+    int (*next)(ob_stream *st, char **buf, size_t *len);
+    void (*close)(ob_stream *st);  /* the connection is gone or the stream ended */
+    int fd;                        /* client socket, to notice a disconnect while waiting */
+};
+
+typedef struct ob_resp {
+    int status;
+    const char *content_type;   /* default application/json */
+    char *body;                 /* malloc'd */
+    size_t body_len;
+    ob_stream *stream;          /* if set, body is unused and the reply is SSE */
+} ob_resp;
+
+/* Server state handlers need (owned by http.c). */
+typedef struct ob_server_state {
+    const ob_srv_config *cfg;
+    ob_model *model;
+    const ob_tokenizer *tok;
+    ob_sched *sched;
+    const char *model_id;       /* alias or file name */
+    const char *chat_template;  /* model's template or NULL */
+    volatile int ready;         /* 0 loading, 1 ready, -1 failed */
+    double t_start;
+} ob_server_state;
+
+/* ---- json.c: request parsing and replies ------------------------------------------- */
+
+/* Error body {"error":{"code","message","type"}}; type follows the status unless given. */
+void ob_srv_error(ob_resp *r, int status, const char *type, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Serialises and takes ownership of j (decref'd). */
+void ob_srv_json(ob_resp *r, int status, json_t *j);
+/* Parses the body as a JSON object; on failure fills r with a 400 and returns NULL. */
+json_t *ob_srv_parse_body(const ob_req *rq, ob_resp *r);
+/* A JSON string from bytes that may be invalid UTF-8 (bad bytes become U+FFFD). */
+json_t *ob_srv_jstr(const char *s, size_t n);
+/* Appends "data: <json>\n\n" (or with "event: <name>\n" first) to a growing buffer. */
+void ob_srv_sse(char **buf, size_t *len, const char *event, json_t *j);
+void ob_srv_buf_add(char **buf, size_t *len, const char *s, size_t n);
+
+/* Typed field readers: return false and fill r with a 400 when the field exists with the
+ * wrong type or range. Absent fields leave *out unchanged. */
+bool ob_srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, ob_resp *r);
+bool ob_srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, ob_resp *r);
+bool ob_srv_get_bool(json_t *o, const char *key, bool *out, ob_resp *r);
+
+/* ---- route families ---------------------------------------------------------------- */
+
+/* Each returns true if it owns the path (and filled r), false to let the next try. */
+bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r);
+bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r);
+bool ob_srv_route_anthropic(ob_server_state *s, const ob_req *rq, ob_resp *r);
+bool ob_srv_route_lemonade(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* metrics.c: Prometheus text of the scheduler's counters. */
+char *ob_srv_metrics_text(ob_server_state *s);
+
+#endif
