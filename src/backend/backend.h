@@ -29,6 +29,16 @@ struct ob_backend {
 /* CPU backend; n_threads 0 = number of online cores. */
 ob_backend *ob_backend_cpu_new(int n_threads);
 
+/* GPU backends (only in builds with the option on). allow_fallback: nodes the device has
+ * no kernel for run on the CPU reference (each such split is logged); without it the
+ * engine's placement check refuses them before anything runs. NULL + err on failure. */
+#ifdef ONEBIT_CUDA
+ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char *err, size_t err_len);
+#endif
+#ifdef ONEBIT_VULKAN
+ob_backend *ob_backend_vulkan_new(int device, bool allow_fallback, char *err, size_t err_len);
+#endif
+
 static inline void ob_backend_free(ob_backend *b) { if (b) b->iface->destroy(b); }
 
 #endif

@@ -421,7 +421,7 @@ static void exec_stmt(jj_ctx *c, const jj_node *n, jj_scope *s) {
     }
     case N_MACRO: {
         jj_macro *m = jj_alloc(c, sizeof *m);
-        m->def = n; m->closure = s; m->caller = NULL;
+        m->def = n; m->closure = s;
         jv v = {0};
         v.kind = JV_MACRO;
         v.u.m = m;
@@ -430,7 +430,7 @@ static void exec_stmt(jj_ctx *c, const jj_node *n, jj_scope *s) {
     }
     case N_CALL_BLOCK: {
         jj_macro *m = jj_alloc(c, sizeof *m);
-        m->def = n->b; m->closure = s; m->caller = NULL;
+        m->def = n->b; m->closure = s;
         jv caller = {0};
         caller.kind = JV_MACRO;
         caller.u.m = m;

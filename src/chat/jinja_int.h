@@ -53,7 +53,6 @@ typedef struct jj_scope { struct jj_scope *parent; jj_dict vars; } jj_scope;
 typedef struct jj_macro {
     const jj_node *def;     /* N_MACRO (or the caller body of a call block) */
     jj_scope *closure;      /* scope it was defined in */
-    const jj_macro *caller; /* for `caller` macros made by {% call %}: NULL */
 } jj_macro;
 
 typedef struct jj_loop {

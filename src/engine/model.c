@@ -47,19 +47,41 @@ ob_tensor *ob_weight_leaf(ob_graph *g, const ob_weight *w) {
 }
 
 static ob_backend *make_backend(const ob_model_params *p, char *err, size_t err_len) {
+    bool fallback = !p->strict_device;
     switch (p->device) {
-    case OB_DEVICE_AUTO:
+    case OB_DEVICE_AUTO: {
+        /* The first GPU backend that starts, else the CPU. */
+#ifdef ONEBIT_CUDA
+        ob_backend *g = ob_backend_cuda_new(p->device_index, fallback, err, err_len);
+        if (g) return g;
+        ob_log(OB_LOG_INFO, "no CUDA device (%s), trying the next backend", err);
+#endif
+#ifdef ONEBIT_VULKAN
+        ob_backend *v = ob_backend_vulkan_new(p->device_index, fallback, err, err_len);
+        if (v) return v;
+        ob_log(OB_LOG_INFO, "no Vulkan device (%s), using the CPU", err);
+#endif
+        (void)fallback;
+    } /* fall through */
     case OB_DEVICE_CPU: {
         ob_backend *b = ob_backend_cpu_new(p->n_threads);
         if (!b) ob_fail(err, err_len, OB_ERR_NOMEM, "model: cannot start the CPU backend");
         return b;
     }
     case OB_DEVICE_CUDA:
+#ifdef ONEBIT_CUDA
+        return ob_backend_cuda_new(p->device_index, fallback, err, err_len);
+#else
         ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: this build has no CUDA backend (build with -DONEBIT_CUDA=ON)");
         return NULL;
+#endif
     case OB_DEVICE_VULKAN:
+#ifdef ONEBIT_VULKAN
+        return ob_backend_vulkan_new(p->device_index, fallback, err, err_len);
+#else
         ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: this build has no Vulkan backend (build with -DONEBIT_VULKAN=ON)");
         return NULL;
+#endif
     }
     ob_fail(err, err_len, OB_ERR_ARG, "model: unknown device");
     return NULL;

@@ -31,6 +31,7 @@
 /* Sanity limits: far above any real model, low enough that a corrupted count can't
  * make us allocate or loop for long. Counts are also bounded by the bytes left. */
 #define GGUF_MAX_STR (1ull << 30)
+#define GGUF_MAX_NAME (1ull << 16)   /* keys and tensor names */
 #define GGUF_MAX_KV (1ull << 20)
 #define GGUF_MAX_TENSORS (1ull << 20)
 /* Smallest encodings, used to bound counts by the bytes that remain. */
@@ -186,25 +187,20 @@ static bool rd(cursor *c, void *dst, size_t n, const char *what) {
 static bool rd_u32(cursor *c, uint32_t *v, const char *what) { return rd(c, v, 4, what); }
 static bool rd_u64(cursor *c, uint64_t *v, const char *what) { return rd(c, v, 8, what); }
 
-/* Reads a length-prefixed string into the arena. */
-static bool rd_str(cursor *c, arena *a, ob_gguf_str *s, const char *what) {
+/* Reads a length-prefixed string as a view into the file (not yet NUL-terminated):
+ * strings are copied only once the whole file has validated, so a corrupted length that
+ * swallows most of a large file costs no copying. max bounds keys and names. */
+static bool rd_str(cursor *c, ob_gguf_str *s, uint64_t max, const char *what) {
     uint64_t len;
     if (!rd_u64(c, &len, what)) return false;
-    if (len > GGUF_MAX_STR) {
-        return cfail(c, OB_ERR_FORMAT,
-                "gguf: %s length %llu at offset %zu exceeds the 1 GiB limit", what,
-                (unsigned long long)len, c->pos - 8);
+    if (len > max) {
+        return cfail(c, OB_ERR_FORMAT, "gguf: %s length %llu at offset %zu exceeds the limit of %llu bytes",
+                     what, (unsigned long long)len, c->pos - 8, (unsigned long long)max);
     }
     if (!need(c, len, what)) return false;
-    char *p = arena_alloc(a, (size_t)len + 1);
-    if (!p) {
-        return cfail(c, OB_ERR_NOMEM, "gguf: out of memory reading %s", what);
-    }
-    memcpy(p, c->p + c->pos, (size_t)len);
-    p[len] = 0;
-    c->pos += (size_t)len;
-    s->p = p;
+    s->p = (char *)(c->p + c->pos); /* repointed to an owned copy by materialise() */
     s->len = len;
+    c->pos += (size_t)len;
     return true;
 }
 
@@ -250,7 +246,7 @@ static bool read_kv(cursor *c, ob_gguf *g, int64_t i) {
     ob_gguf_kv *kv = &g->kv[i];
     char name[96], what[160];
     snprintf(what, sizeof(what), "key %lld name", (long long)i);
-    if (!rd_str(c, &g->strings, &kv->key, what)) return false;
+    if (!rd_str(c, &kv->key, GGUF_MAX_NAME, what)) return false;
     printable(name, sizeof(name), kv->key.p, kv->key.len);
     if (index_lookup(&g->kv_index, &g->kv[0].key, sizeof(ob_gguf_kv), kv->key.p, kv->key.len, i) >= 0) {
         return cfail(c, OB_ERR_FORMAT, "gguf: duplicate key '%s'", name);
@@ -264,7 +260,7 @@ static bool read_kv(cursor *c, ob_gguf *g, int64_t i) {
     kv->type = (ob_gguf_type)type;
     kv->n = 1;
     snprintf(what, sizeof(what), "key '%s' value", name);
-    if (type == OB_GGUF_STRING) return rd_str(c, &g->strings, &kv->v.str, what);
+    if (type == OB_GGUF_STRING) return rd_str(c, &kv->v.str, GGUF_MAX_STR, what);
     if (type != OB_GGUF_ARRAY) {
         size_t sz = scalar_size(kv->type);
         if (!need(c, sz, what)) return false;
@@ -295,13 +291,12 @@ static bool read_kv(cursor *c, ob_gguf *g, int64_t i) {
         c->pos += (size_t)n * esize;
         return true;
     }
-    kv->arr_str = arena_alloc(&g->strings, (size_t)OB_MAX(n, 1) * sizeof(ob_gguf_str));
-    if (!kv->arr_str) {
-        return cfail(c, OB_ERR_NOMEM, "gguf: out of memory for key '%s'", name);
-    }
+    /* Validate the elements now; the string table is built by materialise(). */
+    kv->arr = c->p + c->pos;
     for (uint64_t j = 0; j < n; j++) {
+        ob_gguf_str tmp;
         snprintf(what, sizeof(what), "key '%s' element %llu", name, (unsigned long long)j);
-        if (!rd_str(c, &g->strings, &kv->arr_str[j], what)) return false;
+        if (!rd_str(c, &tmp, GGUF_MAX_STR, what)) return false;
     }
     return true;
 }
@@ -327,7 +322,7 @@ static bool read_tensor_info(cursor *c, ob_gguf *g, int64_t i) {
     ob_gguf_tensor *t = &g->tensors[i];
     char name[96], what[160];
     snprintf(what, sizeof(what), "tensor %lld name", (long long)i);
-    if (!rd_str(c, &g->strings, &t->name, what)) return false;
+    if (!rd_str(c, &t->name, GGUF_MAX_NAME, what)) return false;
     printable(name, sizeof(name), t->name.p, t->name.len);
     if (index_lookup(&g->tensor_index, &g->tensors[0].name, sizeof(ob_gguf_tensor), t->name.p,
                      t->name.len, i) >= 0) {
@@ -401,6 +396,41 @@ static bool place_tensors(cursor *c, ob_gguf *g) {
     return true;
 }
 
+/* Copies a validated string view into the arena, NUL-terminated. */
+static bool own_str(arena *a, ob_gguf_str *s) {
+    char *p = arena_alloc(a, (size_t)s->len + 1);
+    if (!p) return false;
+    memcpy(p, s->p, (size_t)s->len);
+    p[s->len] = 0;
+    s->p = p;
+    return true;
+}
+
+/* After validation: gives every key, string value, string array and tensor name an owned
+ * NUL-terminated copy. String arrays are re-walked from the file (already checked). */
+static bool materialise(ob_gguf *g) {
+    for (int64_t i = 0; i < g->n_kv; i++) {
+        ob_gguf_kv *kv = &g->kv[i];
+        if (!own_str(&g->strings, &kv->key)) return false;
+        if (kv->type == OB_GGUF_STRING && !own_str(&g->strings, &kv->v.str)) return false;
+        if (kv->type != OB_GGUF_ARRAY || kv->arr_type != OB_GGUF_STRING) continue;
+        const uint8_t *p = kv->arr;
+        kv->arr = NULL;
+        kv->arr_str = arena_alloc(&g->strings, (size_t)OB_MAX(kv->n, 1) * sizeof(ob_gguf_str));
+        if (!kv->arr_str) return false;
+        for (uint64_t j = 0; j < kv->n; j++) {
+            ob_gguf_str *e = &kv->arr_str[j];
+            memcpy(&e->len, p, 8);
+            e->p = (char *)(p + 8);
+            p += 8 + e->len;
+            if (!own_str(&g->strings, e)) return false;
+        }
+    }
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        if (!own_str(&g->strings, &g->tensors[i].name)) return false;
+    return true;
+}
+
 static ob_status parse(ob_gguf *g, char *err, size_t err_len) {
     cursor cur = {g->base, g->len, 0, err, err_len, OB_OK}, *c = &cur;
     if (g->len < 4 || memcmp(g->base, GGUF_MAGIC, 4) != 0) {
@@ -449,6 +479,7 @@ static ob_status parse(ob_gguf *g, char *err, size_t err_len) {
     /* A file without tensors may end before the padding; the data section is then empty. */
     g->data_offset = ((uint64_t)c->pos + g->alignment - 1) / g->alignment * g->alignment;
     if (!place_tensors(c, g)) return c->st;
+    if (!materialise(g)) return ob_fail(err, err_len, OB_ERR_NOMEM, "gguf: out of memory copying strings");
     return OB_OK;
 }
 

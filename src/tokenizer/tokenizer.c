@@ -287,7 +287,7 @@ void ob_tok_add_eog(ob_tokenizer *t, int32_t id) {
 static ob_status make_dec(ob_tokenizer *t, int32_t id) {
     const char *s = t->tok[id];
     size_t n = t->tok_len[id];
-    char *o = malloc(n + 1); /* every decoder here shrinks or keeps the length */
+    char *o = malloc(n + 2); /* decoders shrink the text, or add one space (WordPiece) */
     if (!o) return OB_ERR_NOMEM;
     size_t k = 0;
     if (t->dec == OB_TOK_DEC_BYTELEVEL) {
@@ -315,8 +315,10 @@ static ob_status make_dec(ob_tokenizer *t, int32_t id) {
         }
     } else if (t->dec == OB_TOK_DEC_WORDPIECE) {
         size_t pl = strlen(t->wp_prefix);
+        /* Words are joined by spaces, continuations glued on: a word's piece is " word"
+         * (HF's decoder drops the space before the first word). */
         if (pl && n >= pl && memcmp(s, t->wp_prefix, pl) == 0 && !t->is_added[id]) { memcpy(o, s + pl, n - pl); k = n - pl; }
-        else { memcpy(o, s, n); k = n; }
+        else { o[0] = ' '; memcpy(o + 1, s, n); k = n + 1; }
     } else { memcpy(o, s, n); k = n; }
     o[k] = 0;
     t->dec_str[id] = o; t->dec_len[id] = (uint32_t)k;

@@ -50,7 +50,9 @@ static void normalize_char(const ob_tokenizer *t, uint32_t c, cpbuf *o) {
         if (c == 0 || c == 0xFFFD || is_control(c)) return;
         if (is_white_space(c)) { cp_push(o, ' '); return; }
     }
-    if (t->bert_chinese && is_cjk(c)) { cp_push(o, ' '); cp_push(o, c); cp_push(o, ' '); return; }
+    /* CJK padding comes before NFD: a compatibility ideograph is padded, then decomposed. */
+    bool cjk = t->bert_chinese && is_cjk(c);
+    if (cjk) cp_push(o, ' ');
     utf8proc_int32_t d[32];
     utf8proc_ssize_t nd = 1;
     d[0] = (utf8proc_int32_t)c;
@@ -68,6 +70,7 @@ static void normalize_char(const ob_tokenizer *t, uint32_t c, cpbuf *o) {
         }
         cp_push(o, x);
     }
+    if (cjk) cp_push(o, ' ');
 }
 
 /* Greedy longest-match-first over the characters w[0..n). */

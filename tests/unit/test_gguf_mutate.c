@@ -172,7 +172,8 @@ static size_t mutate(ob_rng *r, uint8_t *p, size_t region, size_t room) {
             break;
         }
         default: { /* delete up to 16 bytes */
-            size_t m = OB_MIN(1 + (size_t)(ob_rng_u64(r) % 16), region - pos);
+            size_t m = 1 + (size_t)(ob_rng_u64(r) % 16);
+            if (m > region - pos) m = region - pos;
             memmove(p + pos, p + pos + m, region - pos - m);
             memset(p + region - m, 0, m);
             region -= m;

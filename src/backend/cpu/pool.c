@@ -12,7 +12,7 @@
  * wait is a microsecond), then yields (more threads than free cores: the thread being
  * waited for needs this core), then sleeps. */
 #define OB_POOL_SPIN 2000
-#define OB_POOL_YIELD 2000
+#define OB_POOL_YIELD 100
 
 typedef void (*ob_pool_fn)(void *arg, int ith, int nth);
 
