@@ -17,7 +17,8 @@ static char *token_str(const json_t *j) {
 
 static ob_status load_config(const char *path, bool want_tools, ob_chat_template *out, char *err, size_t err_len) {
     json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
+    /* model_max_length can exceed 64 bits; we only read strings from this file */
+    json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je);
     if (!root) return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
     ob_status st = OB_OK;
     const json_t *ct = json_object_get(root, "chat_template");

@@ -183,36 +183,49 @@ jv jj_splitlines(jj_ctx *c, const char *p, size_t n) {
     return l;
 }
 
+/* start of the code point before byte position pos (pos > 0) */
+static size_t prev_cp(const char *p, size_t pos) {
+    size_t q = pos - 1;
+    while (q > 0 && ((unsigned char)p[q] & 0xC0) == 0x80) q--;
+    return q;
+}
+
 static jv split(jj_ctx *c, jv s, jv sep, int64_t maxsplit, bool right) {
     jv l = jv_list_new(c, 0);
     const char *p = s.u.s.p;
     size_t n = s.u.s.n;
     if (!jj_given(sep) || sep.kind == JV_NONE) {
-        /* runs of whitespace; no empty strings */
-        jv parts = jv_list_new(c, 0);
-        size_t i = 0;
-        while (i < n) {
-            size_t cl;
-            while (i < n && jj_is_space_at(p, n, i, &cl)) i += cl;
-            if (i >= n) break;
-            size_t st = i;
-            while (i < n && !jj_is_space_at(p, n, i, &cl)) { cp_at(p, n, i, &cl); i += cl; }
-            jj_list_push(c, parts.u.l, jv_str(p + st, i - st));
-        }
-        size_t np = parts.u.l->n;
-        if (maxsplit < 0 || (size_t)maxsplit + 1 >= np) return parts;
-        /* merge the unsplit remainder back from the original text */
+        /* runs of whitespace, no empty strings; after maxsplit words the remainder is
+         * kept as is (minus the whitespace next to the last split), as CPython does */
+        size_t cl;
         if (!right) {
-            for (int64_t k = 0; k < maxsplit; k++) jj_list_push(c, l.u.l, parts.u.l->v[k]);
-            jv rest = parts.u.l->v[maxsplit];
-            jv tail = jj_strip(c, jv_str(rest.u.s.p, (size_t)(p + n - rest.u.s.p)), jv_none(), 2);
-            jj_list_push(c, l.u.l, tail);
-        } else {
-            jv lastkept = parts.u.l->v[np - 1 - (size_t)maxsplit];
-            jv head = jj_strip(c, jv_str(p, (size_t)(lastkept.u.s.p + lastkept.u.s.n - p)), jv_none(), 1);
-            jj_list_push(c, l.u.l, head);
-            for (size_t k = np - (size_t)maxsplit; k < np; k++) jj_list_push(c, l.u.l, parts.u.l->v[k]);
+            size_t i = 0;
+            int64_t left = maxsplit;
+            while (maxsplit < 0 || left-- > 0) {
+                while (i < n && jj_is_space_at(p, n, i, &cl)) i += cl;
+                if (i >= n) break;
+                size_t st = i;
+                while (i < n && !jj_is_space_at(p, n, i, &cl)) { cp_at(p, n, i, &cl); i += cl; }
+                jj_list_push(c, l.u.l, jv_str(p + st, i - st));
+            }
+            while (i < n && jj_is_space_at(p, n, i, &cl)) i += cl;
+            if (i < n) jj_list_push(c, l.u.l, jv_str(p + i, n - i));
+            return l;
         }
+        jv rev = jv_list_new(c, 0);
+        size_t e = n;
+        int64_t left = maxsplit;
+        while (maxsplit < 0 || left-- > 0) {
+            while (e > 0 && jj_is_space_at(p, n, prev_cp(p, e), &cl)) e = prev_cp(p, e);
+            if (e == 0) break;
+            size_t st = e;
+            while (st > 0 && !jj_is_space_at(p, n, prev_cp(p, st), &cl)) st = prev_cp(p, st);
+            jj_list_push(c, rev.u.l, jv_str(p + st, e - st));
+            e = st;
+        }
+        while (e > 0 && jj_is_space_at(p, n, prev_cp(p, e), &cl)) e = prev_cp(p, e);
+        if (e > 0) jj_list_push(c, rev.u.l, jv_str(p, e));
+        for (size_t k = rev.u.l->n; k-- > 0;) jj_list_push(c, l.u.l, rev.u.l->v[k]);
         return l;
     }
     need_str(c, sep, "split separator");

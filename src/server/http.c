@@ -239,6 +239,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         ob_srv_error(&r, 401, NULL, "invalid or missing API key");
         return send_resp(h, c, &r);
     }
+    /* The request is in: from here on the model's pace, not the client's, sets how long
+     * the reply takes (a queued stream may wait minutes), and a client that leaves is
+     * noticed by polling its socket. The idle timeout comes back in on_completed. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)0);
     ob_req rq = {.method = method, .path = path, .body = cn->body ? cn->body : "", .body_len = cn->len, .conn = c};
     route(h, &rq, &r);
     if (r.status == 0) { /* the client went away while we worked: close without a reply */
@@ -250,6 +254,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode tc) {
+    ob_http *h = cls;
+    if (tc == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->st.cfg->timeout_s);
     ob_conn *cn = *con_cls;
     if (!cn) return;
     free(cn->body);

@@ -114,3 +114,41 @@ def test_cli_tokenize():
     assert json.loads(out.stdout) == _ref(ref).encode(text).ids
     bad = subprocess.run([exe, "tokenize", "-m", "/nonexistent/tokenizer.json", "x"], capture_output=True, text=True)
     assert bad.returncode != 0 and bad.stderr.strip()
+
+
+GGUF_PRESETS = [("qwen3", "qwen2"), ("llama3", "llama-bpe"), ("deepseek_v3", "deepseek-v3")]
+
+
+@pytest.mark.parametrize("name,pre", GGUF_PRESETS, ids=[p[0] for p in GGUF_PRESETS])
+def test_gguf_bpe_presets(name, pre, tmp_path):
+    """tokenizer.ggml.model = gpt2 with tokenizer.ggml.pre: the vocabulary of a
+    tokenizer.json written into GGUF metadata must encode like HF does from the json."""
+    gguf = pytest.importorskip("gguf")
+    import json
+    ref = f"{tc.DATA}/{name}/tokenizer.json"
+    j = json.load(open(ref, encoding="utf-8"))
+    n = max(max(j["model"]["vocab"].values()), max(a["id"] for a in j["added_tokens"])) + 1
+    toks, types = [f"[PAD{i}]" for i in range(n)], [5] * n
+    for s, i in j["model"]["vocab"].items():
+        toks[i], types[i] = s, 1
+    for a in j["added_tokens"]:
+        toks[a["id"]], types[a["id"]] = a["content"], 3 if a["special"] else 4
+    merges = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    path = str(tmp_path / f"{name}.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(toks)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_bool("tokenizer.ggml.add_bos_token", False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    T, H = tc.Tok(path), _ref(ref)
+    ids, offs = T.encode_batch(CORPUS, add_special=True)
+    refs = H.encode_batch(CORPUS, add_special_tokens=False)
+    bad = [s for i, s in enumerate(CORPUS) if list(ids[offs[i]:offs[i + 1]]) != refs[i].ids
+           and not (_drift_free(s) != s and T.encode(_drift_free(s)) == H.encode(_drift_free(s), add_special_tokens=False).ids)]
+    assert not bad, f"{name}: {len(bad)} mismatches, first {bad[0]!r}"

@@ -103,18 +103,70 @@ __attribute__((target("avx2,fma,f16c"))) static const float *kv_row_avx2(ob_type
 }
 #endif
 
+/* p[i] = exp(x[i] - m) for x[i] <= m; returns the sum. */
+static float exp_sum_ref(float *p, const float *x, float m, int64_t n) {
+    float s = 0;
+    for (int64_t i = 0; i < n; i++) s += p[i] = expf(x[i] - m);
+    return s;
+}
+
+#if defined(__x86_64__)
+/* exp(x) for x <= 0: x = k ln2 + r with |r| <= ln2/2, exp(r) by its Taylor series to r^7
+ * (relative error ~2e-8 before rounding), times 2^k built in the exponent bits. Inputs
+ * below -87 are clamped; their true values are < 2e-38, nothing next to the max's 1. */
+__attribute__((target("avx2,fma,f16c"))) static __m256 exp_neg_avx2(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.428606765330187e-06f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float exp_sum_avx2(float *p, const float *x, float m, int64_t n) {
+    __m256 vm = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp_neg_avx2(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(p + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    float r = _mm_cvtss_f32(s);
+    for (; i < n; i++) r += p[i] = expf(x[i] - m);
+    return r;
+}
+#endif
+
 typedef struct ob_attn_vec {
     float (*dot)(const float *, const float *, int64_t);
     void (*axpy)(float *, float, const float *, int64_t);
     const float *(*row)(ob_type, const void *, float *, int64_t);
+    float (*exp_sum)(float *, const float *, float, int64_t);
 } ob_attn_vec;
 
 static ob_attn_vec attn_vec(void) {
 #if defined(__x86_64__)
-    if (ob_cpu_simd_level() >= 1 && __builtin_cpu_supports("f16c")) return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2};
+    if (ob_cpu_simd_level() >= 1 && __builtin_cpu_supports("f16c"))
+        return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2, exp_sum_avx2};
 #endif
-    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref};
+    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref, exp_sum_ref};
 }
+
+/* Cells per block of the online softmax: the running max and the rescale of the
+ * accumulators move once per block instead of once per cell. */
+#define OB_ATTN_BLOCK 64
 
 /* ---- ATTENTION ------------------------------------------------------------------------- */
 
@@ -136,8 +188,8 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.cps = n->ip[0];
     int64_t pairs = d.T * d.n_kv;
     d.n_split = pairs >= nth ? 1 : OB_MIN((nth + pairs - 1) / pairs, 64);
-    /* k, v buffers [hd] each; q, acc [g*hd] each; m, l [g] */
-    d.per_thread = (size_t)((2 + 2 * d.g) * d.hd + 2 * d.g + 15) & ~(size_t)15;
+    /* k, v buffers [hd] each; q, acc [g*hd] each; m, l [g]; scores, probs [g*BLOCK] each */
+    d.per_thread = (size_t)((2 + 2 * d.g) * d.hd + 2 * d.g + 2 * d.g * OB_ATTN_BLOCK + 15) & ~(size_t)15;
     d.partial_off = d.per_thread * (size_t)nth;
     size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.hd + 2)) : 0;
     d.maxpos_off = d.partial_off + partial;
@@ -185,7 +237,7 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     }
 
     float *kbuf = w + d.per_thread * (size_t)c->ith, *vbuf = kbuf + hd, *qb = vbuf + hd, *acc = qb + g * hd;
-    float *m = acc + g * hd, *l = m + g;
+    float *m = acc + g * hd, *l = m + g, *sc = l + g, *pr = sc + g * OB_ATTN_BLOCK;
     size_t krb = ob_row_size(kc->type, hd * d.n_kv), vrb = ob_row_size(vc->type, hd * d.n_kv);
     int64_t n_tasks = d.T * d.n_kv * d.n_split;
     /* Tasks are dealt round-robin: causal costs grow with position, so contiguous blocks
@@ -202,22 +254,31 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
         const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh);
         const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh);
         int64_t cell0 = (int64_t)seq[t] * d.cps;
-        for (int64_t j = j0; j < j1; j++) {
-            const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + j) * krb, kbuf, hd);
-            const float *v = vec.row(vc->type, vbase + (size_t)(cell0 + j) * vrb, vbuf, hd);
+        for (int64_t jb = j0; jb < j1; jb += OB_ATTN_BLOCK) {
+            int64_t nb = OB_MIN(OB_ATTN_BLOCK, j1 - jb);
+            /* scores of the block for every head of the group: sc[i][c] */
+            for (int64_t cc = 0; cc < nb; cc++) {
+                const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + jb + cc) * krb, kbuf, hd);
+                for (int64_t i = 0; i < g; i++) {
+                    float sv = vec.dot(qb + i * hd, k, hd);
+                    sc[i * OB_ATTN_BLOCK + cc] = cap > 0 ? cap * tanhf(sv / cap) : sv;
+                }
+            }
             for (int64_t i = 0; i < g; i++) {
-                float s = vec.dot(qb + i * hd, k, hd);
-                if (cap > 0) s = cap * tanhf(s / cap);
-                if (s > m[i]) {
+                float *si = sc + i * OB_ATTN_BLOCK, bm = si[0];
+                for (int64_t cc = 1; cc < nb; cc++) bm = si[cc] > bm ? si[cc] : bm;
+                if (bm > m[i]) {
                     /* New running max: rescale what was accumulated under the old one. */
-                    float corr = expf(m[i] - s);
+                    float corr = expf(m[i] - bm);
                     l[i] *= corr;
                     for (int64_t e = 0; e < hd; e++) acc[i * hd + e] *= corr;
-                    m[i] = s;
+                    m[i] = bm;
                 }
-                float p = expf(s - m[i]);
-                l[i] += p;
-                vec.axpy(acc + i * hd, p, v, hd);
+                l[i] += vec.exp_sum(pr + i * OB_ATTN_BLOCK, si, m[i], nb);
+            }
+            for (int64_t cc = 0; cc < nb; cc++) {
+                const float *v = vec.row(vc->type, vbase + (size_t)(cell0 + jb + cc) * vrb, vbuf, hd);
+                for (int64_t i = 0; i < g; i++) vec.axpy(acc + i * hd, pr[i * OB_ATTN_BLOCK + cc], v, hd);
             }
         }
         for (int64_t i = 0; i < g; i++) {

@@ -8,11 +8,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-/* A waiting thread first spins (the common case: every thread is on its own core and the
- * wait is a microsecond), then yields (more threads than free cores: the thread being
- * waited for needs this core), then sleeps. */
-#define OB_POOL_SPIN 2000
-#define OB_POOL_YIELD 100
+/* A waiting thread spins for up to OB_POOL_SPIN_S (the common case: every thread has its
+ * own core and the wait is a microsecond), yielding now and then in case there are more
+ * threads than free cores and the thread being waited for needs this one, then sleeps. */
+#define OB_POOL_SPIN_S 1e-3
 
 typedef void (*ob_pool_fn)(void *arg, int ith, int nth);
 
@@ -46,12 +45,16 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+typedef struct ob_waiter { unsigned i; double t0; } ob_waiter;
+
 /* One step of waiting; false once the caller should go to sleep. */
-static inline bool wait_step(int *i) {
-    int k = (*i)++;
-    if (k < OB_POOL_SPIN) { cpu_relax(); return true; }
-    if (k < OB_POOL_SPIN + OB_POOL_YIELD) { sched_yield(); return true; }
-    return false;
+static inline bool wait_step(ob_waiter *w) {
+    if (++w->i & 127) { cpu_relax(); return true; }
+    double now = ob_time_s();
+    if (w->t0 == 0) w->t0 = now;
+    else if (now - w->t0 > OB_POOL_SPIN_S) return false;
+    if ((w->i >> 7) % 8 == 0) sched_yield();
+    return true;
 }
 
 static void pool_barrier(ob_cpu_pool *p) {
@@ -66,8 +69,8 @@ static void pool_barrier(ob_cpu_pool *p) {
         pthread_mutex_unlock(&p->mu);
         return;
     }
-    int spins = 0;
-    while (wait_step(&spins))
+    ob_waiter wt = {0, 0};
+    while (wait_step(&wt))
         if (atomic_load_explicit(&p->bar_gen, memory_order_acquire) != gen) return;
     pthread_mutex_lock(&p->mu);
     while (atomic_load_explicit(&p->bar_gen, memory_order_acquire) == gen) pthread_cond_wait(&p->cv_bar, &p->mu);
@@ -84,9 +87,9 @@ static void *worker_main(void *arg) {
     unsigned seen = 0;
     for (;;) {
         unsigned gen;
-        int spins = 0;
+        ob_waiter wt = {0, 0};
         while ((gen = atomic_load_explicit(&p->job_gen, memory_order_acquire)) == seen) {
-            if (wait_step(&spins)) continue;
+            if (wait_step(&wt)) continue;
             pthread_mutex_lock(&p->mu);
             while ((gen = atomic_load_explicit(&p->job_gen, memory_order_acquire)) == seen)
                 pthread_cond_wait(&p->cv_job, &p->mu);

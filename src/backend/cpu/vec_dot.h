@@ -22,8 +22,9 @@ typedef enum ob_act_fmt {
 } ob_act_fmt;
 
 /* Activation block for 32-value weight blocks. The scale is f32 (not f16 as in Q8_0) so
- * activation quantization adds only the int8 rounding error. */
-typedef struct { float d; int8_t qs[32]; } ob_q8a_block;
+ * activation quantization adds only the int8 rounding error; s = d * sum(qs) serves the
+ * weight types with an additive min (Q4_1, Q5_1). */
+typedef struct { float d, s; int8_t qs[32]; } ob_q8a_block;
 
 /* out[c] = dot(weight row w of k values, activation column c), c < nc (1..OB_DOT_MAX_COLS).
  * Column c starts at (const char *)act + c * act_stride and is in the kernel's act format. */

@@ -26,8 +26,14 @@ static void quantize_q8_32(const float *x, ob_q8a_block *y, int64_t k) {
         float amax = 0.0f;
         for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
         float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            const int q = round_i(x[j] * id);
+            y[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
         y[i].d = d;
-        for (int j = 0; j < 32; j++) y[i].qs[j] = (int8_t)round_i(x[j] * id);
+        y[i].s = d * (float)sum;
     }
 }
 

@@ -1,0 +1,409 @@
+/* The CUDA backend: the ob_backend interface over device memory, the compute loop, CUDA
+ * graph capture of repeated steps, and the CPU fallback for nodes without a kernel.
+ *
+ * Ordering: everything runs on one stream of the context; upload/download synchronize it,
+ * so the engine sees plain blocking copies. compute synchronizes at its end as well, so a
+ * device fault surfaces as OB_ERR_DEVICE from the call that caused it, and the context
+ * then refuses all later work (a faulted CUDA context cannot be trusted). */
+#include "backend/cuda/cuda_int.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend/cpu/cpu.h"
+}
+
+bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const char *what) {
+    if (e == cudaSuccess) return true;
+    if (cx && !cx->faulted) {
+        const char *f = strrchr(file, '/');
+        snprintf(cx->last_err, sizeof(cx->last_err), "%s:%d: %s: %s", f ? f + 1 : file, line, what, cudaGetErrorString(e));
+        ob_log(OB_LOG_ERROR, "cuda: %s", cx->last_err);
+    }
+    if (cx) cx->faulted = true;
+    return false;
+}
+
+/* ---- what the device can run --------------------------------------------------------------- */
+
+static bool f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
+static bool i32(const ob_tensor *t) { return t && t->type == OB_TYPE_I32; }
+static bool kv_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_Q8_0; }
+
+static bool supports_node(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    switch (n->op) {
+    case OB_OP_LEAF:
+    case OB_OP_VIEW:
+        return true;
+    case OB_OP_GET_ROWS:
+    case OB_OP_MATMUL:
+    case OB_OP_CPY:
+        return ob_cu_supports_quant_op(n);
+    case OB_OP_RMS_NORM:
+    case OB_OP_LAYER_NORM:
+        if (!f32(a) || !f32(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
+        if (ob_nrows(a) > 0x7fffffff) return false;
+        for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
+            if (n->src[s] && (!f32(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
+        return true;
+    case OB_OP_ADD:
+    case OB_OP_MUL:
+        return f32(a) && f32(b) && f32(n) && ob_nelements(n) == ob_nelements(a) && b->ne[0] == a->ne[0] &&
+               n->ne[0] == a->ne[0] && (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
+    case OB_OP_SCALE:
+    case OB_OP_ACT:
+    case OB_OP_SOFTMAX:
+        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_RELU)) return false;
+        if (n->op == OB_OP_SOFTMAX && ob_nrows(a) > 0x7fffffff) return false;
+        return f32(a) && f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
+    case OB_OP_GLU:
+        return f32(a) && f32(b) && f32(n) && ob_nelements(a) == ob_nelements(b) && ob_nelements(n) == ob_nelements(a) &&
+               n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_RELU;
+    case OB_OP_ROPE: {
+        const int n_rot = n->ip[0];
+        return f32(a) && f32(n) && i32(b) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0] && n_rot > 0 &&
+               n_rot % 2 == 0 && n_rot <= a->ne[0] && (n->ip[1] == 0 || n->ip[1] == 2) &&
+               ob_nelements(b) == a->ne[2] * a->ne[3];
+    }
+    case OB_OP_KV_STORE: {
+        const ob_tensor *pos = n->src[2], *seq = n->src[3];
+        if (!f32(a) || !b || !kv_type(b->type) || !i32(pos) || !i32(seq) || !f32(n)) return false;
+        const int64_t row = b->ne[0];
+        if (row <= 0 || ob_nelements(a) % row != 0 || row % ob_type_block_size(b->type) != 0) return false;
+        const int64_t T = ob_nelements(a) / row;
+        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ip[0] > 0;
+    }
+    case OB_OP_ATTENTION: {
+        const ob_tensor *kc = n->src[1], *vc = n->src[2], *pos = n->src[3], *seq = n->src[4];
+        if (!f32(a) || !f32(n) || !kc || !vc || !kv_type(kc->type) || !kv_type(vc->type) || !i32(pos) || !i32(seq)) return false;
+        const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
+        const int n_kv = n->ip[1];
+        if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
+        if (hd % 32 != 0 || hd > 256 || H > 65535 || T > 65535) return false;
+        if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
+        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
+    }
+    default:
+        return false;
+    }
+}
+
+static bool cu_supports(ob_backend *be, const ob_tensor *node) { return supports_node(node); }
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static void *cu_alloc(ob_backend *be, size_t size) {
+    ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
+    void *p = NULL;
+    if (cx->faulted) return NULL;
+    cudaError_t e = cudaMalloc(&p, size ? size : 256);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is not sticky; clear it so later calls work */
+        ob_log(OB_LOG_WARN, "cuda: cannot allocate %zu bytes: %s", size, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cu_free_buf(ob_backend *be, void *p) {
+    if (p) cudaFree(p);
+}
+
+static ob_status cu_copy(ob_backend *be, void *dst, const void *src, size_t size, bool up) {
+    ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
+    if (cx->faulted) return OB_ERR_DEVICE;
+    if (!size) return OB_OK;
+    if (!OB_CU(cx, cudaMemcpyAsync(dst, src, size, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cx->stream)) ||
+        !OB_CU(cx, cudaStreamSynchronize(cx->stream)))
+        return OB_ERR_DEVICE;
+    return OB_OK;
+}
+
+static ob_status cu_upload(ob_backend *be, void *dst, const void *src, size_t size) { return cu_copy(be, dst, src, size, true); }
+static ob_status cu_download(ob_backend *be, void *dst, const void *src, size_t size) { return cu_copy(be, dst, src, size, false); }
+
+/* ---- CPU fallback ------------------------------------------------------------------------------ */
+
+/* Runs n with the CPU reference: host copies of its direct inputs, then the output (and,
+ * for KV_STORE, the cache it writes) back to the device. Slow, and only for nodes the
+ * placement check let through with --no-strict-device. */
+static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err_len) {
+    if (!cx->warned[n->op]) {
+        cx->warned[n->op] = true;
+        ob_log(OB_LOG_WARN, "cuda: node %s (%s, %s x %s) runs on the CPU (no CUDA kernel)", n->name, ob_op_name(n->op),
+               n->src[0] ? ob_type_name(n->src[0]->type) : "-", n->src[1] ? ob_type_name(n->src[1]->type) : "-");
+    }
+    ob_tensor h = *n;
+    ob_tensor hs[OB_MAX_SRC];
+    void *bufs[OB_MAX_SRC + 1] = {0};
+    ob_status st = OB_OK;
+    if (!OB_CU(cx, cudaStreamSynchronize(cx->stream))) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
+    for (int s = 0; s < OB_MAX_SRC && !st; s++) {
+        if (!n->src[s]) continue;
+        hs[s] = *n->src[s];
+        size_t nb = ob_nbytes(n->src[s]);
+        bufs[s] = malloc(nb ? nb : 1);
+        if (!bufs[s]) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: fallback buffer for %s", n->name); break; }
+        if (!OB_CU(cx, cudaMemcpy(bufs[s], n->src[s]->data, nb, cudaMemcpyDeviceToHost))) st = OB_ERR_DEVICE;
+        hs[s].data = bufs[s];
+        h.src[s] = &hs[s];
+    }
+    size_t ob = ob_nbytes(n);
+    if (!st) {
+        bufs[OB_MAX_SRC] = malloc(ob ? ob : 1);
+        if (!bufs[OB_MAX_SRC]) st = ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: fallback buffer for %s", n->name);
+    }
+    if (!st) {
+        h.data = bufs[OB_MAX_SRC];
+        ob_cpu_ref_op(&h);
+        if (!OB_CU(cx, cudaMemcpy(n->data, h.data, ob, cudaMemcpyHostToDevice))) st = OB_ERR_DEVICE;
+        if (!st && n->op == OB_OP_KV_STORE &&
+            !OB_CU(cx, cudaMemcpy(n->src[1]->data, bufs[1], ob_nbytes(n->src[1]), cudaMemcpyHostToDevice)))
+            st = OB_ERR_DEVICE;
+    }
+    for (int s = 0; s <= OB_MAX_SRC; s++) free(bufs[s]);
+    if (st == OB_ERR_DEVICE) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
+    return st;
+}
+
+/* ---- compute ----------------------------------------------------------------------------------- */
+
+static size_t node_tmp_size(const ob_tensor *n) {
+    if (n->op == OB_OP_MATMUL) return ob_cu_matmul_tmp_size(n);
+    if (n->op == OB_OP_ATTENTION) return ob_cu_attention_tmp_size(n);
+    return 0;
+}
+
+static bool launch(ob_cu_ctx *cx, ob_tensor *n) {
+    switch (n->op) {
+    case OB_OP_GET_ROWS: return ob_cu_op_get_rows(cx, n);
+    case OB_OP_MATMUL: return ob_cu_op_matmul(cx, n);
+    case OB_OP_CPY: return ob_cu_op_cpy(cx, n);
+    case OB_OP_RMS_NORM:
+    case OB_OP_LAYER_NORM: return ob_cu_op_norm(cx, n);
+    case OB_OP_ADD:
+    case OB_OP_MUL: return ob_cu_op_binary(cx, n);
+    case OB_OP_SCALE:
+    case OB_OP_ACT: return ob_cu_op_unary(cx, n);
+    case OB_OP_GLU: return ob_cu_op_glu(cx, n);
+    case OB_OP_ROPE: return ob_cu_op_rope(cx, n);
+    case OB_OP_SOFTMAX: return ob_cu_op_softmax(cx, n);
+    case OB_OP_KV_STORE: return ob_cu_op_kv_store(cx, n);
+    case OB_OP_ATTENTION: return ob_cu_op_attention(cx, n);
+    default: return false;
+    }
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = (const uint8_t *)p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Everything a launch depends on besides device memory contents. */
+static uint64_t graph_key(const ob_graph *g) {
+    uint64_t h = fnv(1469598103934665603ull, &g->n, sizeof(g->n));
+    for (int64_t i = 0; i < g->n; i++) {
+        const ob_tensor *t = &g->nodes[i];
+        h = fnv(h, &t->op, sizeof(t->op));
+        h = fnv(h, &t->type, sizeof(t->type));
+        h = fnv(h, t->ne, sizeof(t->ne));
+        h = fnv(h, &t->data, sizeof(t->data));
+        h = fnv(h, t->ip, sizeof(t->ip));
+        h = fnv(h, t->fp, sizeof(t->fp));
+        for (int s = 0; s < OB_MAX_SRC; s++) {
+            const void *d = t->src[s] ? t->src[s]->data : NULL;
+            h = fnv(h, &d, sizeof(d));
+        }
+    }
+    return h;
+}
+
+static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
+    for (int64_t i = 0; i < g->n; i++) {
+        ob_tensor *n = &g->nodes[i];
+        if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        if (!launch(cx, n)) return false;
+    }
+    return true;
+}
+
+static ob_cu_exec *find_exec(ob_cu_ctx *cx, uint64_t key) {
+    for (int i = 0; i < OB_CU_MAX_EXEC; i++)
+        if (cx->execs[i].exec && cx->execs[i].key == key) return &cx->execs[i];
+    return NULL;
+}
+
+/* Captures the graph's launches into a CUDA graph, kept in the least recently used slot. */
+static ob_cu_exec *capture(ob_cu_ctx *cx, ob_graph *g, uint64_t key) {
+    ob_cu_exec *slot = &cx->execs[0];
+    for (int i = 1; i < OB_CU_MAX_EXEC; i++)
+        if (!cx->execs[i].exec || (slot->exec && cx->execs[i].last_used < slot->last_used)) slot = &cx->execs[i];
+    if (slot->exec) { cudaGraphExecDestroy(slot->exec); slot->exec = NULL; }
+    cudaGraph_t graph = NULL;
+    if (!OB_CU(cx, cudaStreamBeginCapture(cx->stream, cudaStreamCaptureModeThreadLocal))) return NULL;
+    bool ok = enqueue_all(cx, g);
+    cudaError_t e = cudaStreamEndCapture(cx->stream, &graph);
+    if (!ok || !OB_CU(cx, e)) { if (graph) cudaGraphDestroy(graph); return NULL; }
+    e = cudaGraphInstantiate(&slot->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (!OB_CU(cx, e)) { slot->exec = NULL; return NULL; }
+    slot->key = key;
+    return slot;
+}
+
+static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+    ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
+    if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
+    /* One pass on the host: support, scratch size, and whether the step can be captured. */
+    size_t need = 0;
+    bool capturable = cx->use_graphs, any_fallback = false;
+    for (int64_t i = 0; i < g->n; i++) {
+        ob_tensor *n = &g->nodes[i];
+        if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        if (!supports_node(n)) {
+            if (!cx->allow_fallback)
+                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "cuda: node %s (%s, %s) not supported", n->name,
+                               ob_op_name(n->op), ob_type_name(n->type) ? ob_type_name(n->type) : "?");
+            any_fallback = true;
+            continue;
+        }
+        size_t s = node_tmp_size(n);
+        if (s > need) need = s;
+        if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(n)) capturable = false;
+    }
+    if (any_fallback) capturable = false;
+    if (need > cx->tmp_size) {
+        if (cx->tmp) cudaFree(cx->tmp);
+        cx->tmp = NULL;
+        cx->tmp_size = 0;
+        if (cudaMalloc(&cx->tmp, need) != cudaSuccess) {
+            cudaGetLastError();
+            cx->tmp = NULL;
+            return ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: cannot allocate %zu bytes of scratch", need);
+        }
+        cx->tmp_size = need;
+    }
+    bool ok = true;
+    if (capturable) {
+        /* Capture a structure the second time it is seen in a row: one-off graphs (a
+         * prefill) are not worth the capture cost; decode steps repeat. */
+        uint64_t key = graph_key(g);
+        ob_cu_exec *ex = find_exec(cx, key);
+        if (!ex && key == cx->last_key) ex = capture(cx, g, key);
+        cx->last_key = key;
+        if (ex) {
+            ex->last_used = ++cx->tick;
+            ok = OB_CU(cx, cudaGraphLaunch(ex->exec, cx->stream));
+        } else if (!cx->faulted) {
+            ok = enqueue_all(cx, g);
+        } else {
+            ok = false;
+        }
+    } else {
+        for (int64_t i = 0; i < g->n && ok; i++) {
+            ob_tensor *n = &g->nodes[i];
+            if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+            if (!supports_node(n)) {
+                ob_status st = run_fallback(cx, n, err, err_len);
+                if (st) return st;
+                continue;
+            }
+            ok = launch(cx, n);
+        }
+    }
+    if (ok) ok = OB_CU(cx, cudaStreamSynchronize(cx->stream));
+    if (!ok) {
+        if (!cx->last_err[0]) snprintf(cx->last_err, sizeof(cx->last_err), "kernel launch failed");
+        cx->faulted = true;
+        return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
+    }
+    return OB_OK;
+}
+
+static void cu_destroy(ob_backend *be) {
+    if (!be) return;
+    ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
+    if (cx) {
+        for (int i = 0; i < OB_CU_MAX_EXEC; i++)
+            if (cx->execs[i].exec) cudaGraphExecDestroy(cx->execs[i].exec);
+        if (cx->tmp) cudaFree(cx->tmp);
+        if (cx->blas) cublasDestroy(cx->blas);
+        if (cx->stream) cudaStreamDestroy(cx->stream);
+        free(cx);
+    }
+    free(be);
+}
+
+static const ob_backend_iface g_cuda_iface = {
+    "cuda",
+    false,
+    cu_supports,
+    cu_alloc,
+    cu_free_buf,
+    cu_upload,
+    cu_download,
+    cu_compute,
+    cu_destroy,
+};
+
+extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char *err, size_t err_len) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "cuda: no CUDA device (%s)",
+                e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return NULL;
+    }
+    if (device < 0 || device >= count) {
+        ob_fail(err, err_len, OB_ERR_ARG, "cuda: device %d out of range (%d found)", device, count);
+        return NULL;
+    }
+    cudaDeviceProp prop;
+    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: cannot open device %d", device);
+        return NULL;
+    }
+#ifndef OB_HIP
+    if (prop.major < 7) {
+        ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "cuda: %s has compute capability %d.%d; 7.0 or newer is needed", prop.name,
+                prop.major, prop.minor);
+        return NULL;
+    }
+#endif
+    ob_backend *be = (ob_backend *)calloc(1, sizeof(*be));
+    ob_cu_ctx *cx = (ob_cu_ctx *)calloc(1, sizeof(*cx));
+    if (!be || !cx) {
+        free(be);
+        free(cx);
+        ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: out of memory");
+        return NULL;
+    }
+    be->iface = &g_cuda_iface;
+    be->ctx = cx;
+    cx->device = device;
+    cx->allow_fallback = allow_fallback;
+    cx->sm_count = prop.multiProcessorCount;
+    const char *ng = getenv("ONEBIT_CUDA_GRAPHS");
+    cx->use_graphs = !(ng && ng[0] == '0');
+    bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx);
+    if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
+        cx->blas = NULL;
+        snprintf(cx->last_err, sizeof(cx->last_err), "cublasCreate failed");
+        ok = false;
+    }
+    if (ok && cublasSetStream(cx->blas, cx->stream) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(cx->last_err, sizeof(cx->last_err), "cublasSetStream failed");
+        ok = false;
+    }
+    if (!ok) {
+        ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: cannot start on device %d: %s", device, cx->last_err);
+        cu_destroy(be);
+        return NULL;
+    }
+    ob_log(OB_LOG_INFO, "cuda: %s (compute %d.%d, %d SMs, %.1f GiB)", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
+           prop.totalGlobalMem / 1073741824.0);
+    return be;
+}

@@ -1,0 +1,295 @@
+/* Ops that read weight-typed data through the device dequantizers: MATMUL (quantized
+ * matvec for decode, dequantize-to-f16 + cuBLAS for prefill), GET_ROWS and CPY.
+ *
+ *   MATMUL: src0 W [K, N] any supported type; src1 x F32 [K, T]; dst F32 [N, T].
+ *   T <= OB_MMV_MAX_T: one warp per output row; each lane dequantizes 32-element chunks
+ *   of the row (adjacent lanes read adjacent bytes) and dots them with the T columns, so
+ *   the weights stream from memory once per step.
+ *   Larger T: W is dequantized slab by slab into f16 (cx->tmp), x is converted to f16,
+ *   and cuBLAS multiplies them on tensor cores with f32 accumulation. F32 weights use
+ *   plain SGEMM. */
+#include "backend/cuda/dequant.cuh"
+#include "format/quant_iq_grids.h"
+#include <stdio.h>
+
+#define OB_MMV_MAX_T 8
+#define OB_SLAB_ELEMS ((int64_t)64 << 20) /* f16 weight elements staged per GEMM */
+
+bool ob_cu_tables_init(ob_cu_ctx *cx) {
+    return OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_ksigns), ob_iq_ksigns, sizeof(ob_iq_ksigns))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xxs), ob_iq2xxs_grid, sizeof(ob_iq2xxs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xs), ob_iq2xs_grid, sizeof(ob_iq2xs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2s), ob_iq2s_grid, sizeof(ob_iq2s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3xxs), ob_iq3xxs_grid, sizeof(ob_iq3xxs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3s), ob_iq3s_grid, sizeof(ob_iq3s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq1s), ob_iq1s_grid, sizeof(ob_iq1s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq4nl), ob_iq4nl_values, 16)) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_mxfp4), ob_mxfp4_values, 16));
+}
+
+bool ob_cu_type_has_deq(ob_type t) {
+    switch (t) {
+#define X(tt) case tt: return true;
+        OB_CU_FOR_EACH_TYPE(X)
+#undef X
+    default: return false;
+    }
+}
+
+/* ---- kernels ----------------------------------------------------------------------------- */
+
+/* y[t][row] = dot(W row, x[t]); blockDim.x = 32 * rows per block. */
+template <int T, int NT>
+__global__ void k_mmv(const uint8_t *__restrict__ W, size_t rb, const float *__restrict__ x, float *__restrict__ y,
+                      int64_t K, int64_t N, int nt) {
+    const int lane = threadIdx.x % OB_WARP;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / OB_WARP) + threadIdx.x / OB_WARP;
+    if (row >= N) return;
+    const uint8_t *wr = W + row * rb;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    const int64_t nc = K / 32;
+    for (int64_t c = lane; c < nc; c += OB_WARP) {
+        float v[32];
+        deq32<T>(wr, c, v);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            const float4 *xp = (const float4 *)(x + t * K + c * 32);
+            float s = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float4 f = xp[k];
+                s += v[4 * k] * f.x + v[4 * k + 1] * f.y + v[4 * k + 2] * f.z + v[4 * k + 3] * f.w;
+            }
+            acc[t] += s;
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = OB_WARP / 2; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
+        if (lane == 0 && t < nt) y[t * N + row] = s;
+    }
+}
+
+/* Rows [0, rows) of W -> f16, one thread per 32-element chunk. */
+template <int T>
+__global__ void k_deq_f16(const uint8_t *__restrict__ W, size_t rb, __half *__restrict__ out, int64_t K, int64_t rows) {
+    const int64_t nc = K / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nc * rows) return;
+    const int64_t r = i / nc, c = i % nc;
+    float v[32];
+    deq32<T>(W + r * rb, c, v);
+    __half2 *o = (__half2 *)(out + r * K + c * 32);
+#pragma unroll
+    for (int j = 0; j < 16; j++) o[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
+}
+
+__global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2half_rn(x[i]);
+}
+
+/* dst[t] = table[ids[t]] as f32; ids out of range give zeros (the engine validates them
+ * first; this only keeps a bad id from reading wild memory). */
+template <int T>
+__global__ void k_get_rows(const uint8_t *__restrict__ tab, size_t rb, int64_t rows, const int32_t *__restrict__ ids,
+                           float *__restrict__ y, int64_t ne0, int64_t nt) {
+    const int64_t nc = ne0 / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nc * nt) return;
+    const int64_t t = i / nc, c = i % nc;
+    const int32_t id = ids[t];
+    float v[32];
+    if (id >= 0 && id < rows) deq32<T>(tab + (size_t)id * rb, c, v);
+    else
+        for (int j = 0; j < 32; j++) v[j] = 0.0f;
+    float *o = y + t * ne0 + c * 32;
+#pragma unroll
+    for (int j = 0; j < 32; j++) o[j] = v[j];
+}
+
+/* CPY of a contiguous tensor seen as one flat row: 32 elements per thread. */
+template <int T>
+__global__ void k_cpy_deq(const uint8_t *__restrict__ src, void *__restrict__ dst, int dtype, int64_t nc) {
+    const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= nc) return;
+    float v[32];
+    deq32<T>(src, c, v);
+    if (dtype == OB_TYPE_F32) {
+        float *o = (float *)dst + c * 32;
+        for (int j = 0; j < 32; j++) o[j] = v[j];
+    } else if (dtype == OB_TYPE_F16) {
+        __half *o = (__half *)dst + c * 32;
+        for (int j = 0; j < 32; j++) o[j] = __float2half_rn(v[j]);
+    } else if (dtype == OB_TYPE_BF16) {
+        uint16_t *o = (uint16_t *)dst + c * 32;
+        for (int j = 0; j < 32; j++) {
+            const uint32_t u = __float_as_uint(v[j]);
+            o[j] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+        }
+    } else { /* Q8_0, as ob_quant_row_q8_0 */
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t *o = (uint8_t *)dst + c * 34;
+        const uint16_t dh = __half_as_ushort(__float2half_rn(d));
+        o[0] = (uint8_t)(dh & 0xff);
+        o[1] = (uint8_t)(dh >> 8);
+        for (int j = 0; j < 32; j++) {
+            const float q = v[j] * id;
+            o[2 + j] = (uint8_t)(int8_t)(q == q ? roundf(fminf(fmaxf(q, -127.0f), 127.0f)) : 0.0f);
+        }
+    }
+}
+
+/* ---- support ------------------------------------------------------------------------------ */
+
+static bool f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
+
+bool ob_cu_supports_quant_op(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    if (!a) return false;
+    switch (n->op) {
+    case OB_OP_GET_ROWS:
+        return ob_cu_type_has_deq(a->type) && a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0 &&
+               b && b->type == OB_TYPE_I32 && f32(n) && n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
+    case OB_OP_MATMUL:
+        return ob_cu_type_has_deq(a->type) && a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0 &&
+               f32(b) && f32(n) && b->ne[0] == a->ne[0] && n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
+    case OB_OP_CPY: {
+        const int64_t ne = ob_nelements(a);
+        if (ne != ob_nelements(n) || !ob_cu_type_has_deq(a->type) || a->ne[0] % ob_type_block_size(a->type) != 0) return false;
+        if (ne % 32 != 0 || ne % ob_type_block_size(a->type) != 0) return false;
+        if (n->type == OB_TYPE_Q8_0) return n->ne[0] % 32 == 0;
+        return n->type == OB_TYPE_F32 || n->type == OB_TYPE_F16 || n->type == OB_TYPE_BF16;
+    }
+    default: return false;
+    }
+}
+
+bool ob_cu_matmul_uses_blas(const ob_tensor *n) { return ob_nrows(n->src[1]) > OB_MMV_MAX_T; }
+
+static int64_t slab_rows(int64_t K, int64_t N) {
+    int64_t r = OB_SLAB_ELEMS / K;
+    return r < 1 ? 1 : r > N ? N : r;
+}
+
+size_t ob_cu_matmul_tmp_size(const ob_tensor *n) {
+    if (!ob_cu_matmul_uses_blas(n) || n->src[0]->type == OB_TYPE_F32) return 0;
+    const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
+    size_t w = n->src[0]->type == OB_TYPE_F16 ? 0 : (size_t)(slab_rows(K, N) * K) * 2;
+    return ((w + 255) & ~(size_t)255) + (size_t)(K * T) * 2;
+}
+
+/* ---- launchers ---------------------------------------------------------------------------- */
+
+template <int T> static void launch_mmv(ob_cu_ctx *cx, const ob_tensor *n, int nt) {
+    const ob_tensor *w = n->src[0];
+    const int64_t K = w->ne[0], N = w->ne[1];
+    const size_t rb = ob_row_size(w->type, K);
+    const int rows_per_block = 4;
+    const unsigned grid = ob_cu_blocks(N, rows_per_block);
+    const float *x = (const float *)n->src[1]->data;
+    if (nt == 1)
+        k_mmv<T, 1><<<grid, 32 * rows_per_block, 0, cx->stream>>>((const uint8_t *)w->data, rb, x, (float *)n->data, K, N, 1);
+    else
+        k_mmv<T, OB_MMV_MAX_T><<<grid, 32 * rows_per_block, 0, cx->stream>>>((const uint8_t *)w->data, rb, x, (float *)n->data, K, N, nt);
+}
+
+template <int T> static void launch_deq_f16(ob_cu_ctx *cx, const uint8_t *W, size_t rb, __half *out, int64_t K, int64_t rows) {
+    k_deq_f16<T><<<ob_cu_blocks(rows * (K / 32), 256), 256, 0, cx->stream>>>(W, rb, out, K, rows);
+}
+
+static bool blas_ok(ob_cu_ctx *cx, cublasStatus_t s, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return true;
+    if (!cx->faulted) snprintf(cx->last_err, sizeof(cx->last_err), "%s:%d: cublas status %d", file, line, (int)s);
+    cx->faulted = true;
+    return false;
+}
+
+static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_tensor *w = n->src[0];
+    const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(n->src[1]);
+    const size_t rb = ob_row_size(w->type, K);
+    const float one = 1.0f, zero = 0.0f;
+    float *y = (float *)n->data;
+    if (w->type == OB_TYPE_F32)
+        return blas_ok(cx, cublasSgemm(cx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, (const float *)w->data,
+                                       (int)K, (const float *)n->src[1]->data, (int)K, &zero, y, (int)N), __FILE__, __LINE__);
+    const int64_t sr = slab_rows(K, N);
+    __half *w16 = (__half *)cx->tmp;
+    size_t woff = w->type == OB_TYPE_F16 ? 0 : ((size_t)(sr * K) * 2 + 255) & ~(size_t)255;
+    __half *x16 = (__half *)((char *)cx->tmp + woff);
+    k_f32_to_f16<<<ob_cu_blocks(K * T, 256), 256, 0, cx->stream>>>((const float *)n->src[1]->data, x16, K * T);
+    if (!OB_CU_LAUNCHED(cx)) return false;
+    for (int64_t r0 = 0; r0 < N; r0 += sr) {
+        const int64_t rows = OB_MIN(sr, N - r0);
+        const uint8_t *W = (const uint8_t *)w->data + (size_t)r0 * rb;
+        const __half *A = (const __half *)W;
+        if (w->type != OB_TYPE_F16) {
+            switch (w->type) {
+#define X(tt) case tt: launch_deq_f16<tt>(cx, W, rb, w16, K, rows); break;
+                OB_CU_FOR_EACH_TYPE(X)
+#undef X
+            default: return false;
+            }
+            if (!OB_CU_LAUNCHED(cx)) return false;
+            A = w16;
+        }
+#ifdef OB_HIP
+        cublasStatus_t s = hipblasGemmEx(cx->blas, HIPBLAS_OP_T, HIPBLAS_OP_N, (int)rows, (int)T, (int)K, &one, A, HIPBLAS_R_16F,
+                                         (int)K, x16, HIPBLAS_R_16F, (int)K, &zero, y + r0, HIPBLAS_R_32F, (int)N,
+                                         HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT);
+#else
+        cublasStatus_t s = cublasGemmEx(cx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, A, CUDA_R_16F,
+                                        (int)K, x16, CUDA_R_16F, (int)K, &zero, y + r0, CUDA_R_32F, (int)N,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+#endif
+        if (!blas_ok(cx, s, __FILE__, __LINE__)) return false;
+    }
+    return true;
+}
+
+bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
+    const int64_t T = ob_nrows(n->src[1]);
+    if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
+    switch (n->src[0]->type) {
+#define X(tt) case tt: launch_mmv<tt>(cx, n, (int)T); break;
+        OB_CU_FOR_EACH_TYPE(X)
+#undef X
+    default: return false;
+    }
+    return OB_CU_LAUNCHED(cx);
+}
+
+template <int T> static void launch_get_rows(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *ids = n->src[1];
+    const int64_t ne0 = a->ne[0], nt = ob_nelements(ids);
+    k_get_rows<T><<<ob_cu_blocks(nt * (ne0 / 32), 128), 128, 0, cx->stream>>>(
+        (const uint8_t *)a->data, ob_row_size(a->type, ne0), ob_nrows(a), (const int32_t *)ids->data, (float *)n->data, ne0, nt);
+}
+
+bool ob_cu_op_get_rows(ob_cu_ctx *cx, ob_tensor *n) {
+    switch (n->src[0]->type) {
+#define X(tt) case tt: launch_get_rows<tt>(cx, n); break;
+        OB_CU_FOR_EACH_TYPE(X)
+#undef X
+    default: return false;
+    }
+    return OB_CU_LAUNCHED(cx);
+}
+
+bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_tensor *a = n->src[0];
+    const int64_t nc = ob_nelements(a) / 32;
+    const unsigned grid = ob_cu_blocks(nc, 128);
+    switch (a->type) {
+#define X(tt) case tt: k_cpy_deq<tt><<<grid, 128, 0, cx->stream>>>((const uint8_t *)a->data, n->data, (int)n->type, nc); break;
+        OB_CU_FOR_EACH_TYPE(X)
+#undef X
+    default: return false;
+    }
+    return OB_CU_LAUNCHED(cx);
+}

@@ -1,0 +1,89 @@
+#version 450
+// ATTENTION (flash style): one workgroup per (token t, query head h); cells are visited in
+// tiles of WG, one cell per invocation for the logit, then every invocation accumulates
+// its own output dimensions over the tile with an online softmax (running max and sum).
+// a q F32 [hd, H, T], b K cache, c V cache ([hd*n_kv, cells] of F32/F16/Q8_0),
+// d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T].
+// u[0] hd, u[1] H, u[2] T, u[3] n_kv, u[4] cells per seq, u[5] window, u[6] causal,
+// u[7] K type, u[8] V type, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap.
+#include "common.glsl"
+#define WG 128
+#define MAXD 4 // output dims per invocation: head_dim <= 4 * WG
+layout(local_size_x = WG) in;
+
+shared float qs[MAXD * WG];
+shared float lg[WG];
+
+// Element i of cache row r (row length rl) of type ty.
+float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
+    uint64_t k = r * rl + i;
+    if (ty == 0u) return BF32(base + k * 4).v[0];
+    if (ty == 1u) return unpackHalf2x16(uint(BU16(base + k * 2).v[0])).x;
+    uint64_t blk = base + (r * (rl / 32) + i / 32) * 34;
+    return ld_f16(blk) * float(ld_i8(blk + 2 + i % 32));
+}
+
+void main() {
+    uint g = group_id();
+    if (g >= pc.u[10]) return;
+    uint hd = pc.u[0], H = pc.u[1], T = pc.u[2], tid = gl_LocalInvocationID.x;
+    uint t = g / H, h = g % H, kh = h / (H / pc.u[3]), rl = hd * pc.u[3], cps = pc.u[4];
+    uint kt = pc.u[7], vt = pc.u[8];
+    int p = BI32(pc.d).v[t], s = BI32(pc.e).v[t];
+    bool causal = pc.u[6] != 0u;
+    int w = int(pc.u[5]);
+    BF32 y = BF32(pc.o + (uint64_t(t) * H + h) * hd * 4);
+    if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[9])) {
+        for (uint e = tid; e < hd; e += WG) y.v[e] = 0.0;
+        return;
+    }
+    // Whole-sequence attention reaches the furthest position of this sequence in the batch.
+    int hi = p;
+    if (!causal) {
+        int m = p;
+        for (uint u = tid; u < T; u += WG)
+            if (BI32(pc.e).v[u] == s) m = max(m, BI32(pc.d).v[u]);
+        hi = int(wg_max(float(m)));
+        hi = min(hi, int(cps) - 1);
+        if (w > 0) hi = min(hi, p + w - 1);
+    }
+    int lo = w > 0 ? max(0, p - w + 1) : 0;
+    BF32 q = BF32(pc.a + (uint64_t(t) * H + h) * hd * 4);
+    for (uint e = tid; e < hd; e += WG) qs[e] = q.v[e] * pc.f[0];
+    barrier();
+    uint64_t cell0 = uint64_t(s) * cps;
+    float m = -1.0 / 0.0, l = 0.0, acc[MAXD];
+    for (uint k = 0; k < MAXD; k++) acc[k] = 0.0;
+    for (int j0 = lo; j0 <= hi; j0 += WG) {
+        int j = j0 + int(tid);
+        float x = -1.0 / 0.0;
+        if (j <= hi) {
+            x = 0.0;
+            uint64_t r = cell0 + uint64_t(j);
+            for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
+            if (pc.f[1] > 0.0) x = pc.f[1] * tanh(x / pc.f[1]);
+        }
+        float mt = wg_max(x);
+        float mn = max(m, mt);
+        float corr = m == -1.0 / 0.0 ? 0.0 : exp(m - mn); // nothing accumulated yet
+        lg[tid] = j <= hi ? exp(x - mn) : 0.0;
+        l = l * corr + wg_sum(lg[tid]);
+        m = mn;
+        for (uint k = 0; k < MAXD; k++) acc[k] *= corr;
+        int nj = min(WG, hi - j0 + 1);
+        for (int jj = 0; jj < nj; jj++) {
+            float pj = lg[jj];
+            uint64_t r = cell0 + uint64_t(j0 + jj);
+            for (uint k = 0; k < MAXD; k++) {
+                uint e = tid + k * WG;
+                if (e < hd) acc[k] += pj * kv_at(pc.c, vt, r, rl, kh * hd + e);
+            }
+        }
+        barrier();
+    }
+    float inv = l > 0.0 ? 1.0 / l : 0.0;
+    for (uint k = 0; k < MAXD; k++) {
+        uint e = tid + k * WG;
+        if (e < hd) y.v[e] = acc[k] * inv;
+    }
+}

@@ -1,0 +1,37 @@
+#version 450
+// ADD, MUL, SCALE, ACT, GLU: one invocation per output element.
+// a src0, b src1 (ADD/MUL: broadcast over u[2] elements; GLU: up), o dst;
+// u[0] n, u[1] op (0 add, 1 mul, 2 scale, 3 act, 4 glu), u[3] ob_act; f[0] scale.
+#include "common.glsl"
+layout(local_size_x = 256) in;
+
+float act(uint kind, float x) {
+    if (kind == 0u) return x / (1.0 + exp(-x));
+    if (kind == 1u) {
+        // tanh(z) written through exp(-2|z|) so large |z| cannot overflow to inf/inf.
+        float z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+        float t = exp(-2.0 * abs(z));
+        return 0.5 * x * (1.0 + sign(z) * (1.0 - t) / (1.0 + t));
+    }
+    if (kind == 2u) {
+        // erf via Abramowitz-Stegun 7.1.26 is 1.5e-7 absolute: enough for f32 activations.
+        float z = abs(x) * 0.7071067811865476;
+        float t = 1.0 / (1.0 + 0.3275911 * z);
+        float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-z * z);
+        return 0.5 * x * (1.0 + sign(x) * y);
+    }
+    return max(x, 0.0);
+}
+
+void main() {
+    uint i = group_id() * 256 + gl_LocalInvocationID.x;
+    if (i >= pc.u[0]) return;
+    float x = BF32(pc.a).v[i], y;
+    uint op = pc.u[1];
+    if (op == 0u) y = x + BF32(pc.b).v[i % pc.u[2]];
+    else if (op == 1u) y = x * BF32(pc.b).v[i % pc.u[2]];
+    else if (op == 2u) y = x * pc.f[0];
+    else if (op == 3u) y = act(pc.u[3], x);
+    else y = act(pc.u[3], x) * BF32(pc.b).v[i];
+    BF32(pc.o).v[i] = y;
+}

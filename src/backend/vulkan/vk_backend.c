@@ -1,0 +1,246 @@
+/* The Vulkan backend behind the seam: buffers are device addresses, a graph is recorded
+ * into one command buffer (a memory barrier between dispatches) and submitted once, and
+ * nodes without a kernel run on the CPU reference when fallback is allowed. */
+#include "backend/vulkan/vk_internal.h"
+#include "backend/cpu/cpu.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+/* ---- command buffer -------------------------------------------------------------------- */
+
+ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
+    if (vk->recording) return OB_OK;
+    OB_VK_CHECK(vkResetCommandBuffer(vk->cmd, 0));
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    OB_VK_CHECK(vkBeginCommandBuffer(vk->cmd, &bi));
+    vk->recording = true;
+    return OB_OK;
+}
+
+static void barrier(ob_vk *vk, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .dstAccessMask = dst_access};
+    vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage, 0,
+                         1, &mb, 0, NULL, 0, NULL);
+}
+
+ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
+    if (!vk->recording) return OB_OK;
+    vk->recording = false;
+    /* Device writes must reach the host domain before mapped reads after the fence. */
+    barrier(vk, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
+    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
+    if (r != VK_SUCCESS) {
+        /* After a fault nothing on this device can be trusted: fail every later call so
+         * the server stops taking work and a supervisor restarts it. */
+        if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
+        return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)",
+                       vk->info.name, (int)r);
+    }
+    return OB_OK;
+}
+
+static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
+    if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
+    uint32_t spec = (uint32_t)type;
+    VkSpecializationMapEntry me = {.constantID = 0, .offset = 0, .size = sizeof(uint32_t)};
+    VkSpecializationInfo si = {.mapEntryCount = 1, .pMapEntries = &me, .dataSize = sizeof(spec), .pData = &spec};
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
+        .layout = vk->layout};
+    OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, &vk->pipes[sh][type]));
+    *out = vk->pipes[sh][type];
+    return OB_OK;
+}
+
+ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc, uint64_t groups, char *err,
+                         size_t err_len) {
+    if (groups == 0) return OB_OK;
+    /* Every device allows 65535 groups per dimension; larger counts go 2D. */
+    uint64_t gx = groups < 65535 ? groups : 65535, gy = (groups + gx - 1) / gx;
+    if (gy > 65535 || groups > UINT32_MAX)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %llu workgroups is too many", (unsigned long long)groups);
+    pc->u[10] = (uint32_t)groups;
+    pc->u[11] = (uint32_t)gx;
+    VkPipeline p;
+    ob_status st = pipeline(vk, sh, type, &p, err, err_len);
+    if (st) return st;
+    st = ob_vk_begin(vk, err, err_len);
+    if (st) return st;
+    vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
+    vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(*pc), pc);
+    vkCmdDispatch(vk->cmd, (uint32_t)gx, (uint32_t)gy, 1);
+    /* Nodes mostly read what the previous one wrote; one global barrier per dispatch is
+     * simple and cheap next to the kernels. */
+    barrier(vk, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
+    return OB_OK;
+}
+
+/* ---- the seam -------------------------------------------------------------------------- */
+
+static bool vk_supports(ob_backend *be, const ob_tensor *node) { return ob_vk_supports_node(node); }
+
+static void *vk_alloc(ob_backend *be, size_t size) {
+    ob_vk *vk = be->ctx;
+    char err[256];
+    if (vk->faulted) return NULL;
+    if (vk->n_allocs == vk->cap_allocs) {
+        int cap = vk->cap_allocs ? vk->cap_allocs * 2 : 16;
+        ob_vk_alloc *a = realloc(vk->allocs, sizeof(*a) * (size_t)cap);
+        if (!a) return NULL;
+        vk->allocs = a;
+        vk->cap_allocs = cap;
+    }
+    ob_vk_alloc a;
+    if (ob_vk_buffer_new(vk, size, false, &a, err, sizeof(err)) != OB_OK) {
+        ob_log(OB_LOG_ERROR, "%s", err);
+        return NULL;
+    }
+    vk->allocs[vk->n_allocs++] = a;
+    return (void *)(uintptr_t)a.addr;
+}
+
+static void vk_free_buf(ob_backend *be, void *p) {
+    ob_vk *vk = be->ctx;
+    if (!p) return;
+    for (int i = 0; i < vk->n_allocs; i++) {
+        if (vk->allocs[i].addr != (uint64_t)(uintptr_t)p) continue;
+        vkDeviceWaitIdle(vk->dev);
+        ob_vk_buffer_free(vk, &vk->allocs[i]);
+        vk->allocs[i] = vk->allocs[--vk->n_allocs];
+        return;
+    }
+}
+
+static ob_status vk_upload(ob_backend *be, void *dst, const void *src, size_t size) {
+    char err[256];
+    ob_status st = ob_vk_copy(be->ctx, dst, src, size, true, err, sizeof(err));
+    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    return st;
+}
+
+static ob_status vk_download(ob_backend *be, void *dst, const void *src, size_t size) {
+    char err[256];
+    ob_status st = ob_vk_copy(be->ctx, dst, src, size, false, err, sizeof(err));
+    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    return st;
+}
+
+/* Runs one node on the CPU reference: sources come down, the result goes back up (and
+ * the cache, for KV_STORE, which writes its second source). */
+static ob_status cpu_fallback(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) {
+    ob_tensor srcs[OB_MAX_SRC], dst = *n;
+    void *host[OB_MAX_SRC + 1] = {0};
+    ob_status st = OB_OK;
+    if (!vk->fallback_logged[n->op][n->src[0] ? n->src[0]->type : 0]) {
+        vk->fallback_logged[n->op][n->src[0] ? n->src[0]->type : 0] = 1;
+        ob_log(OB_LOG_WARN, "vulkan: node %s (%s, %s) runs on the CPU", n->name, ob_op_name(n->op),
+               n->src[0] ? ob_type_name(n->src[0]->type) : "-");
+    }
+    for (int i = 0; i < OB_MAX_SRC && !st; i++) {
+        if (!n->src[i]) continue;
+        srcs[i] = *n->src[i];
+        size_t sz = ob_nbytes(&srcs[i]);
+        host[i] = malloc(sz ? sz : 1);
+        if (!host[i]) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: fallback for %s: out of memory", n->name); break; }
+        st = ob_vk_copy(vk, host[i], srcs[i].data, sz, false, err, err_len);
+        srcs[i].data = host[i];
+        dst.src[i] = &srcs[i];
+    }
+    size_t dsz = ob_nbytes(n);
+    if (!st) {
+        host[OB_MAX_SRC] = malloc(dsz ? dsz : 1);
+        if (!host[OB_MAX_SRC]) st = ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: fallback for %s: out of memory", n->name);
+    }
+    if (!st) {
+        dst.data = host[OB_MAX_SRC];
+        ob_cpu_ref_op(&dst);
+        st = ob_vk_copy(vk, n->data, dst.data, dsz, true, err, err_len);
+        if (!st && n->op == OB_OP_KV_STORE)
+            st = ob_vk_copy(vk, n->src[1]->data, srcs[1].data, ob_nbytes(&srcs[1]), true, err, err_len);
+    }
+    for (int i = 0; i <= OB_MAX_SRC; i++) free(host[i]);
+    return st;
+}
+
+static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+    ob_vk *vk = be->ctx;
+    if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s was lost", vk->info.name);
+    ob_status st = OB_OK;
+    for (int64_t i = 0; i < g->n && !st; i++) {
+        ob_tensor *n = &g->nodes[i];
+        if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        if (ob_vk_supports_node(n)) {
+            st = ob_vk_record_node(vk, n, err, err_len);
+        } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
+            st = ob_vk_submit_wait(vk, err, err_len);
+            if (!st) st = cpu_fallback(vk, n, err, err_len);
+        } else {
+            st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: node %s (%s, %s) has no kernel", n->name,
+                         ob_op_name(n->op), n->src[0] ? ob_type_name(n->src[0]->type) : "-");
+        }
+    }
+    if (st) {
+        /* Drop what was recorded: a half graph must not run later. */
+        if (vk->recording) {
+            vkEndCommandBuffer(vk->cmd);
+            vk->recording = false;
+        }
+        return st;
+    }
+    return ob_vk_submit_wait(vk, err, err_len);
+}
+
+static void vk_destroy(ob_backend *be) {
+    if (!be) return;
+    ob_vk *vk = be->ctx;
+    if (vk) {
+        ob_vk_device_free(vk);
+        free(vk);
+    }
+    free(be);
+}
+
+static const ob_backend_iface g_vk_iface = {
+    .name = "vulkan",
+    .host_memory = false,
+    .supports = vk_supports,
+    .alloc = vk_alloc,
+    .free_buf = vk_free_buf,
+    .upload = vk_upload,
+    .download = vk_download,
+    .compute = vk_compute,
+    .destroy = vk_destroy,
+};
+
+ob_backend *ob_backend_vulkan_new(int device, bool allow_fallback, char *err, size_t err_len) {
+    ob_backend *be = calloc(1, sizeof(*be));
+    ob_vk *vk = calloc(1, sizeof(*vk));
+    if (!be || !vk) {
+        free(be);
+        free(vk);
+        ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: out of memory");
+        return NULL;
+    }
+    vk->allow_fallback = allow_fallback;
+    if (ob_vk_device_init(vk, device, err, err_len) != OB_OK) {
+        ob_vk_device_free(vk);
+        free(vk);
+        free(be);
+        return NULL;
+    }
+    ob_log(OB_LOG_INFO, "vulkan: using %s (%.1f GiB, subgroup %u%s)", vk->info.name, vk->info.mem / 1073741824.0,
+           vk->info.subgroup, vk->host_visible ? ", host-visible memory" : "");
+    be->iface = &g_vk_iface;
+    be->ctx = vk;
+    return be;
+}

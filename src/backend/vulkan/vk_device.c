@@ -1,0 +1,343 @@
+/* Vulkan instance, device choice and listing, and buffers (allocation, host copies). */
+#include "backend/vulkan/vk_internal.h"
+#include <stdio.h>
+#include <stdlib.h>
+
+#define OB_VK_MAX_DEVICES 16
+#define OB_VK_STAGING_SIZE ((size_t)32 << 20)
+
+ob_status ob_vk_instance_new(VkInstance *out, char *err, size_t err_len) {
+    *out = VK_NULL_HANDLE;
+    uint32_t ver = 0;
+    /* vkEnumerateInstanceVersion is 1.1+; a 1.0 loader cannot run our shaders anyway. */
+    if (vkEnumerateInstanceVersion(&ver) != VK_SUCCESS || ver < VK_API_VERSION_1_2)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: the Vulkan loader is older than 1.2");
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "onebit",
+                             .apiVersion = VK_API_VERSION_1_2};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    VkResult r = vkCreateInstance(&ci, NULL, out);
+    if (r != VK_SUCCESS)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no Vulkan driver (vkCreateInstance: %d)", (int)r);
+    return OB_OK;
+}
+
+static bool has_extension(VkPhysicalDevice p, const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(p, NULL, &n, NULL) != VK_SUCCESS || !n) return false;
+    VkExtensionProperties *e = malloc(sizeof(*e) * n);
+    if (!e) return false;
+    bool found = false;
+    if (vkEnumerateDeviceExtensionProperties(p, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++) found = !strcmp(e[i].extensionName, name);
+    free(e);
+    return found;
+}
+
+static void describe(VkPhysicalDevice p, ob_vk_dev_info *d) {
+    memset(d, 0, sizeof(*d));
+    d->phys = p;
+    VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceProperties2 pr = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sg};
+    vkGetPhysicalDeviceProperties2(p, &pr);
+    snprintf(d->name, sizeof(d->name), "%s", pr.properties.deviceName);
+    d->type = pr.properties.deviceType;
+    d->api = pr.properties.apiVersion;
+    d->subgroup = sg.subgroupSize;
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(p, &mp);
+    for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
+        if ((mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) && mp.memoryHeaps[i].size > d->mem)
+            d->mem = mp.memoryHeaps[i].size;
+    d->coopmat = has_extension(p, "VK_KHR_cooperative_matrix");
+    if (d->api < VK_API_VERSION_1_2) { d->unusable = "Vulkan 1.2 needed"; return; }
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f11};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    vkGetPhysicalDeviceFeatures2(p, &f);
+    if (!f12.bufferDeviceAddress) d->unusable = "no bufferDeviceAddress";
+    else if (!f.features.shaderInt64) d->unusable = "no shaderInt64";
+    else if (!f12.storageBuffer8BitAccess || !f11.storageBuffer16BitAccess) d->unusable = "no 8/16-bit storage";
+    else if (!(sg.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) ||
+             (sg.supportedOperations & (VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT)) !=
+                 (VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT) ||
+             sg.subgroupSize < 2)
+        d->unusable = "no subgroup arithmetic in compute";
+    else if (d->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        /* A software rasterizer is slower than our CPU backend: only for tests. */
+        const char *e = getenv("ONEBIT_VULKAN_ALLOW_CPU");
+        if (!e || strcmp(e, "1")) d->unusable = "software device (ONEBIT_VULKAN_ALLOW_CPU=1 to use)";
+    }
+}
+
+static int rank(const ob_vk_dev_info *d) {
+    if (d->unusable) return 3;
+    if (d->type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU || d->type == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU) return 0;
+    return d->type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 2 : 1;
+}
+
+static int cmp_dev(const void *pa, const void *pb) {
+    const ob_vk_dev_info *a = pa, *b = pb;
+    int ra = rank(a), rb = rank(b);
+    if (ra != rb) return ra - rb;
+    return a->mem > b->mem ? -1 : a->mem < b->mem ? 1 : 0;
+}
+
+int ob_vk_enum_devices(VkInstance inst, ob_vk_dev_info *out, int cap, int *n_usable) {
+    *n_usable = 0;
+    VkPhysicalDevice phys[OB_VK_MAX_DEVICES];
+    uint32_t n = OB_VK_MAX_DEVICES;
+    VkResult r = vkEnumeratePhysicalDevices(inst, &n, phys);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) return 0;
+    int k = 0;
+    for (uint32_t i = 0; i < n && k < cap; i++) describe(phys[i], &out[k++]);
+    qsort(out, (size_t)k, sizeof(*out), cmp_dev);
+    for (int i = 0; i < k; i++) *n_usable += out[i].unusable == NULL;
+    return k;
+}
+
+static const char *type_name(VkPhysicalDeviceType t) {
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+void ob_vulkan_list_devices(FILE *f) {
+    char err[256];
+    VkInstance inst;
+    if (ob_vk_instance_new(&inst, err, sizeof(err)) != OB_OK) {
+        fprintf(f, "vulkan: %s\n", err);
+        return;
+    }
+    ob_vk_dev_info d[OB_VK_MAX_DEVICES];
+    int nu, n = ob_vk_enum_devices(inst, d, OB_VK_MAX_DEVICES, &nu);
+    if (n == 0) fprintf(f, "vulkan: no devices\n");
+    for (int i = 0; i < n; i++) {
+        char idx[16];
+        snprintf(idx, sizeof(idx), "%d", i);
+        fprintf(f, "vulkan:%s  %s (%s)  %.1f GiB  subgroup %u  coopmat %s  Vulkan %u.%u%s%s\n",
+                d[i].unusable ? "-" : idx, d[i].name, type_name(d[i].type), d[i].mem / 1073741824.0,
+                d[i].subgroup, d[i].coopmat ? "yes" : "no", VK_API_VERSION_MAJOR(d[i].api),
+                VK_API_VERSION_MINOR(d[i].api), d[i].unusable ? "  unusable: " : "",
+                d[i].unusable ? d[i].unusable : "");
+    }
+    vkDestroyInstance(inst, NULL);
+}
+
+/* ---- device ---------------------------------------------------------------------------- */
+
+/* Device-local memory on the largest device-local heap; mappable if such a type exists
+ * there (integrated GPUs, resizable BAR, lavapipe), else plain device-local plus staging. */
+static bool pick_memory(ob_vk *vk, VkPhysicalDeviceMemoryProperties *mp) {
+    const char *force = getenv("ONEBIT_VULKAN_STAGING"); /* tests the staging path on mappable devices */
+    bool no_map = force && !strcmp(force, "1");
+    int heap = -1;
+    for (uint32_t i = 0; i < mp->memoryHeapCount; i++)
+        if ((mp->memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+            (heap < 0 || mp->memoryHeaps[i].size > mp->memoryHeaps[heap].size))
+            heap = (int)i;
+    int best = -1;
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    for (uint32_t i = 0; i < mp->memoryTypeCount; i++) {
+        VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
+        if ((int)mp->memoryTypes[i].heapIndex != heap || !(fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
+        bool mappable = (fl & hv) == hv && !no_map;
+        if (best < 0 || (mappable && !vk->host_visible)) {
+            best = (int)i;
+            vk->host_visible = mappable;
+        }
+    }
+    if (best < 0) return false;
+    vk->mem_type = (uint32_t)best;
+    return true;
+}
+
+ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
+    ob_status st = ob_vk_instance_new(&vk->inst, err, err_len);
+    if (st) return st;
+    ob_vk_dev_info d[OB_VK_MAX_DEVICES];
+    int nu, n = ob_vk_enum_devices(vk->inst, d, OB_VK_MAX_DEVICES, &nu);
+    if (nu == 0) {
+        if (n > 0)
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no usable device (%s: %s)", d[0].name,
+                           d[0].unusable);
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no Vulkan device");
+    }
+    if (index < 0 || index >= nu)
+        return ob_fail(err, err_len, OB_ERR_ARG, "vulkan: device %d does not exist (%d usable)", index, nu);
+    vk->info = d[index];
+
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->info.phys, &nq, NULL);
+    VkQueueFamilyProperties qf[16];
+    if (nq > 16) nq = 16;
+    vkGetPhysicalDeviceQueueFamilyProperties(vk->info.phys, &nq, qf);
+    int fam = -1;
+    /* Prefer a compute-only family (async compute on discrete GPUs), else any with compute. */
+    for (uint32_t i = 0; i < nq; i++)
+        if ((qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) && !(qf[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) { fam = (int)i; break; }
+    for (uint32_t i = 0; i < nq && fam < 0; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
+    if (fam < 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", vk->info.name);
+    vk->qfam = (uint32_t)fam;
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
+                                   .queueCount = 1, .pQueuePriorities = &prio};
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .storageBuffer16BitAccess = VK_TRUE};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &f11, .bufferDeviceAddress = VK_TRUE,
+                                            .storageBuffer8BitAccess = VK_TRUE};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    f.features.shaderInt64 = VK_TRUE;
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f, .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci};
+    OB_VK_CHECK(vkCreateDevice(vk->info.phys, &dci, NULL, &vk->dev));
+    vkGetDeviceQueue(vk->dev, vk->qfam, 0, &vk->queue);
+
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(vk->info.phys, &mp);
+    if (!pick_memory(vk, &mp)) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no device-local memory");
+
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, .queueFamilyIndex = vk->qfam};
+    OB_VK_CHECK(vkCreateCommandPool(vk->dev, &pci, NULL, &vk->cpool));
+    VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = vk->cpool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
+    OB_VK_CHECK(vkAllocateCommandBuffers(vk->dev, &cai, &vk->cmd));
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    OB_VK_CHECK(vkCreateFence(vk->dev, &fci, NULL, &vk->fence));
+
+    VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(ob_vk_pc)};
+    VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                      .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
+    OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
+    for (int s = 0; s < OB_VK_SH_COUNT; s++) {
+        VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                        .codeSize = ob_vk_spv_table[s].size, .pCode = ob_vk_spv_table[s].code};
+        OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
+    }
+    if (!vk->host_visible) {
+        st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
+        if (st) return st;
+    }
+    return OB_OK;
+}
+
+void ob_vk_device_free(ob_vk *vk) {
+    if (vk->dev) {
+        vkDeviceWaitIdle(vk->dev);
+        for (int i = 0; i < vk->n_allocs; i++) ob_vk_buffer_free(vk, &vk->allocs[i]);
+        if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
+        for (int s = 0; s < OB_VK_SH_COUNT; s++) {
+            for (int t = 0; t < OB_TYPE_COUNT; t++)
+                if (vk->pipes[s][t]) vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
+            if (vk->mods[s]) vkDestroyShaderModule(vk->dev, vk->mods[s], NULL);
+        }
+        if (vk->layout) vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
+        if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
+        if (vk->cpool) vkDestroyCommandPool(vk->dev, vk->cpool, NULL);
+        vkDestroyDevice(vk->dev, NULL);
+    }
+    if (vk->inst) vkDestroyInstance(vk->inst, NULL);
+    free(vk->allocs);
+}
+
+/* ---- buffers --------------------------------------------------------------------------- */
+
+static int32_t find_type(ob_vk *vk, uint32_t bits, VkMemoryPropertyFlags want) {
+    VkPhysicalDeviceMemoryProperties mp;
+    vkGetPhysicalDeviceMemoryProperties(vk->info.phys, &mp);
+    for (uint32_t i = 0; i < mp.memoryTypeCount; i++)
+        if ((bits & (1u << i)) && (mp.memoryTypes[i].propertyFlags & want) == want) return (int32_t)i;
+    return -1;
+}
+
+ob_status ob_vk_buffer_new(ob_vk *vk, size_t size, bool host, ob_vk_alloc *out, char *err, size_t err_len) {
+    memset(out, 0, sizeof(*out));
+    size_t sz = (size + 255) & ~(size_t)255;
+    if (sz < size) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: buffer size overflow");
+    if (!sz) sz = 256;
+    VkBufferCreateInfo bci = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = sz,
+                              .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                                       VK_BUFFER_USAGE_TRANSFER_DST_BIT |
+                                       (host ? 0 : VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT),
+                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    OB_VK_CHECK(vkCreateBuffer(vk->dev, &bci, NULL, &out->buf));
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(vk->dev, out->buf, &req);
+    int32_t mt = host ? find_type(vk, req.memoryTypeBits,
+                                  VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+                      : ((req.memoryTypeBits >> vk->mem_type) & 1) ? (int32_t)vk->mem_type : -1;
+    if (mt < 0) {
+        vkDestroyBuffer(vk->dev, out->buf, NULL);
+        out->buf = VK_NULL_HANDLE;
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no memory type for a buffer");
+    }
+    VkMemoryAllocateFlagsInfo fl = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO,
+                                    .flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT};
+    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .pNext = host ? NULL : &fl,
+                                .allocationSize = req.size, .memoryTypeIndex = (uint32_t)mt};
+    VkResult r = vkAllocateMemory(vk->dev, &mai, NULL, &out->mem);
+    if (r != VK_SUCCESS) {
+        vkDestroyBuffer(vk->dev, out->buf, NULL);
+        out->buf = VK_NULL_HANDLE;
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: cannot allocate %.1f MiB of device memory (%d)",
+                       sz / 1048576.0, (int)r);
+    }
+    OB_VK_CHECK(vkBindBufferMemory(vk->dev, out->buf, out->mem, 0));
+    if (host || vk->host_visible) OB_VK_CHECK(vkMapMemory(vk->dev, out->mem, 0, VK_WHOLE_SIZE, 0, &out->map));
+    if (!host) {
+        VkBufferDeviceAddressInfo ai = {.sType = VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO, .buffer = out->buf};
+        out->addr = vkGetBufferDeviceAddress(vk->dev, &ai);
+    }
+    out->size = sz;
+    return OB_OK;
+}
+
+void ob_vk_buffer_free(ob_vk *vk, ob_vk_alloc *a) {
+    if (a->map) vkUnmapMemory(vk->dev, a->mem);
+    if (a->buf) vkDestroyBuffer(vk->dev, a->buf, NULL);
+    if (a->mem) vkFreeMemory(vk->dev, a->mem, NULL);
+    memset(a, 0, sizeof(*a));
+}
+
+ob_vk_alloc *ob_vk_find(ob_vk *vk, uint64_t addr, size_t size) {
+    for (int i = 0; i < vk->n_allocs; i++) {
+        ob_vk_alloc *a = &vk->allocs[i];
+        if (addr >= a->addr && addr - a->addr <= a->size && size <= a->size - (addr - a->addr)) return a;
+    }
+    return NULL;
+}
+
+/* Host <-> device copy of size bytes; dev is the device side (an address from alloc). */
+ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to_device, char *err, size_t err_len) {
+    if (!size) return OB_OK;
+    if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: the device was lost");
+    uint64_t dev = (uint64_t)(uintptr_t)(to_device ? dst : src);
+    ob_vk_alloc *a = ob_vk_find(vk, dev, size);
+    if (!a) return ob_fail(err, err_len, OB_ERR_ARG, "vulkan: copy of %zu bytes outside any buffer", size);
+    size_t off = (size_t)(dev - a->addr);
+    if (a->map) {
+        if (to_device) memcpy((char *)a->map + off, src, size);
+        else memcpy(dst, (const char *)a->map + off, size);
+        return OB_OK;
+    }
+    for (size_t done = 0; done < size;) {
+        size_t n = OB_MIN(size - done, vk->staging.size);
+        if (to_device) memcpy(vk->staging.map, (const char *)src + done, n);
+        ob_status st = ob_vk_begin(vk, err, err_len);
+        if (st) return st;
+        VkBufferCopy bc = {.srcOffset = to_device ? 0 : off + done, .dstOffset = to_device ? off + done : 0, .size = n};
+        vkCmdCopyBuffer(vk->cmd, to_device ? vk->staging.buf : a->buf, to_device ? a->buf : vk->staging.buf, 1, &bc);
+        st = ob_vk_submit_wait(vk, err, err_len);
+        if (st) return st;
+        if (!to_device) memcpy((char *)dst + done, vk->staging.map, n);
+        done += n;
+    }
+    return OB_OK;
+}

@@ -1,0 +1,43 @@
+/* SPIR-V of every shader, compiled by glslc at build time (see CMakeLists.txt) and
+ * embedded here so the binary needs no shader files at run time. */
+#include "backend/vulkan/vk_internal.h"
+
+static const uint32_t spv_norm[] = {
+#include "norm.spv.inc"
+};
+static const uint32_t spv_elementwise[] = {
+#include "elementwise.spv.inc"
+};
+static const uint32_t spv_softmax[] = {
+#include "softmax.spv.inc"
+};
+static const uint32_t spv_rope[] = {
+#include "rope.spv.inc"
+};
+static const uint32_t spv_get_rows[] = {
+#include "get_rows.spv.inc"
+};
+static const uint32_t spv_matmul[] = {
+#include "matmul.spv.inc"
+};
+static const uint32_t spv_kv_store[] = {
+#include "kv_store.spv.inc"
+};
+static const uint32_t spv_cpy[] = {
+#include "cpy.spv.inc"
+};
+static const uint32_t spv_attention[] = {
+#include "attention.spv.inc"
+};
+
+const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
+    [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
+    [OB_VK_SH_ELEMENTWISE] = {spv_elementwise, sizeof(spv_elementwise), "elementwise"},
+    [OB_VK_SH_SOFTMAX] = {spv_softmax, sizeof(spv_softmax), "softmax"},
+    [OB_VK_SH_ROPE] = {spv_rope, sizeof(spv_rope), "rope"},
+    [OB_VK_SH_GET_ROWS] = {spv_get_rows, sizeof(spv_get_rows), "get_rows"},
+    [OB_VK_SH_MATMUL] = {spv_matmul, sizeof(spv_matmul), "matmul"},
+    [OB_VK_SH_KV_STORE] = {spv_kv_store, sizeof(spv_kv_store), "kv_store"},
+    [OB_VK_SH_CPY] = {spv_cpy, sizeof(spv_cpy), "cpy"},
+    [OB_VK_SH_ATTENTION] = {spv_attention, sizeof(spv_attention), "attention"},
+};

