@@ -101,7 +101,19 @@ typedef struct ob_context_params {
     int n_seq;               /* parallel sequences, each owning n_ctx cells */
     int n_batch;             /* max tokens per ob_decode call */
     ob_kv_type type_k, type_v;
+    /* Embeddings: ob_decode pools each sequence of the batch into one vector (read with
+     * ob_get_embeddings) instead of producing logits. Forced on for encoder-only models.
+     * Each call then treats the batch's sequences as new (positions start at 0), and the
+     * whole batch must fit in n_batch tokens. */
+    bool embeddings;
+    int pooling;             /* ob_pooling; OB_POOLING_DEFAULT = the model's own */
+    bool normalize;          /* L2-normalise the pooled vectors (not applied to rank scores) */
 } ob_context_params;
+
+/* Values match llama.cpp's pooling_type metadata. RANK: a cross-encoder's classification
+ * head on the first token, giving one score per sequence. */
+enum ob_pooling { OB_POOLING_DEFAULT = -1, OB_POOLING_NONE = 0, OB_POOLING_MEAN = 1, OB_POOLING_CLS = 2,
+                  OB_POOLING_LAST = 3, OB_POOLING_RANK = 4 };
 
 ob_context_params ob_context_default_params(void);
 ob_status ob_context_new(ob_model *m, const ob_context_params *p, ob_context **out,
@@ -123,6 +135,15 @@ typedef struct ob_batch {
 ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len);
 /* Logits of the i-th token of the last batch (i must have wanted logits); n_vocab floats. */
 const float *ob_get_logits(ob_context *c, int i);
+/* Pooled vector of sequence seq from the last batch of an embeddings context
+ * (ob_context_n_embd floats), or NULL if seq was not in it. */
+const float *ob_get_embeddings(ob_context *c, int seq);
+/* Floats per pooled vector: n_embd, or the rank head's outputs when pooling is RANK. */
+int ob_context_n_embd(const ob_context *c);
+/* Relevance score (the rank head's first output) of sequence seq; NAN if none. */
+float ob_get_rank_score(ob_context *c, int seq);
+/* The model's own pooling (ob_pooling), OB_POOLING_NONE for a plain decoder. */
+int ob_model_pooling(const ob_model *m);
 /* Forgets positions >= pos of a sequence (pos = 0 clears it). */
 void ob_seq_truncate(ob_context *c, int seq, int pos);
 int ob_seq_len(const ob_context *c, int seq);

@@ -22,6 +22,9 @@ typedef struct ob_hparams {
     float attn_softcap, final_softcap;/* 0: none */
     float embd_scale;                 /* multiplies the token embedding (Gemma: sqrt(n_embd)) */
     bool tied_output;
+    int pooling_type;                 /* <arch>.pooling_type (ob_pooling); 0: none */
+    bool encoder;                     /* no LM head: only embeddings / rank scores */
+    int n_cls_out;                    /* outputs of a rank (classification) head; 0: none */
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */
@@ -44,6 +47,11 @@ typedef struct ob_fwd_inputs {
     ob_tensor *k_cache[OB_MAX_LAYERS], *v_cache[OB_MAX_LAYERS]; /* [hd*n_kv, cells] */
     int cells_per_seq;
     int n_tokens, n_out;
+    /* Embeddings (pooling > 0, an ob_pooling value): build returns the pooled output
+     * F32 [n, n_seq] (n = n_embd, or n_cls_out for RANK) instead of logits; out_ids unused. */
+    int pooling;
+    bool normalize;
+    int n_seq;
 } ob_fwd_inputs;
 
 typedef struct ob_arch {
@@ -51,7 +59,8 @@ typedef struct ob_arch {
     ob_status (*load_hparams)(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
     /* Looks up and shape-checks every weight; stores family-private pointers in *priv. */
     ob_status (*bind)(ob_model_view *mv, const ob_hparams *hp, void **priv, char *err, size_t err_len);
-    /* Builds one forward pass; returns the logits node F32 [n_vocab, n_out]. */
+    /* Builds one forward pass; returns the logits node F32 [n_vocab, n_out] (or the pooled
+     * node, see ob_fwd_inputs.pooling; NULL if the family cannot pool that way). */
     ob_tensor *(*build)(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in);
     void (*free_priv)(void *priv);
 } ob_arch;
@@ -77,5 +86,10 @@ bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *ou
 /* Families. */
 extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
 extern const ob_arch ob_arch_gemma3;
+extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-roberta (encoders) */
+
+/* Pools the final hidden states x [n_embd, T] per in->pooling (MEAN/CLS/LAST only):
+ * for decoder families' embedding mode. NULL for other pooling types. */
+ob_tensor *ob_arch_pool(ob_graph *g, const ob_fwd_inputs *in, ob_tensor *x);
 
 #endif

@@ -36,7 +36,7 @@ static jv lookup(jj_ctx *c, jj_scope *s, const char *name, size_t n) {
 
 static bool is_num(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT || v.kind == JV_FLOAT; }
 static double num_f(jv v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : (double)v.u.b; }
-static int64_t num_i(jv v) { return v.kind == JV_INT ? v.u.i : (int64_t)v.u.b; }
+static int64_t num_i(jv v) { return v.kind == JV_INT ? v.u.i : v.kind == JV_BOOL ? (int64_t)v.u.b : 0; }
 
 static const char *op_str(jj_op op) {
     switch (op) {
@@ -470,7 +470,7 @@ static void exec_body(jj_ctx *c, const jj_node *body, jj_scope *s) {
     c->depth--;
 }
 
-void jj_render(jj_ctx *c, const jj_node *root, const json_t *context) {
+static void render_root(jj_ctx *c, const jj_node *root, const json_t *context) {
     c->globals = scope_new(c, NULL);
     if (context && json_is_object(context)) {
         const char *k;
@@ -507,7 +507,7 @@ ob_status ob_jinja_render_ex(const char *tmpl, size_t tmpl_len, const json_t *co
         jj_node *root = jj_parse(c);
         jj_buf res = {0};
         c->out = &res;
-        jj_render(c, root, context);
+        render_root(c, root, context);
         char *s = malloc(res.n + 1);
         if (!s) jj_fail(c, "jinja: out of memory");
         if (res.n) memcpy(s, res.p, res.n);

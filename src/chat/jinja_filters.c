@@ -547,8 +547,6 @@ int jj_filter_index(const char *name, size_t n) {
     return -1;
 }
 
-const char *jj_filter_name(int idx) { return k_filters[idx].name; }
-
 jv jj_apply_filter(jj_ctx *c, int idx, jv v, jv *args, int nargs, const char **kwn, const size_t *kwnl, jv *kwv, int nkw) {
     jj_step(c);
     const filter_def *f = &k_filters[idx];

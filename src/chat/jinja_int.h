@@ -1,5 +1,5 @@
 /* Internals of the Jinja interpreter shared by jinja_lex.c, jinja_parse.c,
- * jinja_value.c, jinja_eval.c and jinja_builtin.c. Not a public interface.
+ * jinja_value.c, jinja_eval.c, jinja_builtin.c and jinja_filters.c. Not a public interface.
  *
  * Memory: everything (tokens, tree, values, strings) lives in one arena per render and is
  * freed at once at the end; values are immutable once built (the sandbox jinja2 runs in
@@ -145,7 +145,6 @@ static inline jv jv_bool(bool b) { jv v = {0}; v.kind = JV_BOOL; v.u.b = b; retu
 static inline jv jv_int(int64_t i) { jv v = {0}; v.kind = JV_INT; v.u.i = i; return v; }
 static inline jv jv_float(double f) { jv v = {0}; v.kind = JV_FLOAT; v.u.f = f; return v; }
 static inline jv jv_str(const char *p, size_t n) { jv v = {0}; v.kind = JV_STR; v.u.s.p = p; v.u.s.n = n; return v; }
-jv jv_cstr(jj_ctx *c, const char *s); /* copies */
 jv jv_list_new(jj_ctx *c, size_t cap);
 jv jv_dict_new(jj_ctx *c, size_t cap);
 void jj_list_push(jj_ctx *c, jj_list *l, jv x);
@@ -170,8 +169,8 @@ size_t jj_utf8_offset(const char *p, size_t n, size_t cp); /* byte offset of cod
 bool jj_is_space_at(const char *p, size_t n, size_t i, size_t *clen); /* Python str.isspace */
 jv jj_iterable_to_list(jj_ctx *c, jv v, const char *what); /* str -> chars, dict -> keys */
 
-/* builtins (jinja_builtin.c) */
-enum { JF_RANGE = 1, JF_NAMESPACE, JF_DICT, JF_RAISE, JF_STRFTIME, JF_LOOP_CYCLE, JF_LOOP_CHANGED,
+/* builtins (jinja_builtin.c: globals, attributes, methods; jinja_filters.c: filters, tests) */
+enum { JF_RANGE = 1, JF_NAMESPACE, JF_DICT, JF_RAISE, JF_STRFTIME,
        JF_METHOD /* str/dict/list methods: id = JF_METHOD + method index */ };
 jv jj_global(jj_ctx *c, const char *name, size_t n, bool *found);
 jv jj_get_attr(jj_ctx *c, jv obj, const char *name, size_t n);
@@ -179,7 +178,6 @@ jv jj_get_item(jj_ctx *c, jv obj, jv key);
 jv jj_call_builtin(jj_ctx *c, const jj_func *fn, jv *args, int nargs, const char **kwn, const size_t *kwnl, jv *kwv, int nkw, int line);
 jv jj_apply_filter(jj_ctx *c, int idx, jv v, jv *args, int nargs, const char **kwn, const size_t *kwnl, jv *kwv, int nkw);
 bool jj_apply_test(jj_ctx *c, int idx, jv v, jv *args, int nargs);
-const char *jj_filter_name(int idx);
 jv jj_slice(jj_ctx *c, jv obj, jv start, jv stop, jv step);
 
 /* argument binding for filters, globals and methods: positional then keyword into out[];
@@ -193,8 +191,7 @@ jv jj_replace(jj_ctx *c, jv s, jv old, jv new_, int64_t count);
 jv jj_splitlines(jj_ctx *c, const char *p, size_t n);
 jv jj_attr_path(jj_ctx *c, jv item, jv path);  /* "a.b.0" as jinja2's attrgetter */
 
-/* evaluation helpers used by builtins (map/select call other filters and tests) */
+/* operators, shared with filters (sum, odd/even tests) */
 jv jj_binary(jj_ctx *c, jj_op op, jv a, jv b);
-void jj_render(jj_ctx *c, const jj_node *root, const json_t *context);
 
 #endif

@@ -122,11 +122,6 @@ bool jj_is_space_at(const char *p, size_t n, size_t i, size_t *clen) {
 
 /* ---- construction ---- */
 
-jv jv_cstr(jj_ctx *c, const char *s) {
-    size_t n = strlen(s);
-    return jv_str(jj_strndup(c, s, n), n);
-}
-
 jv jv_list_new(jj_ctx *c, size_t cap) {
     jj_list *l = jj_alloc(c, sizeof *l);
     l->n = 0;
@@ -273,7 +268,7 @@ bool jv_truthy(jj_ctx *c, jv v) {
 
 static bool is_num(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT || v.kind == JV_FLOAT; }
 static double num_f(jv v) { return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : (double)v.u.b; }
-static int64_t num_i(jv v) { return v.kind == JV_INT ? v.u.i : (int64_t)v.u.b; }
+static int64_t num_i(jv v) { return v.kind == JV_INT ? v.u.i : v.kind == JV_BOOL ? (int64_t)v.u.b : 0; }
 
 bool jv_eq(jv a, jv b) {
     if (is_num(a) && is_num(b)) {

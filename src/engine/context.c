@@ -1,6 +1,7 @@
 /* A context: KV cache for n_seq sequences, input buffers, activation scratch, logits.
  * Everything is allocated here; ob_decode allocates nothing. */
 #include "engine/model_internal.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,6 +22,10 @@ struct ob_context {
     int32_t *logit_row;      /* per token of the last batch: row in logits or -1 */
     int n_batch_last;
     int *seq_len;            /* [n_seq] */
+    int pooling;             /* embeddings mode: ob_pooling > 0; 0 = logits */
+    int n_embd_out;          /* floats per pooled vector */
+    float *embd;             /* host [n_embd_out, n_seq] pooled vectors of the last batch */
+    bool *embd_valid;        /* [n_seq] sequence was in the last batch */
 };
 
 ob_context_params ob_context_default_params(void) {
@@ -30,6 +35,9 @@ ob_context_params ob_context_default_params(void) {
     p.n_batch = 512;
     p.type_k = OB_KV_F16;
     p.type_v = OB_KV_F16;
+    p.embeddings = false;
+    p.pooling = OB_POOLING_DEFAULT;
+    p.normalize = true;
     return p;
 }
 
@@ -62,6 +70,9 @@ static ob_tensor *build(ob_context *c, int T, int n_out) {
     in.cells_per_seq = c->cells_per_seq;
     in.n_tokens = T;
     in.n_out = n_out;
+    in.pooling = c->pooling;
+    in.normalize = c->p.normalize && c->pooling != OB_POOLING_RANK;
+    in.n_seq = c->p.n_seq;
     return m->arch->build(g, hp, m->arch_priv, &in);
 }
 
@@ -93,6 +104,8 @@ void ob_context_free(ob_context *c) {
     free(c->logits);
     free(c->logit_row);
     free(c->seq_len);
+    free(c->embd);
+    free(c->embd_valid);
     free(c);
 }
 
@@ -123,9 +136,23 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     }
     size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = (vrow * cells + 255) & ~(size_t)255;
     size_t kv_total = (layer_k + layer_v) * (size_t)hp->n_layer;
+    if (p.embeddings || hp->encoder) {
+        c->pooling = p.pooling == OB_POOLING_DEFAULT ? hp->pooling_type : p.pooling;
+        if (c->pooling == OB_POOLING_DEFAULT || c->pooling == OB_POOLING_NONE)
+            c->pooling = hp->encoder ? OB_POOLING_CLS : OB_POOLING_LAST;
+        if (c->pooling < OB_POOLING_MEAN || c->pooling > OB_POOLING_RANK || (c->pooling == OB_POOLING_RANK && hp->n_cls_out <= 0)) {
+            st = ob_fail(err, err_len, OB_ERR_ARG, "context: pooling %d is not available for this model", c->pooling);
+            goto fail;
+        }
+        c->n_embd_out = c->pooling == OB_POOLING_RANK ? hp->n_cls_out : hp->n_embd;
+        c->embd = calloc((size_t)c->n_embd_out * (size_t)p.n_seq, sizeof(float));
+        c->embd_valid = calloc((size_t)p.n_seq, sizeof(bool));
+        if (!c->embd || !c->embd_valid) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory"); goto fail; }
+    }
     c->graph = ob_graph_new((int64_t)hp->n_layer * 48 + 64);
     c->h_in = calloc((size_t)p.n_batch * 4, sizeof(int32_t));
-    c->logits = malloc(sizeof(float) * (size_t)hp->n_vocab * ((size_t)p.n_batch + 1)); /* +1: a chunk with no wanted row still writes one */
+    /* +1: a chunk with no wanted row still writes one. Embeddings contexts have no logits. */
+    c->logits = malloc(sizeof(float) * (c->pooling ? 1 : (size_t)hp->n_vocab * ((size_t)p.n_batch + 1)));
     c->logit_row = malloc(sizeof(int32_t) * (size_t)p.n_batch);
     c->seq_len = calloc((size_t)p.n_seq, sizeof(int));
     if (!c->graph || !c->h_in || !c->logits || !c->logit_row || !c->seq_len) {
@@ -135,7 +162,11 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     /* Scratch for the largest graph: a full batch with every row wanting logits. */
     c->in_buf = c->be->iface->alloc(c->be, sizeof(int32_t) * (size_t)p.n_batch * 4);
     if (!c->in_buf) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: cannot allocate input buffers"); goto fail; }
-    build(c, p.n_batch, p.n_batch);
+    if (!build(c, p.n_batch, p.n_batch)) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: the %s family cannot build this output (pooling %d)",
+                     m->arch->name, c->pooling);
+        goto fail;
+    }
     ob_graph_plan(c->graph);
     size_t scratch = c->graph->scratch_size;
     if (m->params.strict_device) {
@@ -207,6 +238,14 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     ob_graph_bind(c->graph, c->scratch);
     st = be->iface->compute(be, c->graph, err, err_len);
     if (st) return st;
+    if (c->pooling) {
+        size_t eb = sizeof(float) * (size_t)c->n_embd_out * (size_t)c->p.n_seq;
+        st = be->iface->download(be, c->embd, logits->data, eb);
+        if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: download failed");
+        memset(c->embd_valid, 0, sizeof(bool) * (size_t)c->p.n_seq);
+        for (int i = 0; i < T; i++) c->embd_valid[seq[i]] = true;
+        return OB_OK;
+    }
     /* Logits rows land at chunk-local rows; store them after the earlier chunks' rows. */
     int row0 = 0;
     for (int j = 0; j < start; j++) if (c->logit_row[j] >= 0) row0 = c->logit_row[j] + 1;
@@ -228,6 +267,17 @@ ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len)
     if (!len) return ob_fail(err, err_len, OB_ERR_NOMEM, "decode: out of memory");
     memcpy(len, c->seq_len, sizeof(int) * (size_t)c->p.n_seq);
     ob_status st = OB_OK;
+    if (c->pooling) {
+        /* Whole-sequence attention sees only this batch's tokens: it must hold every
+         * sequence whole, and each sequence starts afresh. */
+        if (b->n_tokens > c->p.n_batch) {
+            free(len);
+            return ob_fail(err, err_len, OB_ERR_CONTEXT, "decode: %d tokens exceed the embeddings batch of %d",
+                           b->n_tokens, c->p.n_batch);
+        }
+        for (int i = 0; i < b->n_tokens; i++)
+            if (b->seq[i] >= 0 && b->seq[i] < c->p.n_seq) len[b->seq[i]] = 0;
+    }
     for (int i = 0; i < b->n_tokens && !st; i++) {
         int s = b->seq[i], p = b->pos[i], t = b->token[i];
         if (t < 0 || t >= hp->n_vocab) st = ob_fail(err, err_len, OB_ERR_ARG, "decode: token id %d out of range", t);
@@ -261,7 +311,22 @@ ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len)
     return st;
 }
 
+const float *ob_get_embeddings(ob_context *c, int seq) {
+    if (!c->pooling || seq < 0 || seq >= c->p.n_seq || !c->embd_valid[seq]) return NULL;
+    return c->embd + (size_t)seq * (size_t)c->n_embd_out;
+}
+
+int ob_context_n_embd(const ob_context *c) { return c->pooling ? c->n_embd_out : c->m->hp.n_embd; }
+
+float ob_get_rank_score(ob_context *c, int seq) {
+    const float *e = c->pooling == OB_POOLING_RANK ? ob_get_embeddings(c, seq) : NULL;
+    return e ? e[0] : NAN;
+}
+
+int ob_model_pooling(const ob_model *m) { return m->hp.pooling_type; }
+
 const float *ob_get_logits(ob_context *c, int i) {
+    if (c->pooling) return NULL;
     if (i < 0 || i >= c->n_batch_last || c->logit_row[i] < 0) return NULL;
     return c->logits + (size_t)c->logit_row[i] * c->m->hp.n_vocab;
 }

@@ -6,7 +6,7 @@
 
 static const char *const g_op_names[OB_OP_COUNT] = {
     "LEAF", "VIEW", "GET_ROWS", "RMS_NORM", "LAYER_NORM", "MATMUL", "ADD", "MUL", "SCALE",
-    "ROPE", "KV_STORE", "ATTENTION", "GLU", "ACT", "SOFTMAX", "CPY",
+    "ROPE", "KV_STORE", "ATTENTION", "GLU", "ACT", "SOFTMAX", "CPY", "POOL",
 };
 
 const char *ob_op_name(ob_op op) { return (op >= 0 && op < OB_OP_COUNT) ? g_op_names[op] : "?"; }
@@ -177,6 +177,16 @@ ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x) { return unary_like(g, OB_OP_SO
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type) {
     ob_tensor *t = new_node(g, OB_OP_CPY, type, 4, x->ne);
     t->src[0] = x;
+    return t;
+}
+
+ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq) {
+    int64_t ne[2] = {x->ne[0], n_seq};
+    ob_tensor *t = new_node(g, OB_OP_POOL, OB_TYPE_F32, 2, ne);
+    t->src[0] = x; t->src[1] = seq; t->src[2] = pos;
+    t->ip[0] = type;
+    t->ip[1] = normalize ? 1 : 0;
+    t->ip[2] = n_seq;
     return t;
 }
 

@@ -36,10 +36,19 @@ typedef enum ob_op {
     OB_OP_ACT,        /* src0 -> act(src0); i[0] ob_act */
     OB_OP_SOFTMAX,    /* softmax over rows of src0 */
     OB_OP_CPY,        /* src0 -> dst of another type (same element count) */
+    OB_OP_POOL,       /* src0 x F32 [n, T]; src1 seq I32 [T]; src2 pos I32 [T] -> F32 [n, n_seq]:
+                         one row per sequence id 0..n_seq-1 over that sequence's tokens in the
+                         batch (zeros when it has none). i[0] ob_pool_type, i[1] L2-normalise
+                         (1) or not (0), i[2] n_seq */
     OB_OP_COUNT,
 } ob_op;
 
-typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3 } ob_act;
+typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
+                     OB_ACT_TANH = 4 } ob_act;
+
+/* Values match llama.cpp's <arch>.pooling_type. CLS takes the sequence's lowest position
+ * in the batch, LAST its highest. */
+typedef enum ob_pool_type { OB_POOL_NONE = 0, OB_POOL_MEAN = 1, OB_POOL_CLS = 2, OB_POOL_LAST = 3 } ob_pool_type;
 
 const char *ob_op_name(ob_op op);
 
@@ -91,6 +100,7 @@ ob_tensor *ob_glu(ob_graph *g, ob_tensor *gate, ob_tensor *up, ob_act act);
 ob_tensor *ob_act_op(ob_graph *g, ob_tensor *x, ob_act act);
 ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
+ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

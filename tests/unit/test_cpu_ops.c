@@ -372,7 +372,7 @@ static void run_attention(const attn_case *ac) {
     char what[128];
     snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d window %d causal %d cap %g %s", ob_type_name(ac->kv),
              ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->decode ? "decode" : "prefill");
-    check_graph(g, o, 2e-5, 1e-4, what);
+    check_graph(g, o, 1e-6, 1e-5, what);
     ob_graph_free(g);
     free(q); free(kf); free(vf); free(kc); free(vc);
 }

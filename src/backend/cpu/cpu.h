@@ -59,12 +59,15 @@ void ob_cpu_op_glu(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_act(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_softmax(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_cpy(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_pool(ob_tensor *dst, const ob_cpu_op_ctx *c);
 
 /* Plain single-threaded references for every op (the test oracle). */
 void ob_cpu_ref_op(ob_tensor *dst);
 
 /* Matmul reference: dequantize each weight row to f32, dot in double. */
 void ob_cpu_ref_matmul(ob_tensor *dst);
+/* POOL reference (op_pool.c). */
+void ob_cpu_ref_pool(ob_tensor *dst);
 
 /* Forces the scalar fallback (tests compare each level): 0 scalar, 1 AVX2, 2 AVX-512,
  * -1 best available. Returns the level now in use. */

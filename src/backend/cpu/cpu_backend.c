@@ -1,6 +1,7 @@
 /* The CPU backend: the ob_backend interface over host memory, and the compute loop that
  * runs each node of a graph on every thread of the pool with a barrier after it. */
 #include "backend/cpu/cpu.h"
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,6 +11,8 @@ typedef struct ob_cpu_backend {
     int nth;
     void *wdata;   /* shared work buffer: grows to the largest node seen, never shrinks */
     size_t wsize;
+    /* The pool runs one graph at a time; contexts sharing a backend take turns here. */
+    pthread_mutex_t mu;
 } ob_cpu_backend;
 
 /* ---- what the CPU can run ------------------------------------------------------------ */
@@ -57,11 +60,11 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_RELU)) return false;
+        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
         return is_f32(a) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
     case OB_OP_GLU:
         return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
-               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_RELU;
+               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
     case OB_OP_ROPE: {
         int n_rot = n->ip[0];
         return is_f32(a) && is_f32(n) && is_i32(b) && ob_nelements(n) == ob_nelements(a) &&
@@ -96,6 +99,13 @@ static bool supports_node(const ob_tensor *n) {
         if (!row_aligned(a->type, a->ne[0]) || !row_aligned(n->type, n->ne[0])) return false;
         int64_t bs = ts->block_size, bd = td->block_size, l = bs / gcd64(bs, bd) * bd;
         return l <= 256 && ob_nelements(a) % l == 0;
+    }
+    case OB_OP_POOL: {
+        const ob_tensor *seq = n->src[1], *pos = n->src[2];
+        int64_t T = a ? ob_nrows(a) : 0;
+        return is_f32(a) && is_f32(n) && is_i32(seq) && is_i32(pos) && ob_nelements(seq) == T &&
+               ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] && n->ip[2] > 0 &&
+               n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST;
     }
     default:
         return false;
@@ -137,6 +147,7 @@ static ob_cpu_kernel_fn kernel_for(ob_op op) {
     case OB_OP_ACT: return ob_cpu_op_act;
     case OB_OP_SOFTMAX: return ob_cpu_op_softmax;
     case OB_OP_CPY: return ob_cpu_op_cpy;
+    case OB_OP_POOL: return ob_cpu_op_pool;
     default: return NULL;
     }
 }
@@ -184,8 +195,7 @@ static void run_job(void *arg, int ith, int nth) {
     j->fn(j->node, &c);
 }
 
-static ob_status cpu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
-    ob_cpu_backend *cb = be->ctx;
+static ob_status compute_locked(ob_cpu_backend *cb, ob_graph *g, char *err, size_t err_len) {
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
@@ -210,11 +220,20 @@ static ob_status cpu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_
     return OB_OK;
 }
 
+static ob_status cpu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+    ob_cpu_backend *cb = be->ctx;
+    pthread_mutex_lock(&cb->mu);
+    ob_status st = compute_locked(cb, g, err, err_len);
+    pthread_mutex_unlock(&cb->mu);
+    return st;
+}
+
 static void cpu_destroy(ob_backend *be) {
     if (!be) return;
     ob_cpu_backend *cb = be->ctx;
     if (cb) {
         ob_cpu_pool_free(cb->pool);
+        pthread_mutex_destroy(&cb->mu);
         free(cb->wdata);
         free(cb);
     }
@@ -242,8 +261,9 @@ ob_backend *ob_backend_cpu_new(int n_threads) {
     ob_cpu_backend *cb = calloc(1, sizeof(*cb));
     if (!be || !cb) { free(be); free(cb); return NULL; }
     cb->nth = n_threads;
+    pthread_mutex_init(&cb->mu, NULL);
     cb->pool = ob_cpu_pool_new(n_threads);
-    if (!cb->pool) { free(be); free(cb); return NULL; }
+    if (!cb->pool) { pthread_mutex_destroy(&cb->mu); free(be); free(cb); return NULL; }
     be->iface = &g_cpu_iface;
     be->ctx = cb;
     return be;

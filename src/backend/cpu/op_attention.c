@@ -1,5 +1,5 @@
 /* KV_STORE (F32 rows into an F32/F16/Q8_0 cache) and ATTENTION (flash style: one pass of
- * online softmax per query, f32 accumulation).
+ * online softmax per query over blocks of cells, f32 accumulation).
  *
  * Attention work is split into tasks (token, kv head, kv split). A task serves all
  * n_head/n_kv query heads of its kv head, so each K/V row slice is dequantized once per
@@ -44,6 +44,11 @@ static void axpy_ref(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+/* acc[e] += sum_c p[c] * rows[c][e] for c < nb, e < n: one head's share of a V block. */
+static void acc_rows_ref(float *acc, const float *p, const float *const *rows, int64_t nb, int64_t n) {
+    for (int64_t c = 0; c < nb; c++) axpy_ref(acc, p[c], rows[c], n);
+}
+
 /* n values of a cache row slice -> float. F32 rows are used in place (returns src). */
 static const float *kv_row_ref(ob_type t, const void *src, float *buf, int64_t n) {
     if (t == OB_TYPE_F32) return src;
@@ -79,6 +84,35 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *y, float a
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* Keeps a 32-wide strip of the accumulator in registers across the whole block. */
+__attribute__((target("avx2,fma,f16c"))) static void acc_rows_avx2(float *acc, const float *p,
+                                                                   const float *const *rows, int64_t nb, int64_t n) {
+    int64_t e = 0;
+    for (; e + 32 <= n; e += 32) {
+        __m256 a0 = _mm256_loadu_ps(acc + e), a1 = _mm256_loadu_ps(acc + e + 8);
+        __m256 a2 = _mm256_loadu_ps(acc + e + 16), a3 = _mm256_loadu_ps(acc + e + 24);
+        for (int64_t c = 0; c < nb; c++) {
+            __m256 pc = _mm256_set1_ps(p[c]);
+            const float *r = rows[c] + e;
+            a0 = _mm256_fmadd_ps(pc, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(pc, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(pc, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(pc, _mm256_loadu_ps(r + 24), a3);
+        }
+        _mm256_storeu_ps(acc + e, a0);
+        _mm256_storeu_ps(acc + e + 8, a1);
+        _mm256_storeu_ps(acc + e + 16, a2);
+        _mm256_storeu_ps(acc + e + 24, a3);
+    }
+    for (; e + 8 <= n; e += 8) {
+        __m256 a0 = _mm256_loadu_ps(acc + e);
+        for (int64_t c = 0; c < nb; c++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[c]), _mm256_loadu_ps(rows[c] + e), a0);
+        _mm256_storeu_ps(acc + e, a0);
+    }
+    for (; e < n; e++)
+        for (int64_t c = 0; c < nb; c++) acc[e] += p[c] * rows[c][e];
 }
 
 __attribute__((target("avx2,fma,f16c"))) static const float *kv_row_avx2(ob_type t, const void *src, float *buf,
@@ -154,14 +188,15 @@ typedef struct ob_attn_vec {
     void (*axpy)(float *, float, const float *, int64_t);
     const float *(*row)(ob_type, const void *, float *, int64_t);
     float (*exp_sum)(float *, const float *, float, int64_t);
+    void (*acc_rows)(float *, const float *, const float *const *, int64_t, int64_t);
 } ob_attn_vec;
 
 static ob_attn_vec attn_vec(void) {
 #if defined(__x86_64__)
     if (ob_cpu_simd_level() >= 1 && __builtin_cpu_supports("f16c"))
-        return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2, exp_sum_avx2};
+        return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2, exp_sum_avx2, acc_rows_avx2};
 #endif
-    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref, exp_sum_ref};
+    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref, exp_sum_ref, acc_rows_ref};
 }
 
 /* Cells per block of the online softmax: the running max and the rescale of the
@@ -188,8 +223,8 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.cps = n->ip[0];
     int64_t pairs = d.T * d.n_kv;
     d.n_split = pairs >= nth ? 1 : OB_MIN((nth + pairs - 1) / pairs, 64);
-    /* k, v buffers [hd] each; q, acc [g*hd] each; m, l [g]; scores, probs [g*BLOCK] each */
-    d.per_thread = (size_t)((2 + 2 * d.g) * d.hd + 2 * d.g + 2 * d.g * OB_ATTN_BLOCK + 15) & ~(size_t)15;
+    /* k, v blocks [BLOCK*hd] each; q, acc [g*hd] each; m, l [g]; scores, probs [g*BLOCK] each */
+    d.per_thread = (size_t)((2 * OB_ATTN_BLOCK + 2 * d.g) * d.hd + 2 * d.g + 2 * d.g * OB_ATTN_BLOCK + 15) & ~(size_t)15;
     d.partial_off = d.per_thread * (size_t)nth;
     size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.hd + 2)) : 0;
     d.maxpos_off = d.partial_off + partial;
@@ -236,7 +271,9 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
         ob_cpu_sync(c);
     }
 
-    float *kbuf = w + d.per_thread * (size_t)c->ith, *vbuf = kbuf + hd, *qb = vbuf + hd, *acc = qb + g * hd;
+    float *kbuf = w + d.per_thread * (size_t)c->ith, *vbuf = kbuf + OB_ATTN_BLOCK * hd, *qb = vbuf + OB_ATTN_BLOCK * hd;
+    float *acc = qb + g * hd;
+    const float *vrows[OB_ATTN_BLOCK];
     float *m = acc + g * hd, *l = m + g, *sc = l + g, *pr = sc + g * OB_ATTN_BLOCK;
     size_t krb = ob_row_size(kc->type, hd * d.n_kv), vrb = ob_row_size(vc->type, hd * d.n_kv);
     int64_t n_tasks = d.T * d.n_kv * d.n_split;
@@ -258,7 +295,7 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
             int64_t nb = OB_MIN(OB_ATTN_BLOCK, j1 - jb);
             /* scores of the block for every head of the group: sc[i][c] */
             for (int64_t cc = 0; cc < nb; cc++) {
-                const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + jb + cc) * krb, kbuf, hd);
+                const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + jb + cc) * krb, kbuf + cc * hd, hd);
                 for (int64_t i = 0; i < g; i++) {
                     float sv = vec.dot(qb + i * hd, k, hd);
                     sc[i * OB_ATTN_BLOCK + cc] = cap > 0 ? cap * tanhf(sv / cap) : sv;
@@ -276,10 +313,10 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
                 }
                 l[i] += vec.exp_sum(pr + i * OB_ATTN_BLOCK, si, m[i], nb);
             }
-            for (int64_t cc = 0; cc < nb; cc++) {
-                const float *v = vec.row(vc->type, vbase + (size_t)(cell0 + jb + cc) * vrb, vbuf, hd);
-                for (int64_t i = 0; i < g; i++) vec.axpy(acc + i * hd, pr[i * OB_ATTN_BLOCK + cc], v, hd);
-            }
+            /* V rows of the block are converted once and shared by the group's heads. */
+            for (int64_t cc = 0; cc < nb; cc++)
+                vrows[cc] = vec.row(vc->type, vbase + (size_t)(cell0 + jb + cc) * vrb, vbuf + cc * hd, hd);
+            for (int64_t i = 0; i < g; i++) vec.acc_rows(acc + i * hd, pr + i * OB_ATTN_BLOCK, vrows, nb, hd);
         }
         for (int64_t i = 0; i < g; i++) {
             int64_t h = kh * g + i;

@@ -17,18 +17,30 @@
 /* Requested level (-1: best the CPU has). A test hook; normal runs never set it. */
 static _Atomic int requested_level = -1;
 
-static int best_level(void) {
+static int detect_level(void) {
 #if defined(__x86_64__) || defined(__i386__)
+    /* F16C is not asked for: every AVX2 part has it, and clang cannot query it here. */
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        __builtin_cpu_supports("fma"))
         return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return 1;
 #endif
     return 0;
+}
+
+/* What the CPU offers, detected once (-2: not yet). Racing first callers store the same value. */
+static _Atomic int detected_level = -2;
+
+static int best_level(void) {
+    int l = atomic_load_explicit(&detected_level, memory_order_relaxed);
+    if (l == -2) {
+        l = detect_level();
+        atomic_store_explicit(&detected_level, l, memory_order_relaxed);
+    }
+    return l;
 }
 
 int ob_cpu_set_simd_level(int level) {
@@ -39,7 +51,7 @@ int ob_cpu_set_simd_level(int level) {
 }
 
 int ob_cpu_simd_level(void) {
-    int l = atomic_load(&requested_level);
+    int l = atomic_load_explicit(&requested_level, memory_order_relaxed);
     return l < 0 ? best_level() : l;
 }
 

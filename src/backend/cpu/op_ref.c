@@ -12,6 +12,7 @@ static double act_ref(int act, double x) {
     case OB_ACT_SILU: return x / (1.0 + exp(-x));
     case OB_ACT_GELU: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case OB_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    case OB_ACT_TANH: return tanh(x);
     default: return x > 0 ? x : 0;
     }
 }
@@ -188,6 +189,7 @@ void ob_cpu_ref_op(ob_tensor *dst) {
         break;
     }
     case OB_OP_CPY: ref_cpy(dst); break;
+    case OB_OP_POOL: ob_cpu_ref_pool(dst); break;
     default: break;
     }
 }

@@ -70,7 +70,7 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
         return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %llu workgroups is too many", (unsigned long long)groups);
     pc->u[10] = (uint32_t)groups;
     pc->u[11] = (uint32_t)gx;
-    VkPipeline p;
+    VkPipeline p = VK_NULL_HANDLE;
     ob_status st = pipeline(vk, sh, type, &p, err, err_len);
     if (st) return st;
     st = ob_vk_begin(vk, err, err_len);

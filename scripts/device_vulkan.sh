@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the Vulkan op test and model fixtures on a real driver (the device machine's
+# NVIDIA GPU), where nothing can be installed or fetched.
+#
+#   scripts/device_vulkan.sh prep   here: build, stage the binary and the runtime
+#                                   libraries the device image lacks (.gl, .dev/vulkan)
+#   scripts/device_vulkan.sh run    there (run tool, carry [".gl", ".dev/vulkan"]):
+#                                   unpack the Vulkan loader, list devices, run the test;
+#                                   logs land in $OUT
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+case "$mode" in
+prep)
+  cmake -B build-vulkan -S . -DONEBIT_VULKAN=ON >/dev/null
+  cmake --build build-vulkan -j2 --target test_vulkan_ops 1bit
+  mkdir -p .gl .dev/vulkan/lib /tmp/amd64/partial
+  o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+  apt-get $o update -qq
+  # The loader goes into / on the device (as its README says); our other runtime
+  # libraries are unpacked beside the binary and found through LD_LIBRARY_PATH.
+  (cd .gl && apt-get $o download libvulkan1 >/dev/null)
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get $o download libjansson4 libutf8proc2 libpcre2-8-0 >/dev/null)
+  for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/x"; done
+  cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/*.so* .dev/vulkan/lib/
+  rm -rf "$tmp"
+  cp build-vulkan/test_vulkan_ops build-vulkan/1bit .dev/vulkan/
+  du -sh .gl .dev/vulkan
+  ;;
+run)
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export LD_LIBRARY_PATH=$PWD/.dev/vulkan/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+  fi
+  out=${OUT:-/tmp}
+  nvidia-smi -L >"$out/gpu.txt" 2>&1 || true
+  set +e
+  ./.dev/vulkan/test_vulkan_ops 2>&1 | tee "$out/test_vulkan_ops.log"
+  rc=${PIPESTATUS[0]}
+  echo "test_vulkan_ops exit $rc"
+  exit "$rc"
+  ;;
+*)
+  echo "usage: $0 prep|run" >&2
+  exit 2
+  ;;
+esac

@@ -1,0 +1,57 @@
+/* `1bit convert`: a Hugging Face folder (config.json, *.safetensors or pytorch_model.bin,
+ * tokenizer.json / vocab.txt) -> GGUF with llama.cpp's metadata keys and tensor names.
+ * Source tensors are read in place (mmap); nothing is written unless the whole
+ * conversion succeeds (the GGUF writer renames a finished temporary file). */
+#ifndef OB_CONVERT_CONVERT_H
+#define OB_CONVERT_CONVERT_H
+
+#include "format/gguf.h"
+
+/* ---- source tensors (safetensors.c, pickle.c) -------------------------------------- */
+
+/* One tensor of the source checkpoint. Shape is in PyTorch order (outermost first). */
+typedef struct ob_src_tensor {
+    char *name;
+    ob_type type;            /* F32, F16 or BF16 (other dtypes: OB_TYPE_COUNT, never converted) */
+    char dtype[8];           /* the source's dtype name, for messages */
+    int n_dims;
+    int64_t shape[4];
+    const void *data;        /* into a mapping owned by the set */
+    size_t size;
+} ob_src_tensor;
+
+typedef struct ob_src_set {
+    ob_src_tensor *t;
+    int64_t n, cap;
+    void **maps; size_t *map_len; int n_maps;
+} ob_src_set;
+
+/* Adds every tensor of one .safetensors file (mmap; all offsets checked). */
+ob_status ob_st_load(ob_src_set *s, const char *path, char *err, size_t err_len);
+/* Adds every tensor of a PyTorch zip checkpoint; refuses pickles that would run code. */
+ob_status ob_pt_load(ob_src_set *s, const char *path, char *err, size_t err_len);
+const ob_src_tensor *ob_src_find(const ob_src_set *s, const char *name);
+void ob_src_free(ob_src_set *s);
+/* Appends a tensor record (name copied). For the readers. */
+ob_status ob_src_add(ob_src_set *s, const char *name, size_t name_len, const char *dtype, int n_dims,
+                     const int64_t *shape, const void *data, size_t size, char *err, size_t err_len);
+/* Keeps a mapping to unmap at ob_src_free. */
+ob_status ob_src_keep_map(ob_src_set *s, void *map, size_t len, char *err, size_t err_len);
+
+/* ---- tokenizer -> tokenizer.ggml.* (hf_vocab.c) -------------------------------------- */
+
+/* Writes the tokenizer of a HF folder (tokenizer.json, else vocab.txt) as GGUF metadata.
+ * Returns the vocabulary size in *n_vocab. Refuses tokenizer models we cannot run. */
+ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_size, int64_t *n_vocab,
+                           char *err, size_t err_len);
+
+/* ---- the conversion (hf_model.c) ------------------------------------------------------ */
+
+typedef struct ob_convert_opts {
+    ob_type type;            /* type of 2-D weights; 1-D tensors and norms stay F32 */
+    const char *name;        /* general.name; NULL = folder name */
+} ob_convert_opts;
+
+ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_opts *o, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,193 @@
+/* Tokenizer of a Hugging Face folder -> tokenizer.ggml.* metadata, as llama.cpp's converter
+ * writes it. WordPiece (BERT family) from tokenizer.json or vocab.txt: words are stored
+ * as "▁word", "##cont" continuations bare, bracketed specials as they are; special tokens
+ * get type 3 (control). */
+#include "convert/convert.h"
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define OB_VOCAB_MAX (1 << 22)
+
+enum { TT_NORMAL = 1, TT_CONTROL = 3, TT_USER = 4 };
+
+typedef struct vocab {
+    char **tok;              /* [n] model-form strings (owned) */
+    int32_t *type;           /* [n] */
+    int64_t n;
+} vocab;
+
+static void vocab_free(vocab *v) {
+    if (v->tok) for (int64_t i = 0; i < v->n; i++) free(v->tok[i]);
+    free(v->tok);
+    free(v->type);
+}
+
+static ob_status vocab_alloc(vocab *v, int64_t n, char *err, size_t err_len) {
+    v->tok = calloc((size_t)n, sizeof(char *));
+    v->type = malloc(sizeof(int32_t) * (size_t)n);
+    v->n = n;
+    if (!v->tok || !v->type) return ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+    for (int64_t i = 0; i < n; i++) v->type[i] = TT_NORMAL;
+    return OB_OK;
+}
+
+static bool is_bracketed(const char *s) {
+    size_t l = strlen(s);
+    return l >= 2 && s[0] == '[' && s[l - 1] == ']';
+}
+
+static int64_t find_tok(const vocab *v, const char *s) {
+    for (int64_t i = 0; i < v->n; i++) if (v->tok[i] && !strcmp(v->tok[i], s)) return i;
+    return -1;
+}
+
+/* WordPiece strings -> llama.cpp's spelling (see the file comment). */
+static ob_status wordpiece_to_gguf(vocab *v, char *err, size_t err_len) {
+    for (int64_t i = 0; i < v->n; i++) {
+        char *s = v->tok[i];
+        if (!s) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: vocabulary has no token with id %lld", (long long)i);
+        if (v->type[i] != TT_NORMAL || is_bracketed(s)) continue;
+        size_t l = strlen(s);
+        char *o = malloc(l + 4);
+        if (!o) return ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+        if (l >= 2 && s[0] == '#' && s[1] == '#') memcpy(o, s + 2, l - 1);
+        else { memcpy(o, "\xE2\x96\x81", 3); memcpy(o + 3, s, l + 1); }
+        free(s);
+        v->tok[i] = o;
+    }
+    return OB_OK;
+}
+
+static ob_status from_tokenizer_json(vocab *v, const char *path, char *err, size_t err_len) {
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j) return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: %s (line %d)", path, je.text, je.line);
+    ob_status st = OB_OK;
+    json_t *model = json_object_get(j, "model");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    json_t *jv = json_object_get(model, "vocab");
+    if (!type || strcmp(type, "WordPiece")) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: tokenizer model '%s' is not supported by convert (WordPiece only)",
+                     path, type ? type : "?");
+        goto done;
+    }
+    if (!json_is_object(jv) || json_object_size(jv) == 0 || json_object_size(jv) > OB_VOCAB_MAX) {
+        st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: model.vocab missing or empty", path);
+        goto done;
+    }
+    /* Ids may come from vocab and added_tokens; the vocabulary is 0..max id. */
+    int64_t n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(jv, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= OB_VOCAB_MAX) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: token '%.100s' has a bad id", path, key);
+            goto done;
+        }
+        if (id + 1 > n) n = id + 1;
+    }
+    json_t *added = json_object_get(j, "added_tokens");
+    size_t ai;
+    json_array_foreach(added, ai, val) {
+        json_int_t id = json_integer_value(json_object_get(val, "id"));
+        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content"))) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, ai);
+            goto done;
+        }
+        if (id + 1 > n) n = id + 1;
+    }
+    if ((st = vocab_alloc(v, n, err, err_len))) goto done;
+    json_object_foreach(jv, key, val) {
+        int64_t id = json_integer_value(val);
+        if (v->tok[id]) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: id %lld used twice", path, (long long)id); goto done; }
+        if (!(v->tok[id] = strdup(key))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+    }
+    json_array_foreach(added, ai, val) {
+        int64_t id = json_integer_value(json_object_get(val, "id"));
+        const char *c = json_string_value(json_object_get(val, "content"));
+        if (!v->tok[id] && !(v->tok[id] = strdup(c))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+        v->type[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
+    }
+    st = wordpiece_to_gguf(v, err, err_len);
+done:
+    json_decref(j);
+    return st;
+}
+
+static ob_status from_vocab_txt(vocab *v, const char *path, char *err, size_t err_len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ob_fail(err, err_len, OB_ERR_IO, "%s: cannot open", path);
+    int64_t cap = 1024, n = 0;
+    char **tok = malloc(sizeof(char *) * (size_t)cap);
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t l;
+    ob_status st = OB_OK;
+    while (tok && (l = getline(&line, &lcap, f)) >= 0) {
+        while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r')) line[--l] = 0;
+        if (n == OB_VOCAB_MAX) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: too many tokens", path); break; }
+        if (n == cap) {
+            char **t2 = realloc(tok, sizeof(char *) * (size_t)(cap *= 2));
+            if (!t2) break;
+            tok = t2;
+        }
+        if (!(tok[n] = strdup(line))) break;
+        n++;
+    }
+    bool oom = !tok || (!st && !feof(f));
+    free(line);
+    fclose(f);
+    if (!st && oom) st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory reading %s", path);
+    if (!st && n == 0) st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: empty vocabulary", path);
+    if (!st) st = vocab_alloc(v, n, err, err_len);
+    if (!st) {
+        for (int64_t i = 0; i < n; i++) {
+            v->tok[i] = tok[i];
+            tok[i] = NULL;
+            static const char *const specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+            for (size_t k = 0; k < OB_ARRAY_LEN(specials); k++)
+                if (!strcmp(v->tok[i], specials[k])) v->type[i] = TT_CONTROL;
+        }
+        st = wordpiece_to_gguf(v, err, err_len);
+    }
+    if (tok) for (int64_t i = 0; i < n; i++) free(tok[i]);
+    free(tok);
+    return st;
+}
+
+ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_size, int64_t *n_vocab,
+                           char *err, size_t err_len) {
+    char path[4096];
+    vocab v = {0};
+    ob_status st;
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    if (access(path, R_OK) == 0) st = from_tokenizer_json(&v, path, err, err_len);
+    else {
+        snprintf(path, sizeof(path), "%s/vocab.txt", dir);
+        if (access(path, R_OK) != 0) return ob_fail(err, err_len, OB_ERR_IO, "%s: no tokenizer.json or vocab.txt", dir);
+        st = from_vocab_txt(&v, path, err, err_len);
+    }
+    if (st) { vocab_free(&v); return st; }
+    ob_gguf_set_str(w, "tokenizer.ggml.model", "bert");
+    ob_gguf_set_str(w, "tokenizer.ggml.pre", "default");
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, NULL, (uint64_t)v.n);
+    ob_gguf_set_arr(w, "tokenizer.ggml.token_type", OB_GGUF_INT32, v.type, (uint64_t)v.n);
+    if (type_vocab_size > 0) ob_gguf_set_u32(w, "tokenizer.ggml.token_type_count", (uint32_t)type_vocab_size);
+    static const struct { const char *tok, *key; } ids[] = {
+        {"[UNK]", "tokenizer.ggml.unknown_token_id"}, {"[CLS]", "tokenizer.ggml.cls_token_id"},
+        {"[SEP]", "tokenizer.ggml.seperator_token_id"}, {"[PAD]", "tokenizer.ggml.padding_token_id"},
+        {"[MASK]", "tokenizer.ggml.mask_token_id"},
+    };
+    for (size_t k = 0; k < OB_ARRAY_LEN(ids); k++) {
+        int64_t id = find_tok(&v, ids[k].tok);
+        if (id >= 0) ob_gguf_set_u32(w, ids[k].key, (uint32_t)id);
+    }
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", true);
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", true);
+    *n_vocab = v.n;
+    vocab_free(&v);
+    return OB_OK;
+}

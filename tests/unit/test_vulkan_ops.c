@@ -1,0 +1,531 @@
+/* Every op of the Vulkan backend against the CPU reference (ob_cpu_ref_op) on seeded
+ * random inputs with per-op tolerances, on the mappable-memory path and on the staging
+ * path (ONEBIT_VULKAN_STAGING=1), with device scratch poisoned with NaN before each run so
+ * an element a kernel forgets to write fails. Then the model fixtures end to end: logits
+ * on Vulkan within 1e-3 (relative to the row's largest logit) of the CPU backend.
+ * Runs on Mesa's lavapipe where there is no GPU (ONEBIT_VULKAN_ALLOW_CPU=1 is set here). */
+#include "testutil.h"
+#include <stdio.h>
+#ifndef ONEBIT_VULKAN
+int main(void) {
+    printf("test_vulkan_ops: skipped (built without -DONEBIT_VULKAN=ON)\n");
+    return 0;
+}
+#else
+#include "backend/cpu/cpu.h"
+#include "backend/vulkan/vulkan.h"
+#include "onebit.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_BE 2
+static ob_backend *g_be[N_BE]; /* 0: mapped memory, 1: staging copies */
+static ob_rng g_rng;
+
+static float *rand_f32(int64_t n, float scale) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    ob_rng_fill_normal(&g_rng, x, n, scale);
+    return x;
+}
+
+static void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale) {
+    float *f = rand_f32(ne0 * rows, scale);
+    size_t rb = ob_row_size(t, ne0);
+    char *q = malloc(rb * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        if (t == OB_TYPE_F32) memcpy(q + rb * (size_t)r, f + r * ne0, rb);
+        else ob_type_traits_get(t)->from_float(f + r * ne0, q + rb * (size_t)r, ne0);
+    }
+    free(f);
+    return q;
+}
+
+static double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - r[i]), e = d == 0 ? 0 : d / (atol + rtol * fabs(r[i]));
+        if (isnan(a[i]) || isnan(r[i])) e = INFINITY;
+        if (e > worst) { worst = e; *where = i; }
+    }
+    return worst;
+}
+
+/* Runs g on a Vulkan backend: leaves are uploaded, the scratch is NaN-poisoned, and the
+ * bytes of `check` (the output, or a leaf the graph writes) are downloaded into result.
+ * Leaf data pointers are restored afterwards. */
+static ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, char *err, size_t err_len) {
+    void **host = calloc((size_t)g->n, sizeof(void *)), **dev = calloc((size_t)g->n, sizeof(void *));
+    ob_status st = OB_OK;
+    for (int64_t i = 0; i < g->n && !st; i++) {
+        ob_tensor *t = &g->nodes[i];
+        if (t->op != OB_OP_LEAF) continue;
+        size_t sz = ob_nbytes(t);
+        host[i] = t->data;
+        dev[i] = be->iface->alloc(be, sz);
+        if (!dev[i]) { st = OB_ERR_NOMEM; break; }
+        st = be->iface->upload(be, dev[i], host[i], sz);
+        t->data = dev[i];
+    }
+    ob_graph_plan(g);
+    void *scratch = st ? NULL : be->iface->alloc(be, g->scratch_size);
+    if (!st && !scratch) st = OB_ERR_NOMEM;
+    if (!st && g->scratch_size) {
+        float *nan = malloc(g->scratch_size);
+        for (size_t i = 0; i < g->scratch_size / 4; i++) nan[i] = NAN;
+        st = be->iface->upload(be, scratch, nan, g->scratch_size / 4 * 4);
+        free(nan);
+    }
+    if (!st) {
+        ob_graph_bind(g, scratch);
+        st = be->iface->compute(be, g, err, err_len);
+    }
+    if (!st) st = be->iface->download(be, result, check->data, ob_nbytes(check));
+    if (scratch) be->iface->free_buf(be, scratch);
+    for (int64_t i = 0; i < g->n; i++) {
+        if (g->nodes[i].op != OB_OP_LEAF) continue;
+        if (dev[i]) be->iface->free_buf(be, dev[i]);
+        if (host[i]) g->nodes[i].data = host[i];
+    }
+    free(host);
+    free(dev);
+    return st;
+}
+
+/* The CPU reference for every computed node of g in order (host memory). */
+static void run_ref(ob_graph *g, void **scratch) {
+    ob_graph_plan(g);
+    *scratch = aligned_alloc(64, (g->scratch_size + 64) & ~(size_t)63);
+    ob_graph_bind(g, *scratch);
+    for (int64_t i = 0; i < g->n; i++)
+        if (g->nodes[i].op != OB_OP_LEAF && g->nodes[i].op != OB_OP_VIEW) ob_cpu_ref_op(&g->nodes[i]);
+}
+
+/* Compares `check` after a Vulkan run with the reference (as floats: non-F32 results
+ * are dequantized first). */
+static void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol, const char *what) {
+    size_t nb = ob_nbytes(check);
+    int64_t n = ob_nelements(check);
+    void *got[N_BE];
+    ob_status st[N_BE];
+    char err[N_BE][256];
+    /* Devices first: the reference may write a leaf (KV_STORE) that the device must see fresh. */
+    for (int b = 0; b < N_BE; b++) {
+        got[b] = malloc(nb);
+        err[b][0] = 0;
+        st[b] = run_on(g_be[b], g, check, got[b], err[b], sizeof(err[b]));
+    }
+    void *scratch;
+    run_ref(g, &scratch);
+    float *ref = malloc(sizeof(float) * (size_t)n), *gf = malloc(sizeof(float) * (size_t)n);
+    ob_dequantize(check->type, check->data, ref, n);
+    for (int b = 0; b < N_BE; b++) {
+        CHECKF(st[b] == OB_OK, "%s [%s]: run failed: %s", what, b ? "staging" : "mapped", err[b]);
+        if (st[b] == OB_OK) {
+            ob_dequantize(check->type, got[b], gf, n);
+            int64_t at = 0;
+            double e = err_ratio(gf, ref, n, atol, rtol, &at);
+            CHECKF(e <= 1.0, "%s [%s]: err ratio %g at %lld: got %g want %g", what, b ? "staging" : "mapped", e,
+                   (long long)at, gf[at], ref[at]);
+        }
+        free(got[b]);
+    }
+    free(ref);
+    free(gf);
+    free(scratch);
+}
+
+/* ---- per-op cases ---------------------------------------------------------------------- */
+
+static void test_norms(void) {
+    int64_t ne[2] = {1003, 7};
+    for (int layer = 0; layer < 2; layer++)
+        for (int variant = 0; variant < 3; variant++) {
+            ob_graph *g = ob_graph_new(8);
+            float *x = rand_f32(ne[0] * ne[1], 3.0f), *w = rand_f32(ne[0], 1.0f), *bb = rand_f32(ne[0], 1.0f);
+            for (int64_t i = 0; i < ne[0] * ne[1]; i++) x[i] += 0.5f;
+            ob_tensor *tx = ob_leaf(g, "x", OB_TYPE_F32, 2, ne, x);
+            ob_tensor *tw = variant < 2 ? ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w) : NULL;
+            ob_tensor *tb = variant < 1 ? ob_leaf(g, "b", OB_TYPE_F32, 1, ne, bb) : NULL;
+            ob_tensor *o = layer ? ob_layer_norm(g, tx, tw, tb, 1e-5f) : ob_rms_norm(g, tx, tw, 1e-6f);
+            char what[64];
+            snprintf(what, sizeof(what), "%s variant %d", layer ? "layer_norm" : "rms_norm", variant);
+            check_graph(g, o, 1e-5, 1e-4, what);
+            ob_graph_free(g);
+            free(x); free(w); free(bb);
+        }
+}
+
+static void test_elementwise(void) {
+    int64_t ne[3] = {67, 5, 3}, n = 67 * 5 * 3;
+    for (int op = 0; op < 2; op++)
+        for (int bc = 0; bc < 2; bc++) {
+            ob_graph *g = ob_graph_new(8);
+            float *a = rand_f32(n, 1.0f), *b = rand_f32(n, 1.0f);
+            ob_tensor *ta = ob_leaf(g, "a", OB_TYPE_F32, 3, ne, a), *tb = ob_leaf(g, "b", OB_TYPE_F32, bc ? 1 : 3, ne, b);
+            char what[64];
+            snprintf(what, sizeof(what), "%s%s", op ? "mul" : "add", bc ? " broadcast" : "");
+            check_graph(g, op ? ob_mul(g, ta, tb) : ob_add(g, ta, tb), 1e-7, 1e-6, what);
+            ob_graph_free(g);
+            free(a); free(b);
+        }
+    {
+        ob_graph *g = ob_graph_new(4);
+        float *a = rand_f32(n, 1.0f);
+        check_graph(g, ob_scale(g, ob_leaf(g, "a", OB_TYPE_F32, 3, ne, a), -0.37f), 1e-7, 1e-6, "scale");
+        ob_graph_free(g);
+        free(a);
+    }
+    for (int act = OB_ACT_SILU; act <= OB_ACT_RELU; act++)
+        for (int glu = 0; glu < 2; glu++) {
+            ob_graph *g = ob_graph_new(4);
+            float *a = rand_f32(n, 4.0f), *b = rand_f32(n, 1.0f);
+            a[0] = 60.0f; a[1] = -60.0f; /* saturation must not give NaN */
+            ob_tensor *ta = ob_leaf(g, "gate", OB_TYPE_F32, 3, ne, a);
+            ob_tensor *o = glu ? ob_glu(g, ta, ob_leaf(g, "up", OB_TYPE_F32, 3, ne, b), (ob_act)act) : ob_act_op(g, ta, (ob_act)act);
+            char what[64];
+            snprintf(what, sizeof(what), "%s act %d", glu ? "glu" : "act", act);
+            check_graph(g, o, 1e-6, 1e-5, what);
+            ob_graph_free(g);
+            free(a); free(b);
+        }
+    {
+        int64_t ns[2] = {1001, 6};
+        ob_graph *g = ob_graph_new(4);
+        float *a = rand_f32(ns[0] * ns[1], 8.0f);
+        a[5] = 90.0f; /* exp overflow without the max subtraction */
+        check_graph(g, ob_softmax(g, ob_leaf(g, "a", OB_TYPE_F32, 2, ns, a)), 1e-8, 1e-5, "softmax");
+        ob_graph_free(g);
+        free(a);
+    }
+}
+
+static void test_rope(void) {
+    for (int mode = 0; mode <= 2; mode += 2)
+        for (int partial = 0; partial < 2; partial++) {
+            int64_t ne[3] = {64, 3, 5}, n = 64 * 3 * 5;
+            int32_t pos[5] = {0, 1, 17, 130, 511};
+            ob_graph *g = ob_graph_new(4);
+            float *x = rand_f32(n, 1.0f);
+            int64_t nt[1] = {5};
+            ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                                   partial ? 32 : 64, mode, 10000.0f, partial ? 0.5f : 1.0f);
+            char what[64];
+            snprintf(what, sizeof(what), "rope mode %d n_rot %d", mode, partial ? 32 : 64);
+            /* float angles at pos 511 lose ~3e-5 rad next to the reference's double */
+            check_graph(g, o, 2e-4, 1e-4, what);
+            ob_graph_free(g);
+            free(x);
+        }
+}
+
+static const ob_type g_wtypes[] = {
+    OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_BF16, OB_TYPE_Q4_0, OB_TYPE_Q4_1, OB_TYPE_Q5_0, OB_TYPE_Q5_1,
+    OB_TYPE_Q8_0, OB_TYPE_Q2_K, OB_TYPE_Q3_K, OB_TYPE_Q4_K, OB_TYPE_Q5_K, OB_TYPE_Q6_K, OB_TYPE_Q8_K,
+    OB_TYPE_IQ4_NL, OB_TYPE_IQ4_XS, OB_TYPE_TQ1_0, OB_TYPE_TQ2_0, OB_TYPE_Q1_0, OB_TYPE_MXFP4,
+};
+
+static void test_get_rows(void) {
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(g_wtypes); ti++) {
+        ob_type t = g_wtypes[ti];
+        int64_t ne[2] = {512, 9};
+        void *tab = rand_typed(t, ne[0], ne[1], 1.0f);
+        int32_t ids[6] = {3, 0, 8, 3, 5, 1};
+        int64_t nt[1] = {6};
+        ob_graph *g = ob_graph_new(4);
+        ob_tensor *o = ob_get_rows(g, ob_leaf(g, "tab", t, 2, ne, tab), ob_leaf(g, "ids", OB_TYPE_I32, 1, nt, ids));
+        char what[64];
+        snprintf(what, sizeof(what), "get_rows %s", ob_type_name(t));
+        check_graph(g, o, 1e-7, 1e-6, what);
+        ob_graph_free(g);
+        free(tab);
+    }
+}
+
+static void test_matmul(void) {
+    static const int64_t Ts[] = {1, 3, 17};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(g_wtypes); ti++)
+        for (size_t k = 0; k < OB_ARRAY_LEN(Ts); k++) {
+            ob_type t = g_wtypes[ti];
+            int64_t K = 512, N = 37, T = Ts[k];
+            int64_t nw[2] = {K, N}, nx[2] = {K, T};
+            void *w = rand_typed(t, K, N, 1.0f);
+            float *x = rand_f32(K * T, 1.0f);
+            ob_graph *g = ob_graph_new(4);
+            ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+            char what[64];
+            snprintf(what, sizeof(what), "matmul %s T=%lld", ob_type_name(t), (long long)T);
+            check_graph(g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+            ob_graph_free(g);
+            free(w); free(x);
+        }
+    /* Plain weights need no block multiple. */
+    for (int f16 = 0; f16 < 2; f16++) {
+        int64_t nw[2] = {100, 13}, nx[2] = {100, 2};
+        ob_type t = f16 ? OB_TYPE_F16 : OB_TYPE_F32;
+        void *w = rand_typed(t, 100, 13, 1.0f);
+        float *x = rand_f32(200, 1.0f);
+        ob_graph *g = ob_graph_new(4);
+        ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+        check_graph(g, o, 1e-4, 1e-4, f16 ? "matmul F16 K=100" : "matmul F32 K=100");
+        ob_graph_free(g);
+        free(w); free(x);
+    }
+}
+
+static void test_cpy(void) {
+    static const ob_type pairs[][2] = {
+        {OB_TYPE_F32, OB_TYPE_F16}, {OB_TYPE_F16, OB_TYPE_F32}, {OB_TYPE_F32, OB_TYPE_BF16},
+        {OB_TYPE_Q4_K, OB_TYPE_F32}, {OB_TYPE_F32, OB_TYPE_Q8_0}, {OB_TYPE_Q6_K, OB_TYPE_F16},
+    };
+    for (size_t i = 0; i < OB_ARRAY_LEN(pairs); i++) {
+        int64_t ne[2] = {256, 5};
+        void *x = rand_typed(pairs[i][0], ne[0], ne[1], 2.0f);
+        ob_graph *g = ob_graph_new(4);
+        ob_tensor *o = ob_cpy(g, ob_leaf(g, "x", pairs[i][0], 2, ne, x), pairs[i][1]);
+        char what[64];
+        snprintf(what, sizeof(what), "cpy %s -> %s", ob_type_name(pairs[i][0]), ob_type_name(pairs[i][1]));
+        /* one Q8_0 code step (amax/127) where a tie rounds the other way */
+        check_graph(g, o, pairs[i][1] == OB_TYPE_Q8_0 ? 0.06 : 1e-6, 1e-6, what);
+        ob_graph_free(g);
+        free(x);
+    }
+}
+
+static void test_kv_store(void) {
+    static const ob_type types[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
+    int64_t row = 128, cps = 10, n_seq = 3, T = 5;
+    int32_t pos[5] = {0, 1, 2, 7, 9}, seq[5] = {0, 0, 0, 2, 1};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
+        ob_type t = types[ti];
+        void *cache = rand_typed(t, row, cps * n_seq, 1.0f);
+        float *x = rand_f32(row * T, 1.0f);
+        ob_graph *g = ob_graph_new(8);
+        int64_t nx[3] = {32, 4, T}, nc[2] = {row, cps * n_seq}, nt[1] = {T};
+        ob_tensor *tc = ob_leaf(g, "cache", t, 2, nc, cache);
+        ob_kv_store(g, ob_leaf(g, "x", OB_TYPE_F32, 3, nx, x), tc, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                    ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), (int)cps);
+        char what[64];
+        snprintf(what, sizeof(what), "kv_store %s", ob_type_name(t));
+        check_graph(g, tc, t == OB_TYPE_Q8_0 ? 0.03 : 1e-7, 1e-6, what);
+        ob_graph_free(g);
+        free(x); free(cache);
+    }
+}
+
+typedef struct attn_case {
+    ob_type kv;
+    int hd, n_head, n_kv, window, causal;
+    float softcap;
+    int decode;
+} attn_case;
+
+static void run_attention(const attn_case *ac) {
+    int64_t cps = ac->decode ? 300 : 24, n_seq = 3, hd = ac->hd, row = hd * ac->n_kv, cells = cps * n_seq;
+    int32_t pos_p[8] = {5, 6, 7, 8, 9, 0, 1, 17}, seq_p[8] = {0, 0, 0, 0, 0, 2, 2, 1};
+    int32_t pos_d[1] = {287}, seq_d[1] = {1};
+    int64_t T = ac->decode ? 1 : 8;
+    int32_t *pos = ac->decode ? pos_d : pos_p, *seq = ac->decode ? seq_d : seq_p;
+    void *kc = rand_typed(ac->kv, row, cells, 1.0f), *vc = rand_typed(ac->kv, row, cells, 1.0f);
+    if (ac->kv == OB_TYPE_F32) {
+        /* Cells no token may see hold NaN: a kernel that reads them fails. */
+        for (int64_t s = 0; s < n_seq; s++) {
+            int32_t mx = -1;
+            for (int64_t t = 0; t < T; t++) if (seq[t] == s && pos[t] > mx) mx = pos[t];
+            for (int64_t j = mx + 1; j < cps; j++)
+                for (int64_t e = 0; e < row; e++) ((float *)kc)[(s * cps + j) * row + e] = ((float *)vc)[(s * cps + j) * row + e] = NAN;
+        }
+    }
+    float *q = rand_f32(hd * ac->n_head * T, 1.0f), tok = 0;
+    ob_graph *g = ob_graph_new(16);
+    int64_t nq[3] = {hd, ac->n_head, T}, nc[2] = {row, cells}, nt[1] = {T}, n1[1] = {1};
+    ob_tensor *o = ob_attention(g, ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q), ob_leaf(g, "k", ac->kv, 2, nc, kc),
+                                ob_leaf(g, "v", ac->kv, 2, nc, vc), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                                ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), ob_leaf(g, "tok", OB_TYPE_F32, 1, n1, &tok),
+                                (int)cps, ac->n_kv, ac->window, ac->causal, 1.0f / sqrtf((float)hd), ac->softcap);
+    char what[128];
+    snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d window %d causal %d cap %g %s", ob_type_name(ac->kv),
+             ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->decode ? "decode" : "prefill");
+    check_graph(g, o, 1e-5, 1e-4, what);
+    ob_graph_free(g);
+    free(q); free(kc); free(vc);
+}
+
+static void test_attention(void) {
+    static const ob_type kvt[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
+    static const int heads[][2] = {{4, 4}, {4, 2}, {6, 1}};
+    for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
+        for (size_t h = 0; h < OB_ARRAY_LEN(heads); h++)
+            for (int window = 0; window <= 3; window += 3)
+                for (int causal = 0; causal < 2; causal++)
+                    for (int cap = 0; cap < 2; cap++)
+                        for (int decode = 0; decode < 2; decode++) {
+                            /* hd 256 in decode: two output dims per invocation */
+                            int hd = kvt[k] == OB_TYPE_Q8_0 ? 64 : (decode ? (h == 1 ? 256 : 40) : 36);
+                            attn_case ac = {kvt[k], hd, heads[h][0], heads[h][1], window, causal, cap ? 1.5f : 0.0f, decode};
+                            run_attention(&ac);
+                        }
+}
+
+/* Several nodes in one submission: each must see the previous node's writes. */
+static void test_chain(void) {
+    int64_t K = 256, N = 96, T = 4;
+    int64_t nx[2] = {K, T}, nw[2] = {K, N}, nb[1] = {N};
+    float *x = rand_f32(K * T, 1.0f), *nw_ = rand_f32(K, 1.0f), *bias = rand_f32(N, 1.0f);
+    void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+    ob_graph *g = ob_graph_new(16);
+    ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nw_), 1e-6f);
+    h = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), h);
+    h = ob_add(g, h, ob_leaf(g, "b", OB_TYPE_F32, 1, nb, bias));
+    h = ob_act_op(g, h, OB_ACT_GELU);
+    h = ob_softmax(g, ob_scale(g, h, 0.5f));
+    check_graph(g, h, 1e-6, 1e-3, "chain norm-matmul-add-gelu-scale-softmax");
+    ob_graph_free(g);
+    free(x); free(nw_); free(bias); free(w);
+}
+
+/* Bad ids from a request must not write outside the output: the row reads as zeros. */
+static void test_bad_ids(void) {
+    int64_t ne[2] = {64, 4}, nt[1] = {2}, n = 128;
+    float *tab = rand_f32(256, 1.0f), got[128];
+    int32_t ids[2] = {1, 99};
+    ob_graph *g = ob_graph_new(4);
+    ob_tensor *o = ob_get_rows(g, ob_leaf(g, "tab", OB_TYPE_F32, 2, ne, tab), ob_leaf(g, "ids", OB_TYPE_I32, 1, nt, ids));
+    char err[256];
+    CHECK(run_on(g_be[0], g, o, got, err, sizeof(err)) == OB_OK);
+    bool ok = true;
+    for (int64_t i = 0; i < 64; i++) ok &= got[i] == tab[64 + i] && got[64 + i] == 0.0f;
+    CHECK(ok);
+    (void)n;
+    ob_graph_free(g);
+    free(tab);
+}
+
+/* A node with no kernel: supports() says no; strict compute refuses; with fallback it
+ * runs on the CPU reference and matches. */
+static void test_fallback(void) {
+    int64_t K = 256, N = 8;
+    int64_t nw[2] = {K, N}, nx[2] = {K, 1};
+    void *w = rand_typed(OB_TYPE_IQ2_XXS, K, N, 1.0f);
+    float *x = rand_f32(K, 1.0f), got[8];
+    ob_graph *g = ob_graph_new(8);
+    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_IQ2_XXS, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+    o = ob_scale(g, o, 2.0f); /* a device node after the fallback */
+    CHECK(!g_be[0]->iface->supports(g_be[0], &g->nodes[2]));
+    char err[256] = "";
+    CHECK(run_on(g_be[0], g, o, got, err, sizeof(err)) == OB_ERR_UNSUPPORTED);
+    CHECK(strstr(err, "IQ2_XXS") != NULL);
+    ob_backend *fb = ob_backend_vulkan_new(0, true, err, sizeof(err));
+    CHECKF(fb != NULL, "%s", err);
+    if (fb) {
+        CHECK(run_on(fb, g, o, got, err, sizeof(err)) == OB_OK);
+        void *scratch;
+        run_ref(g, &scratch);
+        int64_t at = 0;
+        CHECKF(err_ratio(got, o->data, N, 1e-4, 1e-4, &at) <= 1.0, "fallback matmul at %lld", (long long)at);
+        free(scratch);
+        ob_backend_free(fb);
+    }
+    ob_graph_free(g);
+    free(w); free(x);
+}
+
+/* ---- models ---------------------------------------------------------------------------- */
+
+static void test_models(void) {
+    static const char *arch[] = {"llama", "qwen2", "qwen3", "gemma3"};
+    for (size_t a = 0; a < OB_ARRAY_LEN(arch); a++)
+        for (int kv = 0; kv < 3; kv++) {
+            char path[256], err[512] = "";
+            snprintf(path, sizeof(path), "tests/fixtures/models/%s.gguf", arch[a]);
+            ob_model *m[2] = {NULL, NULL};
+            ob_context *c[2] = {NULL, NULL};
+            int np = 23;
+            int32_t tok[23], pos[23], seq[23];
+            int8_t want[23];
+            for (int i = 0; i < np; i++) { tok[i] = (int32_t)(ob_rng_u64(&g_rng) % 500); pos[i] = i; seq[i] = 0; want[i] = 1; }
+            for (int d = 0; d < 2; d++) {
+                ob_model_params mp = ob_model_default_params();
+                mp.device = d ? OB_DEVICE_VULKAN : OB_DEVICE_CPU;
+                mp.n_threads = 2;
+                ob_status st = ob_model_load(path, &mp, &m[d], err, sizeof(err));
+                CHECKF(st == OB_OK, "%s on %s: %s", arch[a], d ? "vulkan" : "cpu", err);
+                if (st) continue;
+                ob_context_params cp = ob_context_default_params();
+                cp.n_ctx = 64;
+                cp.n_batch = 16; /* two chunks: a prefill graph and a short one */
+                cp.type_k = cp.type_v = kv == 0 ? OB_KV_F32 : kv == 1 ? OB_KV_F16 : OB_KV_Q8_0;
+                st = ob_context_new(m[d], &cp, &c[d], err, sizeof(err));
+                CHECKF(st == OB_OK, "%s context: %s", arch[a], err);
+                if (st) continue;
+                ob_batch b = {np, tok, pos, seq, want};
+                for (int i = 0; i < np - 16; i++) want[i] = 0;
+                st = ob_decode(c[d], &b, err, sizeof(err));
+                CHECKF(st == OB_OK, "%s decode: %s", arch[a], err);
+                /* then two single-token decode steps */
+                for (int k = 0; k < 2 && !st; k++) {
+                    int32_t t1 = 7 + k, p1 = np + k, s1 = 0;
+                    ob_batch b1 = {1, &t1, &p1, &s1, NULL};
+                    st = ob_decode(c[d], &b1, err, sizeof(err));
+                    CHECKF(st == OB_OK, "%s decode step: %s", arch[a], err);
+                }
+            }
+            if (c[0] && c[1]) {
+                /* The last single-token step's logits. */
+                const float *l0 = ob_get_logits(c[0], 0), *l1 = ob_get_logits(c[1], 0);
+                ob_model_info info;
+                ob_model_get_info(m[0], &info);
+                CHECK(l0 && l1);
+                if (l0 && l1) {
+                    double md = 0, mr = 0;
+                    for (int v = 0; v < info.n_vocab; v++) {
+                        double d = fabs((double)l0[v] - l1[v]);
+                        if (d > md || d != d) md = d != d ? INFINITY : d;
+                        if (fabs(l0[v]) > mr) mr = fabs(l0[v]);
+                    }
+                    double rel = md / (mr > 0 ? mr : 1);
+                    CHECKF(rel <= 1e-3, "%s kv %d: vulkan logits rel err %.3g", arch[a], kv, rel);
+                    printf("model %s kv %d: vulkan vs cpu max rel err %.3g\n", arch[a], kv, rel);
+                }
+                ob_model_info vi;
+                ob_model_get_info(m[1], &vi);
+                CHECK(vi.backend && !strcmp(vi.backend, "vulkan"));
+            }
+            for (int d = 0; d < 2; d++) { ob_context_free(c[d]); ob_model_free(m[d]); }
+        }
+}
+
+int main(void) {
+    setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU */
+    ob_vulkan_list_devices(stdout);
+    char err[512] = "";
+    g_be[0] = ob_backend_vulkan_new(0, false, err, sizeof(err));
+    if (!g_be[0]) {
+        printf("test_vulkan_ops: skipped (no Vulkan device: %s)\n", err);
+        return 0;
+    }
+    setenv("ONEBIT_VULKAN_STAGING", "1", 1);
+    g_be[1] = ob_backend_vulkan_new(0, false, err, sizeof(err));
+    unsetenv("ONEBIT_VULKAN_STAGING");
+    CHECKF(g_be[1] != NULL, "staging backend: %s", err);
+    if (!g_be[1]) return ob_test_done("test_vulkan_ops");
+    ob_rng_seed(&g_rng, 0x5eed0bu);
+    double t0 = ob_time_s();
+    test_norms();
+    test_elementwise();
+    test_rope();
+    test_get_rows();
+    test_matmul();
+    test_cpy();
+    test_kv_store();
+    test_attention();
+    test_chain();
+    test_bad_ids();
+    test_fallback();
+    printf("ops: %.1f s\n", ob_time_s() - t0);
+    test_models();
+    printf("total: %.1f s\n", ob_time_s() - t0);
+    for (int b = 0; b < N_BE; b++) ob_backend_free(g_be[b]);
+    return ob_test_done("test_vulkan_ops");
+}
+#endif
