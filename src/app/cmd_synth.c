@@ -52,6 +52,12 @@ static ob_type pick_type(const char *ftype, const char *role, int il, int n_laye
         if (!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) return more_bits(il, n_layer) ? OB_TYPE_Q6_K : OB_TYPE_Q4_K;
         return OB_TYPE_Q4_K;
     }
+    /* An untied token embedding of a ternary / 1.x-bit file keeps more bits, as in
+     * llama.cpp's quantizer (a lookup table quantized this hard loses the tokens). */
+    if (!strcmp(role, "token_embd") && !is_output) {
+        if (base == OB_TYPE_TQ1_0 || base == OB_TYPE_TQ2_0) return OB_TYPE_Q4_K;
+        if (base == OB_TYPE_IQ1_S || base == OB_TYPE_IQ1_M || base == OB_TYPE_IQ2_XXS || base == OB_TYPE_IQ2_XS) return OB_TYPE_Q2_K;
+    }
     if (is_output && (base == OB_TYPE_TQ1_0 || base == OB_TYPE_TQ2_0 || base == OB_TYPE_Q1_0 ||
                       base == OB_TYPE_IQ1_S || base == OB_TYPE_IQ1_M))
         return OB_TYPE_Q6_K; /* the output matrix keeps precision in low-bit files */
@@ -199,6 +205,7 @@ static const char *default_tokenizer(void) {
 int ob_cmd_synth(int argc, char **argv) {
     const char *shape_name = NULL, *type_name = "F16", *out = NULL, *tok_path = NULL;
     uint64_t seed = 42;
+    bool dry = false;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -209,13 +216,15 @@ int ob_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer") && v) { tok_path = v; i++; }
         else if (!strcmp(a, "--seed") && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
+        else if (!strcmp(a, "--dry-run")) dry = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N]\n"
+            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N] [--dry-run]\n"
+                   "  --dry-run: print the tensor bytes of the file and write nothing\n"
                    "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n");
             return 0;
         } else { fprintf(stderr, "1bit synth: unknown option '%s'\n", a); return 2; }
     }
-    if (!shape_name || !out) { fprintf(stderr, "1bit synth: --shape and -o are required\n"); return 2; }
+    if (!shape_name || (!out && !dry)) { fprintf(stderr, "1bit synth: --shape and -o are required\n"); return 2; }
     const ob_shape *sh = NULL;
     for (size_t i = 0; i < OB_ARRAY_LEN(g_shapes); i++) if (!strcmp(g_shapes[i].name, shape_name)) sh = &g_shapes[i];
     if (!sh) { fprintf(stderr, "1bit synth: unknown shape '%s' (qwen3-0.6b, qwen3-4b, qwen3-8b)\n", shape_name); return 2; }
@@ -278,6 +287,15 @@ int ob_cmd_synth(int argc, char **argv) {
 #undef T2
     char err[512];
     int rc = 0;
+    if (dry) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < s.n; i++)
+            bytes += (ob_row_size(s.t[i].type, s.t[i].ne[0]) * (uint64_t)s.t[i].ne[1] + 31) & ~(uint64_t)31;
+        printf("%s %s tensor bytes %llu\n", sh->name, type_name, (unsigned long long)bytes);
+        ob_gguf_writer_free(w);
+        free(s.t);
+        return 0;
+    }
     for (int i = 0; i < s.n && !rc; i++) {
         if (ob_gguf_add_tensor_fn(w, s.t[i].name, s.t[i].type, s.t[i].n_dims, s.t[i].ne, fill, &s, err, sizeof(err))) {
             fprintf(stderr, "1bit synth: %s\n", err);

@@ -13,6 +13,8 @@ int ob_cmd_tokenize(int argc, char **argv);
 int ob_cmd_template(int argc, char **argv);
 int ob_cmd_serve(int argc, char **argv);
 int ob_cmd_info(int argc, char **argv);
+int ob_cmd_convert(int argc, char **argv);
+int ob_cmd_rag(int argc, char **argv);
 
 /* Path of the default model (Gemma 3 270M from the PyPI package), or NULL with a message
  * in err. The returned string is malloc'd. */

@@ -15,7 +15,9 @@ static void usage(FILE *f) {
             "  synth       write a random-weight model of a known shape\n"
             "  tokenize    print the token ids of a text\n"
             "  template    render a chat template\n"
-            "  info        show the model and the devices\n\n"
+            "  info        show the model and the devices\n"
+            "  convert     Hugging Face folder -> GGUF\n"
+            "  rag         index a folder of text and answer questions from it\n\n"
             "Run `1bit <command> --help` for a command's options.\n");
 }
 
@@ -25,6 +27,7 @@ static const ob_command g_commands[] = {
     {"run", ob_cmd_run},           {"serve", ob_cmd_serve},   {"bench", ob_cmd_bench},
     {"perplexity", ob_cmd_perplexity}, {"synth", ob_cmd_synth}, {"tokenize", ob_cmd_tokenize},
     {"template", ob_cmd_template}, {"info", ob_cmd_info},
+    {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},
 };
 
 int main(int argc, char **argv) {

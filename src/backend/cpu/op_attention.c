@@ -202,11 +202,14 @@ static ob_attn_vec attn_vec(void) {
 /* Cells per block of the online softmax: the running max and the rescale of the
  * accumulators move once per block instead of once per cell. */
 #define OB_ATTN_BLOCK 64
+/* Most batch tokens one task serves: consecutive tokens of one sequence share each
+ * converted K/V block, which is what makes prefill cheaper than T separate decodes. */
+#define OB_ATTN_TILE 8
 
 /* ---- ATTENTION ------------------------------------------------------------------------- */
 
 typedef struct ob_attn_dims {
-    int64_t hd, H, T, n_kv, g, cps, n_split;
+    int64_t hd, H, T, n_kv, g, cps, n_split, tile, rows; /* rows: tile * g query rows per task */
     size_t per_thread;   /* floats of scratch per thread (64-byte multiple) */
     size_t partial_off;  /* float offsets in the work buffer */
     size_t maxpos_off;
@@ -223,8 +226,12 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.cps = n->ip[0];
     int64_t pairs = d.T * d.n_kv;
     d.n_split = pairs >= nth ? 1 : OB_MIN((nth + pairs - 1) / pairs, 64);
-    /* k, v blocks [BLOCK*hd] each; q, acc [g*hd] each; m, l [g]; scores, probs [g*BLOCK] each */
-    d.per_thread = (size_t)((2 * OB_ATTN_BLOCK + 2 * d.g) * d.hd + 2 * d.g + 2 * d.g * OB_ATTN_BLOCK + 15) & ~(size_t)15;
+    /* Tiles only as large as still leaves about four tasks per thread. */
+    d.tile = OB_MAX(1, OB_MIN(OB_ATTN_TILE, pairs / (4 * (int64_t)nth)));
+    d.rows = d.tile * d.g;
+    /* k, v blocks [BLOCK*hd] each; per query row: q, acc [hd], m, l, and the cell range
+     * (two int64 as four floats), scores, probs [BLOCK] */
+    d.per_thread = (size_t)(2 * OB_ATTN_BLOCK * d.hd + d.rows * (2 * d.hd + 6 + 2 * OB_ATTN_BLOCK) + 15) & ~(size_t)15;
     d.partial_off = d.per_thread * (size_t)nth;
     size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.hd + 2)) : 0;
     d.maxpos_off = d.partial_off + partial;
@@ -246,18 +253,98 @@ static void attn_range(const ob_tensor *n, int32_t p, int32_t maxpos, int64_t *l
     if (!n->ip[3] && w > 0) *hi = OB_MIN(*hi, (int64_t)p + w - 1);
 }
 
-void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
+/* One thread's scratch, carved from the work buffer. */
+typedef struct ob_attn_scratch {
+    float *kbuf, *vbuf;      /* [BLOCK * hd] converted K / V rows of the current block */
+    float *q, *acc;          /* [rows * hd] scaled queries, unnormalised outputs */
+    float *m, *l;            /* [rows] running max and sum */
+    int64_t *j0, *j1;        /* [rows] each row's cells [j0, j1) */
+    float *sc, *pr;          /* [rows * BLOCK] scores and probabilities of the block */
+    float *partial;          /* shared [T, H, n_split, 2 + hd] (max, sum, acc) when n_split > 1 */
+} ob_attn_scratch;
+
+/* Batch tokens [t0, t1) of one sequence, kv head kh, kv split sp: every query row
+ * (token, head of the group) walks the union of the rows' cell ranges block by block;
+ * each row only scores the cells of its own range, so masks never need -inf. */
+static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scratch *w, const ob_attn_vec *vec,
+                       const int32_t *maxpos, int64_t t0, int64_t t1, int64_t kh, int64_t sp) {
     const ob_tensor *q = dst->src[0], *kc = dst->src[1], *vc = dst->src[2];
     const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
-    ob_attn_dims d = attn_dims(dst, c->nth);
-    int64_t hd = d.hd, g = d.g;
-    float *w = c->wdata;
-    int32_t *maxpos = (int32_t *)(w + d.maxpos_off);
-    bool causal = dst->ip[3] != 0;
+    int64_t hd = d->hd, g = d->g, nr = (t1 - t0) * g, u0 = INT64_MAX, u1 = INT64_MIN;
     float scale = dst->fp[0], cap = dst->fp[1];
+    bool causal = dst->ip[3] != 0;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t lo, hi;
+        attn_range(dst, pos[t], causal ? pos[t] : maxpos[t], &lo, &hi);
+        int64_t n = hi - lo + 1, a = lo + n * sp / d->n_split, b = lo + n * (sp + 1) / d->n_split;
+        const float *qt = (const float *)q->data + (t * d->H + kh * g) * hd;
+        for (int64_t i = 0; i < g; i++) {
+            int64_t r = (t - t0) * g + i;
+            w->j0[r] = a;
+            w->j1[r] = b;
+            w->m[r] = -INFINITY;
+            w->l[r] = 0;
+            for (int64_t e = 0; e < hd; e++) w->q[r * hd + e] = qt[i * hd + e] * scale;
+        }
+        if (a < b) { u0 = OB_MIN(u0, a); u1 = OB_MAX(u1, b); }
+    }
+    memset(w->acc, 0, sizeof(float) * (size_t)(nr * hd));
+    size_t krb = ob_row_size(kc->type, hd * d->n_kv), vrb = ob_row_size(vc->type, hd * d->n_kv);
+    const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * krb;
+    const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * vrb;
+    const float *krows[OB_ATTN_BLOCK], *vrows[OB_ATTN_BLOCK];
+    for (int64_t jb = u0; jb < u1; jb += OB_ATTN_BLOCK) {
+        int64_t nb = OB_MIN(OB_ATTN_BLOCK, u1 - jb);
+        for (int64_t c = 0; c < nb; c++) krows[c] = vec->row(kc->type, kbase + (size_t)(jb + c) * krb, w->kbuf + c * hd, hd);
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t a = OB_MAX(w->j0[r], jb), b = OB_MIN(w->j1[r], jb + nb);
+            if (a >= b) continue;
+            float *si = w->sc + r * OB_ATTN_BLOCK + (a - jb), bm = -INFINITY;
+            for (int64_t c = 0; c < b - a; c++) {
+                float sv = vec->dot(w->q + r * hd, krows[a - jb + c], hd);
+                si[c] = sv = cap > 0 ? cap * tanhf(sv / cap) : sv;
+                bm = sv > bm ? sv : bm;
+            }
+            if (bm > w->m[r]) {
+                /* New running max: rescale what was accumulated under the old one. */
+                float corr = expf(w->m[r] - bm);
+                w->l[r] *= corr;
+                for (int64_t e = 0; e < hd; e++) w->acc[r * hd + e] *= corr;
+                w->m[r] = bm;
+            }
+            w->l[r] += vec->exp_sum(w->pr + r * OB_ATTN_BLOCK + (a - jb), si, w->m[r], b - a);
+        }
+        /* V rows of the block are converted once and shared by every row of the task. */
+        for (int64_t c = 0; c < nb; c++) vrows[c] = vec->row(vc->type, vbase + (size_t)(jb + c) * vrb, w->vbuf + c * hd, hd);
+        for (int64_t r = 0; r < nr; r++) {
+            int64_t a = OB_MAX(w->j0[r], jb), b = OB_MIN(w->j1[r], jb + nb);
+            if (a < b) vec->acc_rows(w->acc + r * hd, w->pr + r * OB_ATTN_BLOCK + (a - jb), vrows + (a - jb), b - a, hd);
+        }
+    }
+    for (int64_t r = 0; r < nr; r++) {
+        int64_t t = t0 + r / g, h = kh * g + r % g;
+        const float *ar = w->acc + r * hd;
+        if (d->n_split == 1) {
+            float *o = (float *)dst->data + (t * d->H + h) * hd, inv = w->l[r] > 0 ? 1.0f / w->l[r] : 0.0f;
+            for (int64_t e = 0; e < hd; e++) o[e] = ar[e] * inv;
+        } else {
+            float *pp = w->partial + (size_t)(((t * d->H + h) * d->n_split + sp) * (hd + 2));
+            pp[0] = w->m[r];
+            pp[1] = w->l[r];
+            memcpy(pp + 2, ar, sizeof(float) * (size_t)hd);
+        }
+    }
+}
+
+void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
+    const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
+    ob_attn_dims d = attn_dims(dst, c->nth);
+    int64_t hd = d.hd;
+    float *wb = c->wdata;
+    int32_t *maxpos = (int32_t *)(wb + d.maxpos_off);
     ob_attn_vec vec = attn_vec();
 
-    if (!causal) {
+    if (!dst->ip[3]) {
         /* Whole-sequence attention reaches the furthest position of the token's sequence in
          * this batch. O(T^2) integer work, small next to the attention itself. */
         int64_t t0, t1;
@@ -271,64 +358,29 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
         ob_cpu_sync(c);
     }
 
-    float *kbuf = w + d.per_thread * (size_t)c->ith, *vbuf = kbuf + OB_ATTN_BLOCK * hd, *qb = vbuf + OB_ATTN_BLOCK * hd;
-    float *acc = qb + g * hd;
-    const float *vrows[OB_ATTN_BLOCK];
-    float *m = acc + g * hd, *l = m + g, *sc = l + g, *pr = sc + g * OB_ATTN_BLOCK;
-    size_t krb = ob_row_size(kc->type, hd * d.n_kv), vrb = ob_row_size(vc->type, hd * d.n_kv);
-    int64_t n_tasks = d.T * d.n_kv * d.n_split;
+    ob_attn_scratch w;
+    w.kbuf = wb + d.per_thread * (size_t)c->ith;
+    w.vbuf = w.kbuf + OB_ATTN_BLOCK * hd;
+    w.q = w.vbuf + OB_ATTN_BLOCK * hd;
+    w.acc = w.q + d.rows * hd;
+    w.m = w.acc + d.rows * hd;
+    w.l = w.m + d.rows;
+    w.j0 = (int64_t *)(void *)(w.l + d.rows);
+    w.j1 = w.j0 + d.rows;
+    w.sc = (float *)(void *)(w.j1 + d.rows);
+    w.pr = w.sc + d.rows * OB_ATTN_BLOCK;
+    w.partial = wb + d.partial_off;
+
+    int64_t n_tiles = (d.T + d.tile - 1) / d.tile, n_tasks = n_tiles * d.n_kv * d.n_split;
     /* Tasks are dealt round-robin: causal costs grow with position, so contiguous blocks
      * would leave the thread with the last tokens doing most of the work. */
     for (int64_t task = c->ith; task < n_tasks; task += c->nth) {
-        int64_t sp = task % d.n_split, kh = (task / d.n_split) % d.n_kv, t = task / (d.n_split * d.n_kv);
-        int64_t lo, hi;
-        attn_range(dst, pos[t], causal ? pos[t] : maxpos[t], &lo, &hi);
-        int64_t ncell = hi - lo + 1, j0 = lo + ncell * sp / d.n_split, j1 = lo + ncell * (sp + 1) / d.n_split;
-        const float *qt = (const float *)q->data + (t * d.H + kh * g) * hd;
-        for (int64_t i = 0; i < g * hd; i++) qb[i] = qt[i] * scale;
-        for (int64_t i = 0; i < g; i++) { m[i] = -INFINITY; l[i] = 0; }
-        memset(acc, 0, sizeof(float) * (size_t)(g * hd));
-        const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh);
-        const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh);
-        int64_t cell0 = (int64_t)seq[t] * d.cps;
-        for (int64_t jb = j0; jb < j1; jb += OB_ATTN_BLOCK) {
-            int64_t nb = OB_MIN(OB_ATTN_BLOCK, j1 - jb);
-            /* scores of the block for every head of the group: sc[i][c] */
-            for (int64_t cc = 0; cc < nb; cc++) {
-                const float *k = vec.row(kc->type, kbase + (size_t)(cell0 + jb + cc) * krb, kbuf + cc * hd, hd);
-                for (int64_t i = 0; i < g; i++) {
-                    float sv = vec.dot(qb + i * hd, k, hd);
-                    sc[i * OB_ATTN_BLOCK + cc] = cap > 0 ? cap * tanhf(sv / cap) : sv;
-                }
-            }
-            for (int64_t i = 0; i < g; i++) {
-                float *si = sc + i * OB_ATTN_BLOCK, bm = si[0];
-                for (int64_t cc = 1; cc < nb; cc++) bm = si[cc] > bm ? si[cc] : bm;
-                if (bm > m[i]) {
-                    /* New running max: rescale what was accumulated under the old one. */
-                    float corr = expf(m[i] - bm);
-                    l[i] *= corr;
-                    for (int64_t e = 0; e < hd; e++) acc[i * hd + e] *= corr;
-                    m[i] = bm;
-                }
-                l[i] += vec.exp_sum(pr + i * OB_ATTN_BLOCK, si, m[i], nb);
-            }
-            /* V rows of the block are converted once and shared by the group's heads. */
-            for (int64_t cc = 0; cc < nb; cc++)
-                vrows[cc] = vec.row(vc->type, vbase + (size_t)(cell0 + jb + cc) * vrb, vbuf + cc * hd, hd);
-            for (int64_t i = 0; i < g; i++) vec.acc_rows(acc + i * hd, pr + i * OB_ATTN_BLOCK, vrows, nb, hd);
-        }
-        for (int64_t i = 0; i < g; i++) {
-            int64_t h = kh * g + i;
-            if (d.n_split == 1) {
-                float *o = (float *)dst->data + (t * d.H + h) * hd, inv = l[i] > 0 ? 1.0f / l[i] : 0.0f;
-                for (int64_t e = 0; e < hd; e++) o[e] = acc[i * hd + e] * inv;
-            } else {
-                float *pp = w + d.partial_off + (size_t)(((t * d.H + h) * d.n_split + sp) * (hd + 2));
-                pp[0] = m[i];
-                pp[1] = l[i];
-                memcpy(pp + 2, acc + i * hd, sizeof(float) * (size_t)hd);
-            }
+        int64_t sp = task % d.n_split, kh = (task / d.n_split) % d.n_kv, tile = task / (d.n_split * d.n_kv);
+        int64_t end = OB_MIN(d.T, (tile + 1) * d.tile);
+        /* A tile may straddle sequences: serve each run of one sequence on its own. */
+        for (int64_t t0 = tile * d.tile, t1; t0 < end; t0 = t1) {
+            for (t1 = t0 + 1; t1 < end && seq[t1] == seq[t0];) t1++;
+            attn_group(dst, &d, &w, &vec, maxpos, t0, t1, kh, sp);
         }
     }
     if (d.n_split == 1) return;
@@ -338,7 +390,7 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int64_t r0, r1;
     ob_cpu_split(d.T * d.H, c->ith, c->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const float *pp = w + d.partial_off + (size_t)(r * d.n_split * (hd + 2));
+        const float *pp = w.partial + (size_t)(r * d.n_split * (hd + 2));
         float mx = -INFINITY, sum = 0;
         for (int64_t s = 0; s < d.n_split; s++)
             if (pp[s * (hd + 2) + 1] > 0 && pp[s * (hd + 2)] > mx) mx = pp[s * (hd + 2)];

@@ -1,0 +1,247 @@
+/* Embeddings end to end on tiny random transformers models (tests/fixtures/embed/, made by
+ * make_fixtures.py): `convert` of the HF folder, load, pooled outputs of three sequences
+ * in one batch against transformers (1e-4 relative, F32), rank scores of the rerankers;
+ * the POOL op against its reference; bad input to convert and to embeddings decode. */
+#include "backend/cpu/cpu.h"
+#include "convert/convert.h"
+#include "testutil.h"
+#include "onebit.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FIX "tests/fixtures/embed/"
+
+static double rel_err(const float *a, const double *ref, int n) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > md || d != d) md = d != d ? INFINITY : d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / (mr > 0 ? mr : 1);
+}
+
+static void tmp_path(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "/tmp/ob_test_embed_%d_%s.gguf", (int)getpid(), name);
+}
+
+/* Converts a fixture folder and loads it. */
+static ob_model *convert_load(const char *name, ob_type type, char *gguf, size_t cap) {
+    char dir[256], err[512] = "";
+    snprintf(dir, sizeof(dir), FIX "%s", name);
+    tmp_path(gguf, cap, name);
+    ob_convert_opts o = {type, NULL};
+    ob_status st = ob_convert_hf(dir, gguf, &o, err, sizeof(err));
+    CHECKF(st == OB_OK, "convert %s: %s", name, err);
+    if (st) return NULL;
+    ob_model_params mp = ob_model_default_params();
+    mp.n_threads = 2;
+    ob_model *m = NULL;
+    st = ob_model_load(gguf, &mp, &m, err, sizeof(err));
+    CHECKF(st == OB_OK, "load %s: %s", name, err);
+    return m;
+}
+
+/* All of the fixture's sequences in one batch, seq i = sequence i. */
+static ob_status decode_all(ob_context *c, json_t *seqs, char *err, size_t err_len) {
+    int32_t tok[256], pos[256], seq[256];
+    int n = 0;
+    for (size_t s = 0; s < json_array_size(seqs); s++) {
+        json_t *js = json_array_get(seqs, s);
+        for (size_t i = 0; i < json_array_size(js) && n < 256; i++, n++) {
+            tok[n] = (int32_t)json_integer_value(json_array_get(js, i));
+            pos[n] = (int32_t)i;
+            seq[n] = (int32_t)s;
+        }
+    }
+    ob_batch b = {n, tok, pos, seq, NULL};
+    return ob_decode(c, &b, err, err_len);
+}
+
+static void check_encoder(const char *name, ob_type type, double tol) {
+    char gguf[256], path[256], err[512] = "";
+    snprintf(path, sizeof(path), FIX "%s/ref.json", name);
+    json_error_t je;
+    json_t *ref = json_load_file(path, 0, &je);
+    CHECKF(ref != NULL, "%s: %s", path, je.text);
+    if (!ref) return;
+    ob_model *m = convert_load(name, type, gguf, sizeof(gguf));
+    json_t *seqs = json_object_get(ref, "seqs");
+    int n_seq = (int)json_array_size(seqs);
+    static const struct { const char *key; int pooling; } pools[] = {
+        {"mean", OB_POOLING_MEAN}, {"cls", OB_POOLING_CLS}, {"last", OB_POOLING_LAST}, {"scores", OB_POOLING_RANK}};
+    for (size_t p = 0; p < OB_ARRAY_LEN(pools) && m; p++) {
+        json_t *want = json_object_get(ref, pools[p].key);
+        if (!want) continue;
+        ob_context_params cp = ob_context_default_params();
+        cp.n_ctx = 64;
+        cp.n_seq = n_seq + 1; /* one sequence stays unused: it must read back as absent */
+        cp.n_batch = 128;
+        cp.type_k = cp.type_v = OB_KV_F32;
+        cp.embeddings = true;
+        cp.pooling = pools[p].pooling == OB_POOLING_RANK ? OB_POOLING_DEFAULT : pools[p].pooling;
+        cp.normalize = false;
+        ob_context *c = NULL;
+        ob_status st = ob_context_new(m, &cp, &c, err, sizeof(err));
+        CHECKF(st == OB_OK, "%s %s: %s", name, pools[p].key, err);
+        if (st) continue;
+        /* Twice: the second call must start the sequences afresh. */
+        for (int rep = 0; rep < 2 && !st; rep++) {
+            st = decode_all(c, seqs, err, sizeof(err));
+            CHECKF(st == OB_OK, "%s %s: %s", name, pools[p].key, err);
+        }
+        int n = ob_context_n_embd(c);
+        for (int s = 0; s < n_seq && !st; s++) {
+            json_t *w = json_array_get(want, (size_t)s);
+            CHECKF((int)json_array_size(w) == n, "%s: width %d vs %zu", name, n, json_array_size(w));
+            double r[1024];
+            for (int i = 0; i < n && i < 1024; i++) r[i] = json_real_value(json_array_get(w, (size_t)i));
+            const float *e = ob_get_embeddings(c, s);
+            CHECK(e != NULL);
+            if (!e) continue;
+            double er = rel_err(e, r, n);
+            CHECKF(er <= tol, "%s %s seq %d: rel err %.3g > %.1g", name, pools[p].key, s, er, tol);
+            printf("%s %s seq %d: rel err %.3g\n", name, pools[p].key, s, er);
+            if (pools[p].pooling == OB_POOLING_RANK) CHECK(fabsf(ob_get_rank_score(c, s) - e[0]) == 0);
+        }
+        CHECK(ob_get_embeddings(c, n_seq) == NULL);
+        CHECK(ob_get_logits(c, 0) == NULL);
+        if (pools[p].pooling != OB_POOLING_RANK) CHECK(isnan(ob_get_rank_score(c, 0)));
+        ob_context_free(c);
+    }
+    /* Normalised mean pooling: unit length, same direction. */
+    if (m && json_object_get(ref, "mean")) {
+        ob_context_params cp = ob_context_default_params();
+        cp.n_ctx = 64; cp.n_seq = n_seq; cp.n_batch = 128; cp.embeddings = true; cp.pooling = OB_POOLING_MEAN;
+        cp.type_k = cp.type_v = OB_KV_F32;
+        ob_context *c = NULL;
+        if (ob_context_new(m, &cp, &c, err, sizeof(err)) == OB_OK && decode_all(c, seqs, err, sizeof(err)) == OB_OK) {
+            const float *e = ob_get_embeddings(c, 1);
+            double nn = 0;
+            for (int i = 0; e && i < ob_context_n_embd(c); i++) nn += (double)e[i] * e[i];
+            CHECKF(fabs(sqrt(nn) - 1) < 1e-5, "%s: normalised length %g", name, sqrt(nn));
+            /* An embeddings batch larger than n_batch is refused, not split. */
+            int32_t tok[200] = {0}, pos[200], sq[200] = {0};
+            for (int i = 0; i < 200; i++) { pos[i] = i; tok[i] = 5; }
+            ob_batch big = {200, tok, pos, sq, NULL};
+            CHECK(ob_decode(c, &big, err, sizeof(err)) == OB_ERR_CONTEXT);
+        } else {
+            CHECKF(0, "%s: %s", name, err);
+        }
+        ob_context_free(c);
+    }
+    ob_model_free(m);
+    unlink(gguf);
+    json_decref(ref);
+}
+
+/* POOL kernel (threads 1..3) against the double-precision reference, sequences interleaved. */
+static void test_pool_op(void) {
+    ob_rng r;
+    ob_rng_seed(&r, 99);
+    int64_t n = 37, T = 29, S = 5;
+    float *x = malloc(sizeof(float) * (size_t)(n * T));
+    ob_rng_fill_normal(&r, x, n * T, 2.0f);
+    int32_t seq[29], pos[29], cnt[5] = {0};
+    for (int t = 0; t < T; t++) { seq[t] = (int32_t)(ob_rng_u64(&r) % 4); pos[t] = cnt[seq[t]]++; } /* seq 4 empty */
+    for (int th = 1; th <= 3; th++) {
+        ob_backend *be = ob_backend_cpu_new(th);
+        for (int type = OB_POOL_MEAN; type <= OB_POOL_LAST; type++)
+            for (int norm = 0; norm < 2; norm++) {
+                ob_graph *g = ob_graph_new(8);
+                int64_t nx[2] = {n, T}, nt[1] = {T};
+                ob_tensor *tx = ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x);
+                ob_tensor *ts = ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq);
+                ob_tensor *tp = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos);
+                ob_tensor *o = ob_pool(g, tx, ts, tp, (ob_pool_type)type, norm, (int)S);
+                CHECK(be->iface->supports(be, o));
+                ob_graph_plan(g);
+                void *scratch = aligned_alloc(64, (g->scratch_size + 63) & ~(size_t)63);
+                ob_graph_bind(g, scratch);
+                memset(scratch, 0x7f, g->scratch_size);
+                CHECK(be->iface->compute(be, g, NULL, 0) == OB_OK);
+                float ref[37 * 5];
+                void *saved = o->data;
+                o->data = ref;
+                ob_cpu_ref_op(o);
+                o->data = saved;
+                double worst = 0;
+                for (int64_t i = 0; i < n * S; i++) {
+                    double d = fabs((double)((float *)o->data)[i] - ref[i]);
+                    if (d > worst || d != d) worst = d != d ? INFINITY : d;
+                }
+                CHECKF(worst < 1e-5, "pool type %d norm %d nth %d: err %g", type, norm, th, worst);
+                /* Spot-check the definition: CLS of seq 0 is its first token, seq 4 is zeros. */
+                if (type == OB_POOL_CLS && !norm) {
+                    int first = 0;
+                    while (seq[first] != 0) first++;
+                    CHECK(((float *)o->data)[0] == x[first * n]);
+                }
+                CHECK(((float *)o->data)[4 * n] == 0.0f);
+                free(scratch);
+                ob_graph_free(g);
+            }
+        ob_backend_free(be);
+    }
+    free(x);
+}
+
+static void test_convert_bad_input(void) {
+    char out[256], err[512];
+    tmp_path(out, sizeof(out), "bad");
+    ob_convert_opts o = {OB_TYPE_F32, NULL};
+    /* A folder that is not a model. */
+    err[0] = 0;
+    CHECK(ob_convert_hf("tests/fixtures/text", out, &o, err, sizeof(err)) != OB_OK && strstr(err, "not a model"));
+    CHECK(access(out, F_OK) != 0);
+    /* A folder that does not exist. */
+    err[0] = 0;
+    CHECK(ob_convert_hf("tests/fixtures/embed/nope", out, &o, err, sizeof(err)) != OB_OK && err[0]);
+    /* An architecture we do not know is refused by name. */
+    char dir[128];
+    snprintf(dir, sizeof(dir), "/tmp/ob_test_embed_%d_dir", (int)getpid());
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp " FIX "bert/* %s/ && "
+             "sed -i 's/\"BertModel\"/\"MysteryModel\"/' %s/config.json", dir, dir, dir);
+    CHECK(system(cmd) == 0);
+    err[0] = 0;
+    CHECK(ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_ERR_UNSUPPORTED && strstr(err, "MysteryModel"));
+    CHECK(access(out, F_OK) != 0);
+    /* A truncated safetensors file. */
+    snprintf(cmd, sizeof(cmd), "cp " FIX "bert/config.json %s/ && head -c 3000 " FIX "bert/model.safetensors > %s/model.safetensors",
+             dir, dir);
+    CHECK(system(cmd) == 0);
+    err[0] = 0;
+    CHECK(ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_ERR_FORMAT && err[0]);
+    CHECK(access(out, F_OK) != 0);
+    /* A header claiming more data than the file has. */
+    {
+        char p[256];
+        snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+        FILE *f = fopen(p, "wb");
+        const char *h = "{\"x\":{\"dtype\":\"F32\",\"shape\":[1000000,1000000],\"data_offsets\":[0,16]}}";
+        uint64_t hl = strlen(h);
+        fwrite(&hl, 8, 1, f);
+        fwrite(h, 1, hl, f);
+        fwrite("0123456789abcdef", 1, 16, f);
+        fclose(f);
+        err[0] = 0;
+        CHECK(ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_ERR_FORMAT && err[0]);
+    }
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+int main(void) {
+    test_pool_op();
+    check_encoder("bert", OB_TYPE_F32, 1e-4);
+    check_encoder("nomic-bert", OB_TYPE_F32, 1e-4);
+    check_encoder("bert-rerank", OB_TYPE_F32, 1e-4);
+    check_encoder("xlmr-rerank", OB_TYPE_F32, 1e-4);
+    check_encoder("bert", OB_TYPE_F16, 5e-3);
+    test_convert_bad_input();
+    return ob_test_done("test_embed");
+}
