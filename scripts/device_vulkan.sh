@@ -32,10 +32,25 @@ run)
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
   export LD_LIBRARY_PATH=$PWD/.dev/vulkan/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-  fi
   out=${OUT:-/tmp}
+  # The NVIDIA ICD manifest lives in different places per image; with none, write one
+  # for the driver's own library (the Vulkan ICD is inside libGLX_nvidia.so.0).
+  if [ -z "${VK_DRIVER_FILES:-}" ]; then
+    for j in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
+             /etc/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/icd.d/nvidia_icd.json; do
+      [ -f "$j" ] && { export VK_DRIVER_FILES=$j; break; }
+    done
+  fi
+  if [ -z "${VK_DRIVER_FILES:-}" ]; then
+    lib=$(ldconfig -p | awk '/libGLX_nvidia.so.0/{print $NF; exit}')
+    [ -z "$lib" ] && lib=$(find / -xdev -name 'libGLX_nvidia.so.0' 2>/dev/null | head -1)
+    if [ -n "$lib" ]; then
+      printf '{"file_format_version":"1.0.0","ICD":{"library_path":"%s","api_version":"1.3.0"}}\n' "$lib" >/tmp/nvidia_icd.json
+      export VK_DRIVER_FILES=/tmp/nvidia_icd.json
+    fi
+  fi
+  { echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-}"; ls /usr/local/nvidia/share/vulkan/icd.d /usr/share/vulkan/icd.d \
+      /etc/vulkan/icd.d 2>&1; ldconfig -p | grep -E 'nvidia|vulkan'; } >"$out/driver.txt" 2>&1 || true
   nvidia-smi -L >"$out/gpu.txt" 2>&1 || true
   set +e
   ./.dev/vulkan/test_vulkan_ops 2>&1 | tee "$out/test_vulkan_ops.log"

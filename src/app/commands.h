@@ -13,6 +13,7 @@ int ob_cmd_tokenize(int argc, char **argv);
 int ob_cmd_template(int argc, char **argv);
 int ob_cmd_serve(int argc, char **argv);
 int ob_cmd_info(int argc, char **argv);
+int ob_cmd_quantize(int argc, char **argv);
 int ob_cmd_convert(int argc, char **argv);
 int ob_cmd_rag(int argc, char **argv);
 

@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "  tokenize    print the token ids of a text\n"
             "  template    render a chat template\n"
             "  info        show the model and the devices\n"
+            "  quantize    rewrite a model's weight matrices in another type\n"
             "  convert     Hugging Face folder -> GGUF\n"
             "  rag         index a folder of text and answer questions from it\n\n"
             "Run `1bit <command> --help` for a command's options.\n");
@@ -26,7 +27,7 @@ typedef struct { const char *name; int (*fn)(int, char **); } ob_command;
 static const ob_command g_commands[] = {
     {"run", ob_cmd_run},           {"serve", ob_cmd_serve},   {"bench", ob_cmd_bench},
     {"perplexity", ob_cmd_perplexity}, {"synth", ob_cmd_synth}, {"tokenize", ob_cmd_tokenize},
-    {"template", ob_cmd_template}, {"info", ob_cmd_info},
+    {"template", ob_cmd_template}, {"info", ob_cmd_info},       {"quantize", ob_cmd_quantize},
     {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},
 };
 

@@ -25,6 +25,7 @@ typedef struct ob_hparams {
     int pooling_type;                 /* <arch>.pooling_type (ob_pooling); 0: none */
     bool encoder;                     /* no LM head: only embeddings / rank scores */
     int n_cls_out;                    /* outputs of a rank (classification) head; 0: none */
+    float alibi_max_bias;             /* ALiBi attention (jina-bert-v2); 0: none */
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */

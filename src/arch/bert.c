@@ -79,8 +79,12 @@ static ob_status bert_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_
         (hp->pooling_type == OB_POOLING_RANK && !hp->n_cls_out))
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: pooling type %d unusable (rank head outputs %d)",
                        hp->pooling_type, hp->n_cls_out);
-    if (bert_kind(a) == BERT_JINA2)
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: jina-bert-v2 (ALiBi attention) is not supported yet");
+    if (bert_kind(a) == BERT_JINA2) {
+        if (!ob_hp_f32(g, a, "attention.max_alibi_bias", &hp->alibi_max_bias)) hp->alibi_max_bias = 8.0f;
+        if (!(hp->alibi_max_bias > 0 && hp->alibi_max_bias <= 64))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad ALiBi max bias %g", hp->alibi_max_bias);
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: jina-bert-v2 needs ALiBi attention, not in the kernels yet");
+    }
     return OB_OK;
 }
 
@@ -130,9 +134,13 @@ static ob_status bert_bind(ob_model_view *mv, const ob_hparams *hp, void **priv,
         OB_L(L->bo, "attn_output.bias", 1, false, E);
         OB_L(L->attn_ln, "attn_output_norm.weight", 1, true, E);
         OB_L(L->attn_ln_b, "attn_output_norm.bias", 1, false, E);
-        OB_L(L->up, "ffn_up.weight", 2, true, E, F);
-        OB_L(L->up_b, "ffn_up.bias", 1, false, F);
-        OB_L(L->gate, "ffn_gate.weight", 2, m->kind != BERT_PLAIN, E, F);
+        /* jina-bert-v2 keeps gate and up fused in ffn_up [E, 2F] (gate first) */
+        OB_L(L->up, "ffn_up.weight", 2, true, E, m->kind == BERT_JINA2 ? -1 : F);
+        if (L->up->ne[1] != F && L->up->ne[1] != 2 * F)
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: blk.%d.ffn_up.weight has %lld rows for ff %lld", il,
+                           (long long)L->up->ne[1], (long long)F);
+        OB_L(L->up_b, "ffn_up.bias", 1, false, -1);
+        OB_L(L->gate, "ffn_gate.weight", 2, m->kind == BERT_NOMIC || (m->kind == BERT_JINA2 && L->up->ne[1] == F), E, F);
         OB_L(L->gate_b, "ffn_gate.bias", 1, false, F);
         OB_L(L->down, "ffn_down.weight", 2, true, F, E);
         OB_L(L->down_b, "ffn_down.bias", 1, false, E);
@@ -142,6 +150,8 @@ static ob_status bert_bind(ob_model_view *mv, const ob_hparams *hp, void **priv,
         if (L->wqkv && ob_type_block_size(L->wqkv->type) > E)
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: attn_qkv rows too short for type %s",
                            ob_type_name(L->wqkv->type));
+        if (L->up_b && L->up_b->ne[0] != L->up->ne[1])
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: blk.%d.ffn_up.bias does not match the weight", il);
     }
 #undef OB_L
 #undef OB_W
@@ -210,14 +220,22 @@ static ob_tensor *bert_attn(ob_graph *g, const ob_hparams *hp, const ob_bert *m,
     vs->src[4] = ks; /* orders the V store after the K store: the attention waits on both */
     ob_tensor *a = ob_attention(g, q, in->k_cache[il], in->v_cache[il], in->pos, in->seq, vs, in->cells_per_seq,
                                 hp->n_head_kv, 0, false, hp->attn_scale, 0.0f);
+    a->fp[2] = hp->alibi_max_bias;
     ob_set_name(a, "blk.%d.attn", il);
     return proj(g, ob_weight_leaf(g, L->wo), leaf_opt(g, L->bo), a, "attn_output", il);
 }
 
-static ob_tensor *bert_ffn(ob_graph *g, const ob_bert *m, int il, ob_tensor *x) {
+static ob_tensor *bert_ffn(ob_graph *g, const ob_hparams *hp, const ob_bert *m, int il, ob_tensor *x) {
     const ob_bert_layer *L = &m->layers[il];
-    ob_tensor *up = proj(g, ob_weight_leaf(g, L->up), leaf_opt(g, L->up_b), x, "ffn_up", il);
     ob_tensor *h;
+    if (L->up->ne[1] == 2 * (int64_t)hp->n_ff) {
+        int64_t F = hp->n_ff;
+        ob_tensor *gt = proj(g, weight_rows(g, L->up, 0, F, "ffn_up.gate"), bias_rows(g, L->up_b, 0, F, "ffn_up.bg"), x, "ffn_gate", il);
+        ob_tensor *up = proj(g, weight_rows(g, L->up, F, F, "ffn_up.up"), bias_rows(g, L->up_b, F, F, "ffn_up.bu"), x, "ffn_up", il);
+        h = ob_glu(g, gt, up, OB_ACT_GELU_ERF);
+        return proj(g, ob_weight_leaf(g, L->down), leaf_opt(g, L->down_b), h, "ffn_down", il);
+    }
+    ob_tensor *up = proj(g, ob_weight_leaf(g, L->up), leaf_opt(g, L->up_b), x, "ffn_up", il);
     if (L->gate) {
         ob_tensor *gt = proj(g, ob_weight_leaf(g, L->gate), leaf_opt(g, L->gate_b), x, "ffn_gate", il);
         h = ob_glu(g, gt, up, m->kind == BERT_NOMIC ? OB_ACT_SILU : OB_ACT_GELU_ERF);
@@ -254,7 +272,7 @@ static ob_tensor *bert_build(ob_graph *g, const ob_hparams *hp, const void *priv
         ob_tensor *a = bert_attn(g, hp, m, in, il, x);
         x = ob_layer_norm(g, ob_add(g, x, a), ob_weight_leaf(g, L->attn_ln), leaf_opt(g, L->attn_ln_b), hp->norm_eps);
         ob_set_name(x, "blk.%d.attn_output_norm", il);
-        ob_tensor *f = bert_ffn(g, m, il, x);
+        ob_tensor *f = bert_ffn(g, hp, m, il, x);
         x = ob_layer_norm(g, ob_add(g, x, f), ob_weight_leaf(g, L->out_ln), leaf_opt(g, L->out_ln_b), hp->norm_eps);
         ob_set_name(x, "blk.%d.layer_output_norm", il);
     }

@@ -23,6 +23,8 @@ static ob_status llama_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size
     /* llama.cpp's converter permutes Llama's q/k rows so rope rotates adjacent pairs;
      * the Qwen families keep HF's layout and rotate halves (NeoX). */
     hp->rope_mode = strcmp(hp->arch, "llama") ? 2 : 0;
+    uint32_t pt;
+    if (ob_hp_u32(g, hp->arch, "pooling_type", &pt) && pt <= OB_POOLING_LAST) hp->pooling_type = (int)pt;
     return OB_OK;
 }
 
@@ -77,6 +79,8 @@ static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *pri
         ob_set_name(f, "blk.%d.ffn_down", il);
         x = ob_add(g, x, f);
     }
+    if (in->pooling) /* decoder embedders (Qwen3-Embedding): pool the normed final states */
+        return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
     if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
     x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
     ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-enum { FAM_BERT = 0, FAM_ROBERTA = 1, FAM_NOMIC = 2 };
+enum { FAM_BERT = 0, FAM_ROBERTA = 1, FAM_NOMIC = 2, FAM_JINA = 3 };
 
 typedef struct hf_arch { const char *hf; int fam; bool rank; } hf_arch;
 
@@ -26,6 +26,8 @@ static const hf_arch g_hf_arches[] = {
     {"RobertaForSequenceClassification", FAM_ROBERTA, true},
     {"NomicBertModel", FAM_NOMIC, false},
     {"NomicBertForPreTraining", FAM_NOMIC, false},
+    {"JinaBertModel", FAM_JINA, false},
+    {"JinaBertForMaskedLM", FAM_JINA, false},
 };
 
 /* Per-layer names, after "encoder.layer.N." (BERT) or "encoder.layers.N." (nomic). */
@@ -35,6 +37,9 @@ static const struct { const char *hf, *gg; } g_layer_map[] = {
     {"intermediate.dense", "ffn_up"}, {"output.dense", "ffn_down"}, {"output.LayerNorm", "layer_output_norm"},
     {"attn.Wqkv", "attn_qkv"}, {"attn.out_proj", "attn_output"}, {"mlp.fc11", "ffn_up"}, {"mlp.fc12", "ffn_gate"},
     {"mlp.fc2", "ffn_down"}, {"norm1", "attn_output_norm"}, {"norm2", "layer_output_norm"},
+    /* jina-bert-v2: gated_layers is [gate; up] fused, kept fused as llama.cpp does */
+    {"mlp.gated_layers", "ffn_up"}, {"mlp.wo", "ffn_down"}, {"mlp.layernorm", "layer_output_norm"},
+    {"attention.self.layer_norm_q", "attn_q_norm"}, {"attention.self.layer_norm_k", "attn_k_norm"},
 };
 
 static const struct { const char *hf, *gg; } g_global_map[] = {
@@ -237,7 +242,12 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     if (!ha) {
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
                      "convert: architecture '%s' is not supported (supported: BertModel, XLMRobertaModel, RobertaModel, "
-                     "NomicBertModel and their ForSequenceClassification rerankers)", hfa ? hfa : "(none in config.json)");
+                     "NomicBertModel, JinaBertModel and their ForSequenceClassification rerankers)", hfa ? hfa : "(none in config.json)");
+        goto done;
+    }
+    const char *pet = json_string_value(json_object_get(cfg, "position_embedding_type"));
+    if (ha->fam != FAM_JINA && pet && strcmp(pet, "absolute")) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: %s with position_embedding_type '%s' is not supported", hfa, pet);
         goto done;
     }
     int E = cfg_int(cfg, "hidden_size", cfg_int(cfg, "n_embd", 0));
@@ -285,7 +295,7 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     }
     if (ha->rank && n_cls <= 0) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s has no classifier weights", hfa); goto done; }
 
-    const char *arch = ha->fam == FAM_NOMIC ? "nomic-bert" : "bert";
+    const char *arch = ha->fam == FAM_NOMIC ? "nomic-bert" : ha->fam == FAM_JINA ? "jina-bert-v2" : "bert";
     w = ob_gguf_writer_new(3, 32);
     if (!w) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
     char key[128];
@@ -302,7 +312,7 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     ob_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)H);
     ob_gguf_set_f32(w, KEY("attention.layer_norm_epsilon"), (float)eps);
     ob_gguf_set_bool(w, KEY("attention.causal"), false);
-    ob_gguf_set_u32(w, KEY("pooling_type"), (uint32_t)(ha->rank ? OB_POOLING_RANK : read_pooling(dir, ha->fam == FAM_NOMIC ? OB_POOLING_MEAN : OB_POOLING_CLS)));
+    ob_gguf_set_u32(w, KEY("pooling_type"), (uint32_t)(ha->rank ? OB_POOLING_RANK : read_pooling(dir, ha->fam == FAM_NOMIC || ha->fam == FAM_JINA ? OB_POOLING_MEAN : OB_POOLING_CLS)));
     if (ha->fam == FAM_NOMIC) {
         json_t *rp = json_object_get(cfg, "rope_parameters");
         double theta = cfg_num(rp, "rope_theta", cfg_num(cfg, "rope_theta", cfg_num(cfg, "rotary_emb_base", 10000.0)));
@@ -310,6 +320,7 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
         if (frac != 1.0) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: rotary_emb_fraction %g (only 1.0)", frac); goto done; }
         ob_gguf_set_f32(w, KEY("rope.freq_base"), (float)theta);
     }
+    if (ha->fam == FAM_JINA) ob_gguf_set_f32(w, KEY("attention.max_alibi_bias"), 8.0f);
     if (ha->rank) {
         const char **labels = calloc((size_t)n_cls, sizeof(char *));
         char (*lb)[32] = calloc((size_t)n_cls, 32);

@@ -30,7 +30,10 @@ typedef enum ob_op {
                          src5 the KV_STORE token (ordering only).
                          i[0] cells per sequence, i[1] n_head_kv, i[2] sliding window (0 = none),
                          i[3] causal (1) or whole sequence (0, encoders: attends to the
-                         batch's tokens of the same sequence); f[0] scale, f[1] logit soft-cap (0 = none)
+                         batch's tokens of the same sequence); f[0] scale, f[1] logit soft-cap (0 = none),
+                         f[2] ALiBi max bias (0 = none): query head h adds -slope_h * |pos_q - pos_k| to
+                         its scores, slope_h = m0^(h+1) for h < n2, else m1^(2(h-n2)+1), where n2 is the
+                         largest power of two <= n_head, m0 = 2^(-f[2]/n2), m1 = 2^(-f[2]/(2 n2))
                          -> F32 [hd*n_head, T] */
     OB_OP_GLU,        /* src0 gate [n, rows], src1 up [n, rows] -> act(gate) * up; i[0] ob_act */
     OB_OP_ACT,        /* src0 -> act(src0); i[0] ob_act */

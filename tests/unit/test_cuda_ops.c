@@ -88,7 +88,11 @@ static ob_status run_both(ob_backend *be, ob_graph *g, ob_tensor *out, ob_tensor
     else if (out->type == OB_TYPE_F32) {
         double e = rel_err(got, ref, (int64_t)(onb / 4));
         CHECKF(e <= tol, "%s: rel err %.3g > %.1g", what, e, tol);
-    } else CHECKF(!memcmp(got, ref, onb), "%s: bytes differ", what);
+    } else if (memcmp(got, ref, onb)) {
+        size_t i = 0;
+        while (((uint8_t *)got)[i] == ((uint8_t *)ref)[i]) i++;
+        CHECKF(0, "%s: bytes differ from byte %zu (got %02x, want %02x)", what, i, ((uint8_t *)got)[i], ((uint8_t *)ref)[i]);
+    }
     if (!st && written) {
         /* Cache rows: compare dequantized values (f16 rounding of the same f32 is exact). */
         int64_t ne = ob_nelements(written);

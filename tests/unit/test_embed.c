@@ -61,9 +61,10 @@ static ob_status decode_all(ob_context *c, json_t *seqs, char *err, size_t err_l
     return ob_decode(c, &b, err, err_len);
 }
 
-static void check_encoder(const char *name, ob_type type, double tol) {
+/* name: the HF folder to convert; ref_name: the folder whose ref.json it must match. */
+static void check_encoder_ref(const char *name, const char *ref_name, ob_type type, double tol) {
     char gguf[256], path[256], err[512] = "";
-    snprintf(path, sizeof(path), FIX "%s/ref.json", name);
+    snprintf(path, sizeof(path), FIX "%s/ref.json", ref_name);
     json_error_t je;
     json_t *ref = json_load_file(path, 0, &je);
     CHECKF(ref != NULL, "%s: %s", path, je.text);
@@ -135,6 +136,111 @@ static void check_encoder(const char *name, ob_type type, double tol) {
     }
     ob_model_free(m);
     unlink(gguf);
+    json_decref(ref);
+}
+
+static void check_encoder(const char *name, ob_type type, double tol) { check_encoder_ref(name, name, type, tol); }
+
+/* The pickle reader: a malicious checkpoint is refused without running it; mutated and
+ * truncated checkpoints give an error or a model, never a crash (ASan watches). */
+static void test_pickle(void) {
+    char out[256], err[512] = "", dir[128], cmd[512];
+    tmp_path(out, sizeof(out), "pk");
+    ob_convert_opts o = {OB_TYPE_F32, NULL};
+    unlink("/tmp/onebit_pickle_pwned");
+    ob_status st = ob_convert_hf(FIX "evil-pt", out, &o, err, sizeof(err));
+    CHECKF(st == OB_ERR_UNSUPPORTED && strstr(err, "system"), "evil pickle: %d %s", st, err);
+    CHECK(access(out, F_OK) != 0);
+    CHECK(access("/tmp/onebit_pickle_pwned", F_OK) != 0);
+    size_t len = 0;
+    unsigned char *orig = ob_test_read_file(FIX "bert-pt/pytorch_model.bin", &len);
+    CHECK(orig && len > 5000);
+    if (!orig) return;
+    snprintf(dir, sizeof(dir), "/tmp/ob_test_embed_%d_pk", (int)getpid());
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp " FIX "bert-pt/config.json " FIX "bert-pt/vocab.txt %s/", dir, dir);
+    CHECK(system(cmd) == 0);
+    char bin[256];
+    snprintf(bin, sizeof(bin), "%s/pytorch_model.bin", dir);
+    unsigned char *buf = malloc(len);
+    ob_rng r;
+    ob_rng_seed(&r, 7);
+    int n_ok = 0, n_err = 0;
+    for (int it = 0; it < 300; it++) {
+        memcpy(buf, orig, len);
+        size_t n = len;
+        if (it % 10 == 9) n = (size_t)(ob_rng_u64(&r) % len); /* truncated */
+        else {
+            int k = 1 + (int)(ob_rng_u64(&r) % 4);
+            /* data.pkl is the first entry; also hit the central directory at the end. */
+            for (int j = 0; j < k; j++) {
+                size_t at = it % 3 == 2 ? len - 1 - (size_t)(ob_rng_u64(&r) % 600) : 40 + (size_t)(ob_rng_u64(&r) % 3900);
+                buf[at] = (unsigned char)ob_rng_u64(&r);
+            }
+        }
+        FILE *f = fopen(bin, "wb");
+        if (!f) break;
+        fwrite(buf, 1, n, f);
+        fclose(f);
+        err[0] = 0;
+        if (ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_OK) n_ok++;
+        else { n_err++; CHECKF(err[0] != 0, "iteration %d: error without a message", it); }
+        unlink(out);
+    }
+    printf("pickle mutations: %d converted, %d refused\n", n_ok, n_err);
+    CHECK(n_err > 0);
+    free(buf);
+    free(orig);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
+/* A decoder as embedder (Qwen3-Embedding style): causal attention, last-token and mean
+ * pooling of the final normed states, on the tiny qwen3 of tests/fixtures/models. */
+static void check_decoder_embed(void) {
+    json_error_t je;
+    json_t *ref = json_load_file(FIX "qwen3-embed.json", 0, &je);
+    CHECKF(ref != NULL, "qwen3-embed.json: %s", je.text);
+    if (!ref) return;
+    char err[512] = "";
+    ob_model_params mp = ob_model_default_params();
+    mp.n_threads = 2;
+    ob_model *m = NULL;
+    ob_status st = ob_model_load("tests/fixtures/models/qwen3.gguf", &mp, &m, err, sizeof(err));
+    CHECKF(st == OB_OK, "qwen3: %s", err);
+    json_t *seqs = json_object_get(ref, "seqs");
+    static const struct { const char *key; int pooling; } pools[] = {{"last", OB_POOLING_LAST}, {"mean", OB_POOLING_MEAN}};
+    for (size_t p = 0; p < OB_ARRAY_LEN(pools) && !st; p++) {
+        ob_context_params cp = ob_context_default_params();
+        cp.n_ctx = 64; cp.n_seq = 3; cp.n_batch = 128; cp.embeddings = true; cp.pooling = pools[p].pooling;
+        cp.normalize = false;
+        cp.type_k = cp.type_v = OB_KV_F32;
+        ob_context *c = NULL;
+        if ((st = ob_context_new(m, &cp, &c, err, sizeof(err))) || (st = decode_all(c, seqs, err, sizeof(err)))) {
+            CHECKF(0, "qwen3 %s: %s", pools[p].key, err);
+            ob_context_free(c);
+            break;
+        }
+        json_t *want = json_object_get(ref, pools[p].key);
+        for (int s = 0; s < 3; s++) {
+            json_t *w = json_array_get(want, (size_t)s);
+            int n = ob_context_n_embd(c);
+            CHECK((int)json_array_size(w) == n && n <= 1024);
+            double r[1024];
+            for (int i = 0; i < n && i < 1024; i++) r[i] = json_real_value(json_array_get(w, (size_t)i));
+            const float *e = ob_get_embeddings(c, s);
+            CHECK(e != NULL);
+            double er = e ? rel_err(e, r, n) : INFINITY;
+            CHECKF(er <= 1e-4, "qwen3 %s seq %d: rel err %.3g", pools[p].key, s, er);
+            printf("qwen3 %s seq %d: rel err %.3g\n", pools[p].key, s, er);
+        }
+        ob_context_free(c);
+    }
+    /* A decoder without a rank head cannot rank. */
+    ob_context_params cp = ob_context_default_params();
+    cp.embeddings = true; cp.pooling = OB_POOLING_RANK; cp.n_ctx = 64;
+    ob_context *c = NULL;
+    if (m) CHECK(ob_context_new(m, &cp, &c, err, sizeof(err)) == OB_ERR_ARG && c == NULL);
+    ob_model_free(m);
     json_decref(ref);
 }
 
@@ -242,6 +348,9 @@ int main(void) {
     check_encoder("bert-rerank", OB_TYPE_F32, 1e-4);
     check_encoder("xlmr-rerank", OB_TYPE_F32, 1e-4);
     check_encoder("bert", OB_TYPE_F16, 5e-3);
+    check_decoder_embed();
+    check_encoder_ref("bert-pt", "bert", OB_TYPE_F32, 1e-4);
+    test_pickle();
     test_convert_bad_input();
     return ob_test_done("test_embed");
 }

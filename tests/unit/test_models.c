@@ -91,6 +91,60 @@ static void run_arch(const char *arch, ob_kv_type kv, int n_batch, double tol, b
     json_decref(meta);
 }
 
+/* A token's logits must not depend on what else shares its batch: prefill, one token at
+ * a time, and two sequences interleaved in one batch give bitwise identical logits (the
+ * server's promise that batched answers equal solo ones rests on this). */
+static void check_batch_invariance(const char *arch) {
+    char path[256], err[512];
+    snprintf(path, sizeof(path), FIX "%s.gguf", arch);
+    ob_model_params mp = ob_model_default_params();
+    mp.n_threads = 3; /* more threads than (token, kv head) pairs in a decode step */
+    ob_model *m = NULL;
+    if (ob_model_load(path, &mp, &m, err, sizeof(err))) { CHECKF(0, "%s", err); return; }
+    ob_model_info info;
+    ob_model_get_info(m, &info);
+    int V = info.n_vocab, T = 40;
+    ob_context_params cp = ob_context_default_params();
+    cp.n_ctx = 64;
+    cp.n_seq = 3;
+    ob_context *c = NULL;
+    if (ob_context_new(m, &cp, &c, err, sizeof(err))) { CHECKF(0, "%s", err); ob_model_free(m); return; }
+    int32_t tok[80], pos[80], seq[80];
+    int8_t want[80];
+    float *ref = malloc(sizeof(float) * (size_t)V * T);
+    ob_rng r;
+    ob_rng_seed(&r, 3);
+    for (int i = 0; i < T; i++) { tok[i] = (int32_t)(ob_rng_u64(&r) % (uint64_t)(V - 2)); pos[i] = i; seq[i] = 0; want[i] = 1; }
+    ob_batch b = {T, tok, pos, seq, want};
+    CHECK(ob_decode(c, &b, err, sizeof(err)) == OB_OK);
+    for (int i = 0; i < T; i++) memcpy(ref + (size_t)i * V, ob_get_logits(c, i), sizeof(float) * (size_t)V);
+    /* sequence 1: one token per call */
+    int bad_steps = 0, bad_mixed = 0;
+    for (int i = 0; i < T; i++) {
+        int32_t p = i, s = 1;
+        ob_batch one = {1, &tok[i], &p, &s, NULL};
+        CHECK(ob_decode(c, &one, err, sizeof(err)) == OB_OK);
+        if (memcmp(ob_get_logits(c, 0), ref + (size_t)i * V, sizeof(float) * (size_t)V)) bad_steps++;
+    }
+    /* sequence 2 interleaved with sequence 1's continuation, three tokens per call */
+    ob_seq_truncate(c, 1, 10);
+    for (int i = 0; i + 1 < T - 10; i += 2) {
+        int32_t t3[3] = {tok[i], tok[i + 1], tok[10 + i / 2]}, p3[3] = {i, i + 1, 10 + i / 2}, s3[3] = {2, 2, 1};
+        int8_t w3[3] = {1, 1, 1};
+        ob_batch mix = {3, t3, p3, s3, w3};
+        CHECK(ob_decode(c, &mix, err, sizeof(err)) == OB_OK);
+        if (memcmp(ob_get_logits(c, 0), ref + (size_t)i * V, sizeof(float) * (size_t)V) ||
+            memcmp(ob_get_logits(c, 1), ref + (size_t)(i + 1) * V, sizeof(float) * (size_t)V) ||
+            memcmp(ob_get_logits(c, 2), ref + (size_t)(10 + i / 2) * V, sizeof(float) * (size_t)V))
+            bad_mixed++;
+    }
+    CHECKF(bad_steps == 0, "%s: %d single-token steps differ from prefill", arch, bad_steps);
+    CHECKF(bad_mixed == 0, "%s: %d mixed batches differ from prefill", arch, bad_mixed);
+    free(ref);
+    ob_context_free(c);
+    ob_model_free(m);
+}
+
 int main(void) {
     const char *arches[] = {"llama", "qwen2", "qwen3", "gemma3"};
     for (int i = 0; i < 4; i++) {
@@ -99,6 +153,7 @@ int main(void) {
         run_arch(arches[i], OB_KV_F16, 512, 5e-3, false);
         run_arch(arches[i], OB_KV_Q8_0, 512, 3e-2, false);
     }
+    for (int i = 0; i < 4; i++) check_batch_invariance(arches[i]);
     /* Unknown architectures and missing files are refused with a clear message. */
     char err[512] = {0};
     ob_model *m = NULL;

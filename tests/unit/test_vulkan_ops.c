@@ -22,11 +22,14 @@ int main(void) {
 
 /* lavapipe keeps a few small allocations reachable only from its own globals. The loader
  * unloads the driver when the last instance goes, and LeakSanitizer then reports them
- * from an unknown module; pinning the library keeps them reachable (driver-owned, not
+ * from an unknown module; pinning the libraries (before the loader opens them) keeps them reachable (driver-owned, not
  * ours), and the suppression covers what the driver itself never frees. */
 const char *__lsan_default_suppressions(void);
 const char *__lsan_default_suppressions(void) { return "leak:libvulkan_lvp.so\n"; }
-static void pin_lavapipe(void) { (void)dlopen("libvulkan_lvp.so", RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE); }
+static void pin_mesa_drivers(void) {
+    static const char *libs[] = {"libvulkan_lvp.so", "libvulkan_intel.so", "libvulkan_intel_hasvk.so", "libvulkan_radeon.so"};
+    for (size_t i = 0; i < OB_ARRAY_LEN(libs); i++) (void)dlopen(libs[i], RTLD_LAZY | RTLD_NODELETE);
+}
 
 #define N_BE 2
 static ob_backend *g_be[N_BE]; /* 0: mapped memory, 1: staging copies */
@@ -506,6 +509,7 @@ static void test_models(void) {
 
 int main(void) {
     setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU */
+    pin_mesa_drivers();
     ob_vulkan_list_devices(stdout);
     char err[512] = "";
     g_be[0] = ob_backend_vulkan_new(0, false, err, sizeof(err));
@@ -513,7 +517,6 @@ int main(void) {
         printf("test_vulkan_ops: skipped (no Vulkan device: %s)\n", err);
         return 0;
     }
-    pin_lavapipe();
     setenv("ONEBIT_VULKAN_STAGING", "1", 1);
     g_be[1] = ob_backend_vulkan_new(0, false, err, sizeof(err));
     unsetenv("ONEBIT_VULKAN_STAGING");

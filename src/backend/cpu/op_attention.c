@@ -1,11 +1,12 @@
 /* KV_STORE (F32 rows into an F32/F16/Q8_0 cache) and ATTENTION (flash style: one pass of
  * online softmax per query over blocks of cells, f32 accumulation).
  *
- * Attention work is split into tasks (token, kv head, kv split). A task serves all
- * n_head/n_kv query heads of its kv head, so each K/V row slice is dequantized once per
- * group. When there are fewer (token, kv head) pairs than threads (decode), each pair's
- * cells are also split into n_split chunks whose partial (max, sum, acc) are merged after
- * a barrier, so a long-context decode step uses every thread. */
+ * Attention work is split into tasks (tile of up to OB_ATTN_TILE batch tokens, kv head,
+ * kv split). A task serves all n_head/n_kv query heads of its kv head for every token of
+ * its tile, so each K/V block is converted to float once per task, not once per query.
+ * When there are fewer (token, kv head) pairs than threads (decode), each pair's cells
+ * are also split into n_split chunks whose partial (max, sum, acc) are merged after a
+ * barrier, so a long-context decode step uses every thread. */
 #include "backend/cpu/cpu.h"
 #include <math.h>
 
@@ -42,6 +43,11 @@ static float dot_ref(const float *a, const float *b, int64_t n) {
 
 static void axpy_ref(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+/* out[c] = dot(q, rows[c]) for c < nb: one query row against a K block. */
+static void dot_rows_ref(float *out, const float *q, const float *const *rows, int64_t nb, int64_t n) {
+    for (int64_t c = 0; c < nb; c++) out[c] = dot_ref(q, rows[c], n);
 }
 
 /* acc[e] += sum_c p[c] * rows[c][e] for c < nb, e < n: one head's share of a V block. */
@@ -84,6 +90,38 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_avx2(float *y, float a
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] += a * x[i];
+}
+
+/* Four K rows per pass: each load of q serves four products, and the four sums reduce
+ * together. */
+__attribute__((target("avx2,fma,f16c"))) static void dot_rows_avx2(float *out, const float *q,
+                                                                   const float *const *rows, int64_t nb, int64_t n) {
+    int64_t c = 0;
+    for (; c + 4 <= nb; c += 4) {
+        const float *r0 = rows[c], *r1 = rows[c + 1], *r2 = rows[c + 2], *r3 = rows[c + 3];
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+        int64_t e = 0;
+        for (; e + 8 <= n; e += 8) {
+            __m256 qv = _mm256_loadu_ps(q + e);
+            s0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + e), s0);
+            s1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + e), s1);
+            s2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r2 + e), s2);
+            s3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r3 + e), s3);
+        }
+        /* hadd pairs lanes so one vector ends up holding the four totals. */
+        __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+        __m128 t = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        float tail[4];
+        _mm_storeu_ps(tail, t);
+        for (; e < n; e++) {
+            tail[0] += q[e] * r0[e];
+            tail[1] += q[e] * r1[e];
+            tail[2] += q[e] * r2[e];
+            tail[3] += q[e] * r3[e];
+        }
+        memcpy(out + c, tail, sizeof(tail));
+    }
+    for (; c < nb; c++) out[c] = dot_avx2(q, rows[c], n);
 }
 
 /* Keeps a 32-wide strip of the accumulator in registers across the whole block. */
@@ -189,14 +227,15 @@ typedef struct ob_attn_vec {
     const float *(*row)(ob_type, const void *, float *, int64_t);
     float (*exp_sum)(float *, const float *, float, int64_t);
     void (*acc_rows)(float *, const float *, const float *const *, int64_t, int64_t);
+    void (*dot_rows)(float *, const float *, const float *const *, int64_t, int64_t);
 } ob_attn_vec;
 
 static ob_attn_vec attn_vec(void) {
 #if defined(__x86_64__)
     if (ob_cpu_simd_level() >= 1 && __builtin_cpu_supports("f16c"))
-        return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2, exp_sum_avx2, acc_rows_avx2};
+        return (ob_attn_vec){dot_avx2, axpy_avx2, kv_row_avx2, exp_sum_avx2, acc_rows_avx2, dot_rows_avx2};
 #endif
-    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref, exp_sum_ref, acc_rows_ref};
+    return (ob_attn_vec){dot_ref, axpy_ref, kv_row_ref, exp_sum_ref, acc_rows_ref, dot_rows_ref};
 }
 
 /* Cells per block of the online softmax: the running max and the rescale of the
@@ -225,7 +264,10 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.g = d.H / d.n_kv;
     d.cps = n->ip[0];
     int64_t pairs = d.T * d.n_kv;
-    d.n_split = pairs >= nth ? 1 : OB_MIN((nth + pairs - 1) / pairs, 64);
+    /* No split of a row's cells across threads: the merge of partial softmaxes rounds
+     * differently from one pass, and a token's output must not depend on how many other
+     * tokens share its batch (the server promises batched answers equal solo ones). */
+    d.n_split = 1;
     /* Tiles only as large as still leaves about four tasks per thread. */
     d.tile = OB_MAX(1, OB_MIN(OB_ATTN_TILE, pairs / (4 * (int64_t)nth)));
     d.rows = d.tile * d.g;
@@ -293,6 +335,9 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
     const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * krb;
     const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * vrb;
     const float *krows[OB_ATTN_BLOCK], *vrows[OB_ATTN_BLOCK];
+    /* Blocks start at absolute multiples of the block size, so each row sees the same
+     * block boundaries whatever other rows share its task. */
+    if (u0 < u1) u0 -= u0 % OB_ATTN_BLOCK;
     for (int64_t jb = u0; jb < u1; jb += OB_ATTN_BLOCK) {
         int64_t nb = OB_MIN(OB_ATTN_BLOCK, u1 - jb);
         for (int64_t c = 0; c < nb; c++) krows[c] = vec->row(kc->type, kbase + (size_t)(jb + c) * krb, w->kbuf + c * hd, hd);
@@ -300,10 +345,10 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
             int64_t a = OB_MAX(w->j0[r], jb), b = OB_MIN(w->j1[r], jb + nb);
             if (a >= b) continue;
             float *si = w->sc + r * OB_ATTN_BLOCK + (a - jb), bm = -INFINITY;
+            vec->dot_rows(si, w->q + r * hd, krows + (a - jb), b - a, hd);
             for (int64_t c = 0; c < b - a; c++) {
-                float sv = vec->dot(w->q + r * hd, krows[a - jb + c], hd);
-                si[c] = sv = cap > 0 ? cap * tanhf(sv / cap) : sv;
-                bm = sv > bm ? sv : bm;
+                if (cap > 0) si[c] = cap * tanhf(si[c] / cap);
+                bm = si[c] > bm ? si[c] : bm;
             }
             if (bm > w->m[r]) {
                 /* New running max: rescale what was accumulated under the old one. */
