@@ -34,6 +34,7 @@ fi
 SY=/tmp/onebit-synth
 mkdir -p "$SY"
 for spec in ${ONEBIT_BENCH:-qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M}; do
+    [ "$spec" = none ] && continue
     shape=${spec%%:*} type=${spec##*:}
     f="$SY/$shape-$type.gguf"
     t0=$(date +%s)

@@ -4,6 +4,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef ONEBIT_VULKAN
+#include "backend/vulkan/vulkan.h"
+#endif
 
 int ob_cmd_info(int argc, char **argv) {
     ob_common_opts o;
@@ -21,6 +24,14 @@ int ob_cmd_info(int argc, char **argv) {
         return 2;
     }
     printf("devices:\n  cpu: %ld cores\n", sysconf(_SC_NPROCESSORS_ONLN));
+#ifdef ONEBIT_CUDA
+    printf("  cuda: built in (use --device cuda[:N])\n");
+#endif
+#ifdef ONEBIT_VULKAN
+    ob_vulkan_list_devices(stdout);
+#else
+    printf("  vulkan: not built (-DONEBIT_VULKAN=ON)\n");
+#endif
     if (!want_model) return 0;
     ob_model *m = NULL;
     if (ob_opts_load_model(&o, &m)) return 1;

@@ -64,6 +64,42 @@ size_t ob_cu_attention_tmp_size(const ob_tensor *n);
 bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n);
 
+#ifdef __CUDACC__
+/* f32 -> f16 bits, round to nearest even, integer-only: bit-identical to ob_f32_to_f16,
+ * so a Q8_0 block written on the device equals the host reference byte for byte. */
+static __device__ __forceinline__ uint16_t ob_cu_f16_bits(float f) {
+    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint16_t)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return (uint16_t)sign;
+        const uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000, shift = 126 - e;
+        uint32_t q = m >> shift;
+        const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t q = (ax >> 13) - (112u << 10);
+    const uint32_t rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (q & 1))) q++;
+    return (uint16_t)(sign | q);
+}
+
+/* One Q8_0 block from 32 floats, as ob_quant_row_q8_0 (same float operations). */
+static __device__ __forceinline__ void ob_cu_quant_q8_0(const float *v, uint8_t *o) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+    const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    const uint16_t dh = ob_cu_f16_bits(d);
+    o[0] = (uint8_t)(dh & 0xff);
+    o[1] = (uint8_t)(dh >> 8);
+    for (int j = 0; j < 32; j++) {
+        const float q = __fmul_rn(v[j], id);
+        o[2 + j] = (uint8_t)(int8_t)(q == q ? roundf(fminf(fmaxf(q, -127.0f), 127.0f)) : 0.0f);
+    }
+}
+#endif
+
 static inline unsigned ob_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
 #endif

@@ -41,20 +41,7 @@ __global__ void k_kv_store(const float *__restrict__ x, uint8_t *__restrict__ ca
     const float *xr = x + t * row;
     if (type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
     else if (type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
-    else { /* as ob_quant_row_q8_0 */
-        const float *v = xr + 32 * k;
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
-        const float dd = amax / 127.0f, id = dd != 0.0f ? 1.0f / dd : 0.0f;
-        uint8_t *o = d + 34 * k;
-        const uint16_t dh = __half_as_ushort(__float2half_rn(dd));
-        o[0] = (uint8_t)(dh & 0xff);
-        o[1] = (uint8_t)(dh >> 8);
-        for (int j = 0; j < 32; j++) {
-            const float q = v[j] * id;
-            o[2 + j] = (uint8_t)(int8_t)(q == q ? roundf(fminf(fmaxf(q, -127.0f), 127.0f)) : 0.0f);
-        }
-    }
+    else ob_cu_quant_q8_0(xr + 32 * k, d + 34 * k);
 }
 
 bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n) {

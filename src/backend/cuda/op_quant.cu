@@ -129,18 +129,8 @@ __global__ void k_cpy_deq(const uint8_t *__restrict__ src, void *__restrict__ ds
             const uint32_t u = __float_as_uint(v[j]);
             o[j] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
         }
-    } else { /* Q8_0, as ob_quant_row_q8_0 */
-        float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint8_t *o = (uint8_t *)dst + c * 34;
-        const uint16_t dh = __half_as_ushort(__float2half_rn(d));
-        o[0] = (uint8_t)(dh & 0xff);
-        o[1] = (uint8_t)(dh >> 8);
-        for (int j = 0; j < 32; j++) {
-            const float q = v[j] * id;
-            o[2 + j] = (uint8_t)(int8_t)(q == q ? roundf(fminf(fmaxf(q, -127.0f), 127.0f)) : 0.0f);
-        }
+    } else { /* Q8_0 */
+        ob_cu_quant_q8_0(v, (uint8_t *)dst + c * 34);
     }
 }
 

@@ -1,0 +1,315 @@
+/* Embedding and rerank routes (`serve --embeddings` / `--reranking`):
+ *   POST /v1/embeddings   {input: string | [string] | [int] | [[int]], encoding_format: float|base64}
+ *   POST /embedding, /embeddings  llama-server's native shape ({content: ...})
+ *   POST /v1/rerank, /rerank, /v1/reranking  {query, documents: [string], top_n}
+ * One embeddings context serves every request, behind a mutex; the inputs of a request
+ * are packed several sequences to a batch. The batch is as large as the context, so an
+ * input longer than -b is still one pass; an input longer than the context is a 400.
+ *
+ * Wiring (http.c): ob_srv_embd_new after the model loads when --embeddings/--reranking is
+ * given or the model is an encoder; ob_srv_route_embeddings before the other families;
+ * ob_srv_embd_free at shutdown. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/common.h"
+#include "server/server.h"
+
+#define OB_EMBD_SEQS 8
+#define OB_EMBD_MAX_INPUTS 4096
+
+typedef struct ob_srv_embd {
+    ob_model *m;
+    const ob_tokenizer *tok;
+    ob_context *c;
+    pthread_mutex_t mu;
+    int n_ctx, n_seq, dim;
+    bool rank;
+    int32_t *tok_buf, *pos_buf, *seq_buf;   /* [n_ctx * n_seq] */
+} ob_srv_embd;
+
+ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **out, char *err, size_t err_len);
+void ob_srv_embd_free(ob_srv_embd *e);
+bool ob_srv_route_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r);
+
+void ob_srv_embd_free(ob_srv_embd *e) {
+    if (!e) return;
+    ob_context_free(e->c);
+    pthread_mutex_destroy(&e->mu);
+    free(e->tok_buf);
+    free(e->pos_buf);
+    free(e->seq_buf);
+    free(e);
+}
+
+ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **out, char *err, size_t err_len) {
+    *out = NULL;
+    ob_srv_embd *e = calloc(1, sizeof(*e));
+    if (!e) return ob_fail(err, err_len, OB_ERR_NOMEM, "embeddings: out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    e->m = m;
+    e->tok = ob_model_tokenizer(m);
+    e->rank = cfg->reranking || ob_model_pooling(m) == OB_POOLING_RANK;
+    ob_model_info info;
+    ob_model_get_info(m, &info);
+    e->n_ctx = info.n_ctx_train > 0 ? info.n_ctx_train : 2048;
+    if (cfg->n_ctx > 0 && cfg->n_ctx < e->n_ctx) e->n_ctx = cfg->n_ctx;
+    if (e->n_ctx > 32768) e->n_ctx = 32768;
+    e->n_seq = OB_EMBD_SEQS;
+    ob_context_params cp = ob_context_default_params();
+    cp.n_ctx = e->n_ctx;
+    cp.n_seq = e->n_seq;
+    cp.n_batch = e->n_ctx; /* one whole input always fits one pass */
+    cp.type_k = cp.type_v = OB_KV_F32;
+    cp.embeddings = true;
+    cp.pooling = e->rank ? OB_POOLING_RANK : OB_POOLING_DEFAULT;
+    cp.normalize = true;
+    ob_status st = ob_context_new(m, &cp, &e->c, err, err_len);
+    if (st) { ob_srv_embd_free(e); return st; }
+    e->dim = ob_context_n_embd(e->c);
+    size_t cap = (size_t)e->n_ctx;
+    e->tok_buf = malloc(sizeof(int32_t) * cap);
+    e->pos_buf = malloc(sizeof(int32_t) * cap);
+    e->seq_buf = malloc(sizeof(int32_t) * cap);
+    if (!e->tok_buf || !e->pos_buf || !e->seq_buf) { ob_srv_embd_free(e); return ob_fail(err, err_len, OB_ERR_NOMEM, "embeddings: out of memory"); }
+    *out = e;
+    return OB_OK;
+}
+
+/* One input as token ids (owned). */
+typedef struct input { int32_t *ids; int n; } input;
+
+static void inputs_free(input *in, int n) {
+    if (!in) return;
+    for (int i = 0; i < n; i++) free(in[i].ids);
+    free(in);
+}
+
+static bool tokenize(ob_srv_embd *e, const char *text, size_t len, bool add_special, input *out, ob_resp *r) {
+    int cap = (int)OB_MIN(len + 16, (size_t)1 << 24);
+    out->ids = malloc(sizeof(int32_t) * (size_t)cap);
+    int n = out->ids ? ob_tokenize(e->tok, text, len, out->ids, cap, add_special, false) : -1;
+    if (n > cap) {
+        free(out->ids);
+        out->ids = malloc(sizeof(int32_t) * (size_t)n);
+        cap = n;
+        n = out->ids ? ob_tokenize(e->tok, text, len, out->ids, cap, add_special, false) : -1;
+    }
+    if (n < 0 || n > cap) { ob_srv_error(r, 500, NULL, "cannot tokenize the input"); return false; }
+    out->n = n;
+    return true;
+}
+
+/* input: a string, an array of strings, an array of ids, or an array of id arrays. */
+static input *parse_inputs(ob_srv_embd *e, json_t *v, int *n_out, ob_resp *r) {
+    *n_out = 0;
+    if (!v) { ob_srv_error(r, 400, NULL, "'input' is required"); return NULL; }
+    bool single = json_is_string(v) || (json_is_array(v) && json_array_size(v) && json_is_integer(json_array_get(v, 0)));
+    size_t n = single ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if (!single && !json_is_array(v)) { ob_srv_error(r, 400, NULL, "'input' must be a string or an array"); return NULL; }
+    if (n == 0) { ob_srv_error(r, 400, NULL, "'input' is empty"); return NULL; }
+    if (n > OB_EMBD_MAX_INPUTS) { ob_srv_error(r, 400, NULL, "at most %d inputs per request", OB_EMBD_MAX_INPUTS); return NULL; }
+    input *in = calloc(n, sizeof(input));
+    if (!in) { ob_srv_error(r, 500, NULL, "out of memory"); return NULL; }
+    int vocab = ob_tokenizer_n_vocab(e->tok);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = single ? v : json_array_get(v, i);
+        if (json_is_string(x)) {
+            if (!json_string_length(x)) { ob_srv_error(r, 400, NULL, "input %zu is empty", i); goto fail; }
+            if (!tokenize(e, json_string_value(x), json_string_length(x), true, &in[i], r)) goto fail;
+        } else if (json_is_array(x) && json_array_size(x) > 0 && json_array_size(x) <= (1u << 24)) {
+            in[i].n = (int)json_array_size(x);
+            in[i].ids = malloc(sizeof(int32_t) * (size_t)in[i].n);
+            if (!in[i].ids) { ob_srv_error(r, 500, NULL, "out of memory"); goto fail; }
+            for (int k = 0; k < in[i].n; k++) {
+                json_t *t = json_array_get(x, (size_t)k);
+                if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= vocab) {
+                    ob_srv_error(r, 400, NULL, "input %zu: token %d is not a valid id", i, k);
+                    goto fail;
+                }
+                in[i].ids[k] = (int32_t)json_integer_value(t);
+            }
+        } else {
+            ob_srv_error(r, 400, NULL, "input %zu must be a non-empty string or token array", i);
+            goto fail;
+        }
+        if (in[i].n > e->n_ctx) {
+            ob_srv_error(r, 400, "invalid_request_error", "input %zu has %d tokens, more than the context of %d", i, in[i].n, e->n_ctx);
+            goto fail;
+        }
+    }
+    *n_out = (int)n;
+    return in;
+fail:
+    inputs_free(in, (int)n);
+    return NULL;
+}
+
+/* Runs inputs through the model, packing up to n_seq per pass; out [n, dim]. */
+static bool run(ob_srv_embd *e, const input *in, int n, float *out, ob_resp *r) {
+    char err[512];
+    bool ok = true;
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < n && ok;) {
+        int T = 0, ns = 0;
+        while (i + ns < n && ns < e->n_seq && T + in[i + ns].n <= e->n_ctx) {
+            const input *x = &in[i + ns];
+            for (int k = 0; k < x->n; k++) { e->tok_buf[T + k] = x->ids[k]; e->pos_buf[T + k] = k; e->seq_buf[T + k] = ns; }
+            T += x->n;
+            ns++;
+        }
+        ob_batch b = {T, e->tok_buf, e->pos_buf, e->seq_buf, NULL};
+        if (ob_decode(e->c, &b, err, sizeof(err))) { ob_srv_error(r, 500, NULL, "%s", err); ok = false; break; }
+        for (int s = 0; s < ns; s++) {
+            const float *v = ob_get_embeddings(e->c, s);
+            if (!v) { ob_srv_error(r, 500, NULL, "no embedding for input %d", i + s); ok = false; break; }
+            memcpy(out + (size_t)(i + s) * (size_t)e->dim, v, sizeof(float) * (size_t)e->dim);
+        }
+        i += ns;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+static char *base64(const void *p, size_t n) {
+    static const char tb[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *b = p;
+    char *o = malloc((n + 2) / 3 * 4 + 1), *w = o;
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < n ? b[i + 2] : 0);
+        *w++ = tb[v >> 18 & 63];
+        *w++ = tb[v >> 12 & 63];
+        *w++ = i + 1 < n ? tb[v >> 6 & 63] : '=';
+        *w++ = i + 2 < n ? tb[v & 63] : '=';
+    }
+    *w = 0;
+    return o;
+}
+
+static json_t *vec_json(const float *v, int dim) {
+    json_t *a = json_array();
+    for (int i = 0; i < dim; i++) json_array_append_new(a, json_real(v[i]));
+    return a;
+}
+
+static void handle_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r, bool native) {
+    if (e->rank) { ob_srv_error(r, 501, NULL, "this server ranks (--reranking): use /v1/rerank"); return; }
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    const char *fmt = json_string_value(json_object_get(body, "encoding_format"));
+    if (fmt && strcmp(fmt, "float") && strcmp(fmt, "base64")) {
+        ob_srv_error(r, 400, NULL, "encoding_format must be 'float' or 'base64'");
+        json_decref(body);
+        return;
+    }
+    json_t *inp = json_object_get(body, "input");
+    if (!inp && native) inp = json_object_get(body, "content");
+    int n = 0;
+    input *in = parse_inputs(e, inp, &n, r);
+    float *out = in ? malloc(sizeof(float) * (size_t)n * (size_t)e->dim) : NULL;
+    if (in && !out) ob_srv_error(r, 500, NULL, "out of memory");
+    if (out && run(e, in, n, out, r)) {
+        long long tokens = 0;
+        for (int i = 0; i < n; i++) tokens += in[i].n;
+        json_t *data = json_array();
+        for (int i = 0; i < n; i++) {
+            const float *v = out + (size_t)i * (size_t)e->dim;
+            json_t *ej;
+            if (fmt && !strcmp(fmt, "base64")) {
+                char *b = base64(v, sizeof(float) * (size_t)e->dim);
+                ej = json_string(b ? b : "");
+                free(b);
+            } else {
+                ej = vec_json(v, e->dim);
+            }
+            if (native) json_array_append_new(data, json_pack("{s:i,s:[o]}", "index", i, "embedding", ej));
+            else json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", ej));
+        }
+        if (native) ob_srv_json(r, 200, data);
+        else
+            ob_srv_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->model_id,
+                                          "usage", "prompt_tokens", tokens, "total_tokens", tokens));
+    }
+    free(out);
+    inputs_free(in, n);
+    json_decref(body);
+}
+
+/* [CLS] query [SEP] doc [SEP] from the two tokenizations (each with its specials). */
+static bool make_pair(const input *q, const input *d, input *out, ob_resp *r) {
+    out->n = q->n + d->n - 1;
+    out->ids = malloc(sizeof(int32_t) * (size_t)(out->n > 0 ? out->n : 1));
+    if (!out->ids) { ob_srv_error(r, 500, NULL, "out of memory"); return false; }
+    memcpy(out->ids, q->ids, sizeof(int32_t) * (size_t)q->n);
+    memcpy(out->ids + q->n, d->ids + 1, sizeof(int32_t) * (size_t)(d->n - 1));
+    return true;
+}
+
+static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r) {
+    if (!e->rank) { ob_srv_error(r, 501, NULL, "this server embeds: start it with --reranking and a reranker model"); return; }
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    json_t *q = json_object_get(body, "query"), *docs = json_object_get(body, "documents");
+    long long top_n = -1;
+    input qi = {0}, *pairs = NULL, *di = NULL;
+    float *sc = NULL;
+    int nd = 0;
+    if (!json_is_string(q) || !json_string_length(q)) { ob_srv_error(r, 400, NULL, "'query' must be a non-empty string"); goto done; }
+    if (!json_is_array(docs) || !json_array_size(docs)) { ob_srv_error(r, 400, NULL, "'documents' must be a non-empty array"); goto done; }
+    if (!ob_srv_get_int(body, "top_n", 1, 1 << 20, &top_n, r)) goto done;
+    if (!tokenize(e, json_string_value(q), json_string_length(q), true, &qi, r)) goto done;
+    if (!(di = parse_inputs(e, docs, &nd, r))) goto done;
+    pairs = calloc((size_t)nd, sizeof(input));
+    sc = malloc(sizeof(float) * (size_t)nd * (size_t)e->dim);
+    if (!pairs || !sc) { ob_srv_error(r, 500, NULL, "out of memory"); goto done; }
+    for (int i = 0; i < nd; i++) {
+        if (!make_pair(&qi, &di[i], &pairs[i], r)) goto done;
+        if (pairs[i].n > e->n_ctx) {
+            ob_srv_error(r, 400, "invalid_request_error", "query + document %d is %d tokens, more than the context of %d", i, pairs[i].n, e->n_ctx);
+            goto done;
+        }
+    }
+    if (!run(e, pairs, nd, sc, r)) goto done;
+    int *order = malloc(sizeof(int) * (size_t)nd);
+    if (!order) { ob_srv_error(r, 500, NULL, "out of memory"); goto done; }
+    for (int i = 0; i < nd; i++) order[i] = i;
+    for (int i = 1; i < nd; i++)
+        for (int j = i; j > 0 && sc[(size_t)order[j - 1] * (size_t)e->dim] < sc[(size_t)order[j] * (size_t)e->dim]; j--) {
+            int t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+        }
+    int keep = top_n > 0 && top_n < nd ? (int)top_n : nd;
+    json_t *res = json_array();
+    long long tokens = 0;
+    for (int i = 0; i < nd; i++) tokens += pairs[i].n;
+    for (int i = 0; i < keep; i++) {
+        int k = order[i];
+        json_t *doc = json_array_get(docs, (size_t)k);
+        json_t *o = json_pack("{s:i,s:f}", "index", k, "relevance_score", (double)sc[(size_t)k * (size_t)e->dim]);
+        if (json_is_string(doc)) json_object_set_new(o, "document", json_pack("{s:O}", "text", doc));
+        json_array_append_new(res, o);
+    }
+    free(order);
+    ob_srv_json(r, 200, json_pack("{s:s,s:s,s:o,s:{s:I,s:I}}", "object", "list", "model", s->model_id, "results", res,
+                                  "usage", "prompt_tokens", tokens, "total_tokens", tokens));
+done:
+    free(qi.ids);
+    inputs_free(di, nd);
+    inputs_free(pairs, pairs ? nd : 0);
+    free(sc);
+    json_decref(body);
+}
+
+bool ob_srv_route_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r) {
+    const char *p = rq->path;
+    bool emb_oai = !strcmp(p, "/v1/embeddings"), emb_native = !strcmp(p, "/embedding") || !strcmp(p, "/embeddings");
+    bool rerank = !strcmp(p, "/v1/rerank") || !strcmp(p, "/rerank") || !strcmp(p, "/v1/reranking") || !strcmp(p, "/reranking");
+    if (!emb_oai && !emb_native && !rerank) return false;
+    if (!e) { ob_srv_error(r, 501, NULL, "start the server with --embeddings or --reranking to use %s", p); return true; }
+    if (strcmp(rq->method, "POST")) { ob_srv_error(r, 405, NULL, "%s takes POST", p); return true; }
+    if (rerank) handle_rerank(s, e, rq, r);
+    else handle_embeddings(s, e, rq, r, emb_native);
+    return true;
+}
