@@ -344,7 +344,7 @@ ob_status ob_tok_finish(ob_tokenizer *t, char *err, size_t err_len) {
         if (make_dec(t, i) != OB_OK) return ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory");
     ob_tok_add_eog(t, t->eos);
     static const char *const eog_names[] = { "<|eot_id|>", "<|im_end|>", "<end_of_turn>", "<|endoftext|>",
-        "<|end_of_text|>", "<|eom_id|>", "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>" };
+        "<|end_of_text|>", "<|eom_id|>", ("<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>") };
     for (size_t i = 0; i < OB_ARRAY_LEN(eog_names); i++) {
         int32_t id = ob_tok_find(t, eog_names[i], strlen(eog_names[i]));
         if (id >= 0) ob_tok_add_eog(t, id);
