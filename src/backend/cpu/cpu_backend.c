@@ -6,11 +6,30 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* One node as scheduled: its kernel and its slice of the shared work buffer. */
+typedef struct ob_cpu_item {
+    ob_tensor *node;
+    ob_cpu_kernel_fn fn;
+    size_t woff, wsize;
+} ob_cpu_item;
+
+/* Nodes run between two barriers. A serial stage is a chain of tiny nodes that thread 0
+ * runs alone, in order; a parallel stage is one node, or several mutually independent
+ * matmuls, each split over every thread. */
+typedef struct ob_cpu_stage {
+    int64_t first, count;   /* range of items */
+    bool serial;
+} ob_cpu_stage;
+
 typedef struct ob_cpu_backend {
     ob_cpu_pool *pool;
     int nth;
-    void *wdata;   /* shared work buffer: grows to the largest node seen, never shrinks */
+    void *wdata;   /* shared work buffer: grows to the largest stage seen, never shrinks */
     size_t wsize;
+    /* The schedule of the graph being computed; arrays grow, never shrink. */
+    ob_cpu_item *items;     /* [cap_items] */
+    ob_cpu_stage *stages;   /* [cap_stages] */
+    int64_t n_items, cap_items, n_stages, cap_stages;
     /* The pool runs one graph at a time; contexts sharing a backend take turns here. */
     pthread_mutex_t mu;
 } ob_cpu_backend;
@@ -183,19 +202,68 @@ static ob_status check_indices(const ob_tensor *n, char *err, size_t err_len) {
     return OB_OK;
 }
 
-typedef struct ob_cpu_job {
-    ob_cpu_kernel_fn fn;
-    ob_tensor *node;
-    ob_cpu_backend *cb;
-} ob_cpu_job;
+/* A node this small costs less than the barrier a split would need: chains of such nodes
+ * run on one thread with a single barrier after them. A decode step of a small model is
+ * mostly such nodes between its matmuls. */
+#define OB_CPU_TINY_ELEMS 4096
+/* Most matmuls one parallel stage holds (q/k/v, gate/up in practice). */
+#define OB_CPU_MAX_GROUP 8
 
-static void run_job(void *arg, int ith, int nth) {
-    ob_cpu_job *j = arg;
-    ob_cpu_op_ctx c = {.ith = ith, .nth = nth, .wdata = j->cb->wdata, .wsize = j->cb->wsize, .pool = j->cb->pool};
-    j->fn(j->node, &c);
+static bool is_tiny(const ob_tensor *n) {
+    switch (n->op) {
+    case OB_OP_RMS_NORM:
+    case OB_OP_LAYER_NORM:
+    case OB_OP_ADD:
+    case OB_OP_MUL:
+    case OB_OP_SCALE:
+    case OB_OP_ROPE:
+    case OB_OP_GLU:
+    case OB_OP_ACT:
+    case OB_OP_SOFTMAX:
+    case OB_OP_CPY:
+    case OB_OP_GET_ROWS:
+        return ob_nelements(n) <= OB_CPU_TINY_ELEMS;
+    case OB_OP_KV_STORE:
+        return ob_nelements(n->src[0]) <= OB_CPU_TINY_ELEMS;
+    default:
+        return false;
+    }
 }
 
-static ob_status compute_locked(ob_cpu_backend *cb, ob_graph *g, char *err, size_t err_len) {
+static bool overlaps(const ob_tensor *a, const ob_tensor *b) {
+    if (!a || !b || !a->data || !b->data) return false;
+    const char *a0 = a->data, *b0 = b->data;
+    return a0 < b0 + ob_nbytes(b) && b0 < a0 + ob_nbytes(a);
+}
+
+/* Whether matmul m may run in the same stage as the earlier matmul e: neither reads what
+ * the other writes, and their outputs are disjoint (the planner reuses scratch memory, so
+ * an output may sit where a finished node's input was). */
+static bool independent(const ob_tensor *e, const ob_tensor *m) {
+    for (int s = 0; s < 2; s++)
+        if (overlaps(e->src[s], m) || overlaps(m->src[s], e)) return false;
+    return !overlaps(e, m);
+}
+
+static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+    if (need <= *cap) return true;
+    int64_t nc = OB_MAX(need, *cap * 2);
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = nc;
+    return true;
+}
+
+/* Checks every node, then cuts the graph into stages. Nothing runs if any node fails. */
+static ob_status schedule(ob_cpu_backend *cb, ob_graph *g, size_t *wneed, char *err, size_t err_len) {
+    cb->n_items = cb->n_stages = 0;
+    *wneed = 0;
+    if (!grow((void **)&cb->items, &cb->cap_items, g->n, sizeof(*cb->items)) ||
+        !grow((void **)&cb->stages, &cb->cap_stages, g->n, sizeof(*cb->stages)))
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "cpu: schedule for %lld nodes", (long long)g->n);
+    ob_cpu_stage *cur = NULL;
+    size_t cur_w = 0;
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
@@ -205,18 +273,66 @@ static ob_status compute_locked(ob_cpu_backend *cb, ob_graph *g, char *err, size
                            ob_op_name(n->op), ob_type_name(n->type) ? ob_type_name(n->type) : "?");
         ob_status st = check_indices(n, err, err_len);
         if (st != OB_OK) return st;
-        size_t ws = ob_cpu_work_size(n, cb->nth);
-        if (ws > cb->wsize) {
-            size_t sz = (ws + 63) & ~(size_t)63;
-            void *p = aligned_alloc(64, sz);
-            if (!p) return ob_fail(err, err_len, OB_ERR_NOMEM, "cpu: work buffer of %zu bytes for %s", ws, n->name);
-            free(cb->wdata);
-            cb->wdata = p;
-            cb->wsize = sz;
+        const bool tiny = cb->nth > 1 && is_tiny(n);
+        bool join = false;
+        if (cur && tiny && cur->serial) join = true;
+        else if (cur && !cur->serial && n->op == OB_OP_MATMUL && cur->count < OB_CPU_MAX_GROUP) {
+            join = true;
+            for (int64_t k = cur->first; k < cur->first + cur->count && join; k++)
+                join = cb->items[k].node->op == OB_OP_MATMUL && independent(cb->items[k].node, n);
         }
-        ob_cpu_job job = {.fn = fn, .node = n, .cb = cb};
-        ob_cpu_pool_run(cb->pool, run_job, &job);
+        if (!join) {
+            cur = &cb->stages[cb->n_stages++];
+            cur->first = cb->n_items;
+            cur->count = 0;
+            cur->serial = tiny;
+            cur_w = 0;
+        }
+        /* A serial stage's nodes run one after another, so they share one work area. */
+        size_t ws = (ob_cpu_work_size(n, tiny ? 1 : cb->nth) + 63) & ~(size_t)63;
+        ob_cpu_item *it = &cb->items[cb->n_items++];
+        it->node = n;
+        it->fn = fn;
+        it->woff = tiny ? 0 : cur_w;
+        it->wsize = ws;
+        if (!tiny) cur_w += ws;
+        cur->count++;
+        *wneed = OB_MAX(*wneed, tiny ? ws : cur_w);
     }
+    return OB_OK;
+}
+
+static void run_stages(void *arg, int ith, int nth) {
+    ob_cpu_backend *cb = arg;
+    ob_cpu_op_ctx c = {.ith = ith, .nth = nth, .pool = cb->pool};
+    ob_cpu_op_ctx one = {.ith = 0, .nth = 1, .pool = cb->pool};
+    for (int64_t s = 0; s < cb->n_stages; s++) {
+        const ob_cpu_stage *st = &cb->stages[s];
+        if (s > 0) ob_cpu_sync(&c);
+        if (st->serial && ith != 0) continue;
+        ob_cpu_op_ctx *cc = st->serial ? &one : &c;
+        for (int64_t k = st->first; k < st->first + st->count; k++) {
+            const ob_cpu_item *it = &cb->items[k];
+            cc->wdata = (char *)cb->wdata + it->woff;
+            cc->wsize = it->wsize;
+            it->fn(it->node, cc);
+        }
+    }
+}
+
+static ob_status compute_locked(ob_cpu_backend *cb, ob_graph *g, char *err, size_t err_len) {
+    size_t ws = 0;
+    ob_status st = schedule(cb, g, &ws, err, err_len);
+    if (st != OB_OK) return st;
+    if (ws > cb->wsize) {
+        size_t sz = (ws + 63) & ~(size_t)63;
+        void *p = aligned_alloc(64, sz);
+        if (!p) return ob_fail(err, err_len, OB_ERR_NOMEM, "cpu: work buffer of %zu bytes", ws);
+        free(cb->wdata);
+        cb->wdata = p;
+        cb->wsize = sz;
+    }
+    if (cb->n_stages > 0) ob_cpu_pool_run(cb->pool, run_stages, cb);
     return OB_OK;
 }
 
@@ -235,6 +351,8 @@ static void cpu_destroy(ob_backend *be) {
         ob_cpu_pool_free(cb->pool);
         pthread_mutex_destroy(&cb->mu);
         free(cb->wdata);
+        free(cb->items);
+        free(cb->stages);
         free(cb);
     }
     free(be);
