@@ -45,7 +45,11 @@ ob_status ob_src_keep_map(ob_src_set *s, void *map, size_t len, char *err, size_
 ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_size, int64_t *n_vocab,
                            char *err, size_t err_len);
 
-/* ---- the conversion (hf_model.c) ------------------------------------------------------ */
+/* Byte-level BPE (tokenizer.json) as a "gpt2" GGUF tokenizer, for the decoder families;
+ * bos/eos ids come from config.json, the chat template from tokenizer_config.json. */
+ob_status ob_convert_vocab_bpe(ob_gguf_writer *w, const char *dir, int64_t *n_vocab, char *err, size_t err_len);
+
+/* ---- the conversion (hf_model.c: encoders and the shared machinery; hf_decoder.c) ---- */
 
 typedef struct ob_convert_opts {
     ob_type type;            /* type of 2-D weights; 1-D tensors and norms stay F32 */
@@ -53,5 +57,39 @@ typedef struct ob_convert_opts {
 } ob_convert_opts;
 
 ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_opts *o, char *err, size_t err_len);
+
+/* One output tensor: a source tensor, renamed, possibly with leading rows dropped or the
+ * rows of each head reordered. */
+typedef struct ob_out_tensor {
+    char name[96];
+    const ob_src_tensor *src;
+    int64_t skip_rows;       /* leading rows dropped (RoBERTa position padding) */
+    int permute_heads;       /* > 0: llama.cpp's q/k row order for rope on adjacent pairs */
+    ob_type type;
+    int n_dims;
+    int64_t ne[4];           /* GGUF order */
+} ob_out_tensor;
+
+typedef struct ob_conv {
+    ob_src_set src;
+    ob_out_tensor *out;      /* [src.n] at most */
+    int64_t n_out;
+    float *buf;              /* one tensor as f32 during writing */
+    size_t buf_len;
+} ob_conv;
+
+/* Reads every *.safetensors of dir (name order), else pytorch_model.bin. */
+ob_status ob_conv_load_sources(ob_conv *c, const char *dir, char *err, size_t err_len);
+/* Adds source s as GGUF tensor name (shape reversed); checks for duplicates. */
+ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_type want, char *err, size_t err_len);
+/* Registers every output tensor with the writer (data produced at write time). */
+ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len);
+void ob_conv_free(ob_conv *c);
+
+/* Decoder families (hf_decoder.c): LlamaForCausalLM, Qwen2/Qwen3 ForCausalLM, Qwen3Model.
+ * Returns OB_ERR_UNSUPPORTED without writing when hf_arch is not one of them and
+ * *handled is false. */
+ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_json, const char *out_path,
+                             const ob_convert_opts *o, bool *handled, char *err, size_t err_len);
 
 #endif

@@ -49,24 +49,6 @@ static const struct { const char *hf, *gg; } g_global_map[] = {
     {"classifier.dense", "cls"}, {"classifier.out_proj", "cls.output"},
 };
 
-/* One output tensor. */
-typedef struct out_tensor {
-    char name[96];
-    const ob_src_tensor *src;
-    int64_t skip_rows;       /* leading rows dropped (RoBERTa position padding) */
-    ob_type type;
-    int n_dims;
-    int64_t ne[4];           /* GGUF order */
-} out_tensor;
-
-typedef struct conv {
-    ob_src_set src;
-    out_tensor *out;
-    int64_t n_out;
-    float *buf;              /* one tensor as f32 during writing */
-    size_t buf_len;
-} conv;
-
 static bool starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
 
 /* "<base>.weight" / ".bias" (or LayerNorm's old ".gamma" / ".beta"): splits off the suffix. */
@@ -114,7 +96,7 @@ static int map_name(const char *name, int fam, bool rank, char *out, size_t cap)
     return -1;
 }
 
-static ob_status load_sources(conv *c, const char *dir, char *err, size_t err_len) {
+ob_status ob_conv_load_sources(ob_conv *c, const char *dir, char *err, size_t err_len) {
     DIR *d = opendir(dir);
     if (!d) return ob_fail(err, err_len, OB_ERR_IO, "%s: cannot open folder", dir);
     char **files = NULL;
@@ -178,8 +160,8 @@ static int read_pooling(const char *dir, int def) {
 }
 
 static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
-    conv *c = ctx;
-    const out_tensor *o = &c->out[index];
+    ob_conv *c = ctx;
+    const ob_out_tensor *o = &c->out[index];
     const ob_src_tensor *s = o->src;
     int64_t row = o->ne[0], n = row * o->ne[1] * o->ne[2] * o->ne[3];
     size_t need = sizeof(float) * (size_t)n;
@@ -191,12 +173,21 @@ static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
     }
     size_t es = s->type == OB_TYPE_F32 ? 4 : 2;
     const unsigned char *p = (const unsigned char *)s->data + (size_t)(o->skip_rows * row) * es;
-    for (int64_t i = 0; i < n; i++) {
-        if (s->type == OB_TYPE_F32) memcpy(&c->buf[i], p + 4 * i, 4);
-        else {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            c->buf[i] = s->type == OB_TYPE_F16 ? ob_f16_to_f32(h) : ob_bf16_to_f32(h);
+    int64_t rows = n / row, hd = o->permute_heads > 0 ? rows / o->permute_heads : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        /* Output row (head h, pair i, half j) <- source row (h, half j, i): each head's two
+         * rotary halves interleaved, as llama.cpp's converter stores Llama's q and k. */
+        int64_t sr = r;
+        if (hd) { int64_t h = r / hd, w = r % hd; sr = h * hd + (w % 2) * (hd / 2) + w / 2; }
+        const unsigned char *sp = p + (size_t)(sr * row) * es;
+        float *d = c->buf + r * row;
+        for (int64_t i = 0; i < row; i++) {
+            if (s->type == OB_TYPE_F32) memcpy(&d[i], sp + 4 * i, 4);
+            else {
+                uint16_t h;
+                memcpy(&h, sp + 2 * i, 2);
+                d[i] = s->type == OB_TYPE_F16 ? ob_f16_to_f32(h) : ob_bf16_to_f32(h);
+            }
         }
     }
     if (o->type == OB_TYPE_F32) { memcpy(dst, c->buf, need); return size == need; }
@@ -216,10 +207,48 @@ static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
 
 /* Output type of a tensor: 1-D tensors, norms and the token-type table stay F32;
  * rows that do not fill whole blocks of the wanted type fall back to F16. */
-static ob_type pick_type(const out_tensor *o, ob_type want) {
+static ob_type pick_type(const ob_out_tensor *o, ob_type want) {
     if (o->n_dims < 2 || strstr(o->name, "token_types") || strstr(o->name, "norm")) return OB_TYPE_F32;
     if (ob_row_size(want, o->ne[0]) == 0) return OB_TYPE_F16;
     return want;
+}
+
+ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_type want, char *err, size_t err_len) {
+    if (s->type == OB_TYPE_COUNT || s->n_dims < 1 || s->n_dims > 2)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: tensor '%s' is %s with %d dimensions (want 1-2-D F32/F16/BF16)",
+                       s->name, s->dtype, s->n_dims);
+    for (int64_t j = 0; j < c->n_out; j++)
+        if (!strcmp(c->out[j].name, name)) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: two tensors map to '%s'", name);
+    if (!c->out) {
+        c->out = calloc((size_t)(c->src.n ? c->src.n : 1), sizeof(ob_out_tensor));
+        if (!c->out) return ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+    }
+    if (c->n_out >= c->src.n) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: more outputs than source tensors");
+    ob_out_tensor *ot = &c->out[c->n_out];
+    memset(ot, 0, sizeof(*ot));
+    snprintf(ot->name, sizeof(ot->name), "%s", name);
+    ot->src = s;
+    ot->n_dims = s->n_dims;
+    for (int d = 0; d < 4; d++) ot->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
+    ot->type = pick_type(ot, want);
+    c->n_out++;
+    return OB_OK;
+}
+
+ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len) {
+    for (int64_t i = 0; i < c->n_out; i++) {
+        const ob_out_tensor *ot = &c->out[i];
+        ob_status st = ob_gguf_add_tensor_fn(w, ot->name, ot->type, ot->n_dims, ot->ne, fill_tensor, c, err, err_len);
+        if (st) return st;
+    }
+    return OB_OK;
+}
+
+void ob_conv_free(ob_conv *c) {
+    free(c->out);
+    free(c->buf);
+    ob_src_free(&c->src);
+    memset(c, 0, sizeof(*c));
 }
 
 ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_opts *opts, char *err, size_t err_len) {
@@ -232,17 +261,23 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     json_error_t je;
     json_t *cfg = json_load_file(path, 0, &je);
     if (!cfg) return ob_fail(err, err_len, OB_ERR_IO, "%s: no readable config.json (%s): not a model folder", dir, je.text);
-    conv c = {0};
+    ob_conv c = {0};
     ob_gguf_writer *w = NULL;
     ob_status st = OB_OK;
     const char *hfa = json_string_value(json_array_get(json_object_get(cfg, "architectures"), 0));
     const hf_arch *ha = NULL;
     for (size_t i = 0; hfa && i < OB_ARRAY_LEN(g_hf_arches); i++)
         if (!strcmp(hfa, g_hf_arches[i].hf)) ha = &g_hf_arches[i];
+    if (!ha && hfa) {
+        bool handled = false;
+        st = ob_convert_decoder(dir, hfa, cfg, out_path, &o, &handled, err, err_len);
+        if (handled) goto done;
+    }
     if (!ha) {
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
                      "convert: architecture '%s' is not supported (supported: BertModel, XLMRobertaModel, RobertaModel, "
-                     "NomicBertModel, JinaBertModel and their ForSequenceClassification rerankers)", hfa ? hfa : "(none in config.json)");
+                     "NomicBertModel, JinaBertModel, their ForSequenceClassification rerankers, LlamaForCausalLM, "
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3Model)", hfa ? hfa : "(none in config.json)");
         goto done;
     }
     const char *pet = json_string_value(json_object_get(cfg, "position_embedding_type"));
@@ -264,34 +299,22 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     if (pos_skip < 0 || pos_skip >= n_ctx) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: bad pad_token_id", path); goto done; }
     n_ctx -= pos_skip;
 
-    if ((st = load_sources(&c, dir, err, err_len))) goto done;
-    c.out = calloc((size_t)c.src.n, sizeof(out_tensor));
-    if (!c.out) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+    if ((st = ob_conv_load_sources(&c, dir, err, err_len))) goto done;
     int n_cls = 0;
     for (int64_t i = 0; i < c.src.n; i++) {
         const ob_src_tensor *s = &c.src.t[i];
-        out_tensor *ot = &c.out[c.n_out];
-        int r = map_name(s->name, ha->fam, ha->rank, ot->name, sizeof(ot->name));
+        char gname[96];
+        int r = map_name(s->name, ha->fam, ha->rank, gname, sizeof(gname));
         if (r == 0) continue;
         if (r < 0) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: tensor '%s' has no GGUF name for %s", s->name, hfa); goto done; }
-        if (s->type == OB_TYPE_COUNT || s->n_dims < 1 || s->n_dims > 2) {
-            st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: tensor '%s' is %s with %d dimensions (want 1-2-D F32/F16/BF16)",
-                         s->name, s->dtype, s->n_dims);
-            goto done;
-        }
-        for (int64_t j = 0; j < c.n_out; j++)
-            if (!strcmp(c.out[j].name, ot->name)) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: two tensors map to '%s'", ot->name); goto done; }
-        ot->src = s;
-        ot->n_dims = s->n_dims;
-        for (int d = 0; d < 4; d++) ot->ne[d] = d < s->n_dims ? s->shape[s->n_dims - 1 - d] : 1;
+        if ((st = ob_conv_add(&c, s, gname, o.type, err, err_len))) goto done;
+        ob_out_tensor *ot = &c.out[c.n_out - 1];
         if (!strcmp(ot->name, "position_embd.weight") && pos_skip) {
             if (ot->ne[1] <= pos_skip) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: too few position embeddings"); goto done; }
             ot->skip_rows = pos_skip;
             ot->ne[1] -= pos_skip;
         }
         if (!strcmp(ot->name, "cls.output.weight")) n_cls = (int)ot->ne[1];
-        ot->type = pick_type(ot, o.type);
-        c.n_out++;
     }
     if (ha->rank && n_cls <= 0) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s has no classifier weights", hfa); goto done; }
 
@@ -341,19 +364,17 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     int64_t n_vocab = 0;
     if ((st = ob_convert_vocab(w, dir, n_types, &n_vocab, err, err_len))) goto done;
     for (int64_t i = 0; i < c.n_out; i++) {
-        const out_tensor *ot = &c.out[i];
+        const ob_out_tensor *ot = &c.out[i];
         if (!strcmp(ot->name, "token_embd.weight") && ot->ne[1] < n_vocab) {
             st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %lld embedding rows for %lld tokens", (long long)ot->ne[1], (long long)n_vocab);
             goto done;
         }
-        if ((st = ob_gguf_add_tensor_fn(w, ot->name, ot->type, ot->n_dims, ot->ne, fill_tensor, &c, err, err_len))) goto done;
     }
+    if ((st = ob_conv_write_tensors(&c, w, err, err_len))) goto done;
     st = ob_gguf_writer_write(w, out_path, err, err_len);
 done:
     ob_gguf_writer_free(w);
-    free(c.out);
-    free(c.buf);
-    ob_src_free(&c.src);
+    ob_conv_free(&c);
     json_decref(cfg);
     return st;
 }

@@ -79,6 +79,14 @@ static char *align64(void *p) {
     return (char *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
 }
 
+/* Few tokens (decode): every thread quantizes all columns into its own copy, which costs
+ * less than the barrier that sharing one copy would need. The bytes are the same either way. */
+#define OB_MM_PRIVATE_ELEMS 16384
+
+static bool private_act(int64_t t, int64_t k, int nth) {
+    return nth > 1 && t * k <= OB_MM_PRIVATE_ELEMS;
+}
+
 size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth) {
     const ob_tensor *w = node->src[0], *x = node->src[1];
     if (!w || !x) return 0;
@@ -88,6 +96,7 @@ size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth) {
     if (k % 32 == 0) rs = ob_cpu_act_row_size(OB_ACT_Q8_32, k);
     if (k % OB_QK_K == 0) rs = OB_MAX(rs, ob_cpu_act_row_size(OB_ACT_Q8_K, k));
     if (rs == 0) return 0;
+    if (private_act(t, k, nth)) return (size_t)nth * ((rs * (size_t)t + 63) & ~(size_t)63) + 64;
     return rs * (size_t)t + 64;
 }
 
@@ -110,14 +119,22 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     size_t act_rs = (size_t)k * sizeof(float);
     if (kern.act != OB_ACT_F32) {
         act_rs = ob_cpu_act_row_size(kern.act, k);
-        char *buf = align64(c->wdata);
-        if (!c->wdata || act_rs * (size_t)t + 64 > c->wsize) {
+        const bool priv = private_act(t, k, c->nth);
+        const size_t copy = (act_rs * (size_t)t + 63) & ~(size_t)63;
+        if (!c->wdata || (priv ? copy * (size_t)c->nth : act_rs * (size_t)t) + 64 > c->wsize) {
             if (c->ith == 0) ob_log(OB_LOG_ERROR, "matmul %s: work buffer too small", dst->name);
             return;
         }
-        for (int64_t i = c->ith; i < t; i += c->nth)
-            ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
-        if (c->nth > 1) ob_cpu_sync(c);
+        char *buf = align64(c->wdata);
+        if (priv) {
+            buf += copy * (size_t)c->ith;
+            for (int64_t i = 0; i < t; i++)
+                ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
+        } else {
+            for (int64_t i = c->ith; i < t; i += c->nth)
+                ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
+            if (c->nth > 1) ob_cpu_sync(c);
+        }
         act = buf;
     }
 
