@@ -102,7 +102,7 @@ typedef struct ob_context_params {
     int n_batch;             /* max tokens per ob_decode call */
     ob_kv_type type_k, type_v;
     /* Embeddings: ob_decode pools each sequence of the batch into one vector (read with
-     * ob_get_embeddings) instead of producing logits. Forced on for encoder-only models.
+     * ob_get_embeddings) instead of producing logits. Required for encoder-only models.
      * Each call then treats the batch's sequences as new (positions start at 0), and the
      * whole batch must fit in n_batch tokens. */
     bool embeddings;

@@ -38,7 +38,7 @@ for spec in ${ONEBIT_BENCH:-qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M}; do
     shape=${spec%%:*} type=${spec##*:}
     f="$SY/$shape-$type.gguf"
     t0=$(date +%s)
-    [ -f "$f" ] || timeout 400 "$B/1bit" synth --shape "$shape" --type "$type" --tokenizer "$TOK" -o "$f" >"$OUT/synth-$shape-$type.log" 2>&1 ||
+    [ -f "$f" ] || timeout 400 "$B/1bit" synth --shape "$shape" --type "$type" --tokenizer "$TOK" -t "$(nproc)" -o "$f" >"$OUT/synth-$shape-$type.log" 2>&1 ||
         { echo "synth $spec failed"; tail -5 "$OUT/synth-$shape-$type.log"; continue; }
     echo "synth $spec: $(( $(date +%s) - t0 )) s"
     timeout 300 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 3 --device cuda --peak-gbs 4300 2>&1 | tee -a "$OUT/bench.md"

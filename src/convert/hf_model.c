@@ -114,10 +114,28 @@ ob_status ob_conv_load_sources(ob_conv *c, const char *dir, char *err, size_t er
         }
     }
     closedir(d);
+    /* With an index (model.safetensors.index.json), only the shards its weight_map names:
+     * a folder may also hold a consolidated copy of the same tensors. */
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+    json_t *idx = st ? NULL : json_load_file(path, 0, NULL), *wm = json_object_get(idx, "weight_map");
+    if (json_is_object(wm)) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            bool used = false;
+            const char *key;
+            json_t *v;
+            json_object_foreach(wm, key, v) if (json_is_string(v) && !strcmp(json_string_value(v), files[i])) { used = true; break; }
+            if (used) files[k++] = files[i];
+            else free(files[i]);
+        }
+        n = k;
+        if (n == 0) st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: none of the shards it names is present", path);
+    }
+    json_decref(idx);
     /* Shards in name order, so tensor order (and the output file) is deterministic. */
     for (int i = 1; i < n && !st; i++)
         for (int j = i; j > 0 && strcmp(files[j - 1], files[j]) > 0; j--) { char *t = files[j]; files[j] = files[j - 1]; files[j - 1] = t; }
-    char path[4096];
     for (int i = 0; i < n && !st; i++) {
         snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
         st = ob_st_load(&c->src, path, err, err_len);

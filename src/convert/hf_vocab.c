@@ -191,3 +191,147 @@ ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_si
     vocab_free(&v);
     return OB_OK;
 }
+
+/* ---- byte-level BPE ---------------------------------------------------------------------- */
+
+/* The pre-tokenizer, named as tokenizer.ggml.pre: recognised from the Split regex's
+ * digit rule (Llama 3 groups up to three digits, Qwen2 splits every digit) or a bare
+ * ByteLevel (GPT-2's built-in regex). */
+static const char *bpe_pre(json_t *pre) {
+    const char *ty = json_string_value(json_object_get(pre, "type"));
+    if (!ty) return NULL;
+    if (!strcmp(ty, "ByteLevel")) return json_is_false(json_object_get(pre, "use_regex")) ? NULL : "gpt-2";
+    if (!strcmp(ty, "Sequence")) {
+        json_t *ps = json_object_get(pre, "pretokenizers"), *p;
+        size_t i;
+        const char *found = NULL;
+        json_array_foreach(ps, i, p) {
+            const char *t = json_string_value(json_object_get(p, "type"));
+            if (t && !strcmp(t, "Split")) {
+                const char *re = json_string_value(json_object_get(json_object_get(p, "pattern"), "Regex"));
+                if (!re || found) return NULL;
+                if (strstr(re, "\\p{N}{1,3}")) found = "llama-bpe";
+                else if (strstr(re, "\\p{N}|")) found = "qwen2";
+                else return NULL;
+            } else if (!t || strcmp(t, "ByteLevel") || !json_is_false(json_object_get(p, "use_regex"))) {
+                return NULL;
+            }
+        }
+        return found;
+    }
+    return NULL;
+}
+
+/* bos/eos from config.json (an id or a list of ids: the first). */
+static int64_t cfg_token(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_array(v)) v = json_array_get(v, 0);
+    return json_is_integer(v) ? json_integer_value(v) : -1;
+}
+
+ob_status ob_convert_vocab_bpe(ob_gguf_writer *w, const char *dir, int64_t *n_vocab, char *err, size_t err_len) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je), *cfg = NULL, *tc = NULL;
+    if (!j) return ob_fail(err, err_len, OB_ERR_IO, "%s: %s", path, je.text);
+    ob_status st = OB_OK;
+    vocab v = {0};
+    char **merges = NULL;
+    size_t n_merges = 0;
+    json_t *model = json_object_get(j, "model"), *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
+    const char *type = json_string_value(json_object_get(model, "type"));
+    const char *pre = bpe_pre(json_object_get(j, "pre_tokenizer"));
+    if (!type || strcmp(type, "BPE") || !json_is_object(jv) || !json_is_array(jm)) {
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers convert for decoders", path);
+        goto done;
+    }
+    if (!pre) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: unknown pre-tokenizer (known: GPT-2, Llama 3, Qwen2)", path); goto done; }
+    int64_t n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(jv, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= OB_VOCAB_MAX) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: bad id", path); goto done; }
+        if (id + 1 > n) n = id + 1;
+    }
+    json_t *added = json_object_get(j, "added_tokens");
+    size_t ai;
+    json_array_foreach(added, ai, val) {
+        json_int_t id = json_integer_value(json_object_get(val, "id"));
+        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content"))) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, ai);
+            goto done;
+        }
+        if (id + 1 > n) n = id + 1;
+    }
+    if ((st = vocab_alloc(&v, n, err, err_len))) goto done;
+    json_object_foreach(jv, key, val) {
+        if (!(v.tok[json_integer_value(val)] = strdup(key))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+    }
+    json_array_foreach(added, ai, val) {
+        int64_t id = json_integer_value(json_object_get(val, "id"));
+        if (!v.tok[id] && !(v.tok[id] = strdup(json_string_value(json_object_get(val, "content"))))) {
+            st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+            goto done;
+        }
+        v.type[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        /* Holes in the id space (padding ids with no token) get a unique placeholder. */
+        if (v.tok[i]) continue;
+        char ph[40];
+        snprintf(ph, sizeof(ph), "[PAD%lld]", (long long)i);
+        if (!(v.tok[i] = strdup(ph))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+        v.type[i] = 5; /* unused */
+    }
+    n_merges = json_array_size(jm);
+    merges = calloc(n_merges ? n_merges : 1, sizeof(char *));
+    if (!merges) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+    json_array_foreach(jm, ai, val) {
+        if (json_is_string(val)) merges[ai] = strdup(json_string_value(val));
+        else if (json_is_array(val) && json_array_size(val) == 2 && json_is_string(json_array_get(val, 0)) &&
+                 json_is_string(json_array_get(val, 1))) {
+            const char *a = json_string_value(json_array_get(val, 0)), *b = json_string_value(json_array_get(val, 1));
+            size_t la = strlen(a), lb = strlen(b);
+            if ((merges[ai] = malloc(la + lb + 2))) { memcpy(merges[ai], a, la); merges[ai][la] = ' '; memcpy(merges[ai] + la + 1, b, lb + 1); }
+        } else {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: merge %zu is malformed", path, ai);
+            goto done;
+        }
+        if (!merges[ai]) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+    }
+    ob_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    ob_gguf_set_str(w, "tokenizer.ggml.pre", pre);
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, NULL, (uint64_t)v.n);
+    ob_gguf_set_arr(w, "tokenizer.ggml.token_type", OB_GGUF_INT32, v.type, (uint64_t)v.n);
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)merges, NULL, (uint64_t)n_merges);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    cfg = json_load_file(path, 0, NULL);
+    int64_t bos = cfg_token(cfg, "bos_token_id"), eos = cfg_token(cfg, "eos_token_id"), pad = cfg_token(cfg, "pad_token_id");
+    if (bos >= 0 && bos < n) ob_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
+    if (eos >= 0 && eos < n) ob_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (pad >= 0 && pad < n) ob_gguf_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)pad);
+    /* add_bos: the post-processor's single-sequence template starts with a special token. */
+    json_t *single = json_object_get(json_object_get(j, "post_processor"), "single");
+    bool add_bos = json_object_get(json_array_get(single, 0), "SpecialToken") != NULL;
+    if (!single) {
+        json_t *procs = json_object_get(json_object_get(j, "post_processor"), "processors"), *p;
+        json_array_foreach(procs, ai, p)
+            if (json_object_get(json_array_get(json_object_get(p, "single"), 0), "SpecialToken")) add_bos = true;
+    }
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos);
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+    tc = json_load_file(path, 0, NULL);
+    const char *tmpl = json_string_value(json_object_get(tc, "chat_template"));
+    if (tmpl) ob_gguf_set_str(w, "tokenizer.chat_template", tmpl);
+    *n_vocab = n;
+done:
+    if (merges) for (size_t i = 0; i < n_merges; i++) free(merges[i]);
+    free(merges);
+    vocab_free(&v);
+    json_decref(cfg);
+    json_decref(tc);
+    json_decref(j);
+    return st;
+}

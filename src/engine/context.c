@@ -136,7 +136,13 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     }
     size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = (vrow * cells + 255) & ~(size_t)255;
     size_t kv_total = (layer_k + layer_v) * (size_t)hp->n_layer;
-    if (p.embeddings || hp->encoder) {
+    if (hp->encoder && !p.embeddings) {
+        /* An encoder has no LM head: a caller expecting logits gets a clear error, not NULL rows. */
+        st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: %s is an embedding/rank model (no logits); use embeddings",
+                     hp->arch);
+        goto fail;
+    }
+    if (p.embeddings) {
         c->pooling = p.pooling == OB_POOLING_DEFAULT ? hp->pooling_type : p.pooling;
         if (c->pooling == OB_POOLING_DEFAULT || c->pooling == OB_POOLING_NONE)
             c->pooling = hp->encoder ? OB_POOLING_CLS : OB_POOLING_LAST;

@@ -4,6 +4,7 @@
 #define OB_GRAPH_GRAPH_H
 
 #include "core/common.h"
+#include <math.h>
 
 #define OB_MAX_SRC 6
 #define OB_MAX_NAME 64
@@ -54,6 +55,14 @@ typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT
 typedef enum ob_pool_type { OB_POOL_NONE = 0, OB_POOL_MEAN = 1, OB_POOL_CLS = 2, OB_POOL_LAST = 3 } ob_pool_type;
 
 const char *ob_op_name(ob_op op);
+
+/* ALiBi slope of query head h of n_head for ATTENTION's f[2] = max_bias (see there). */
+static inline float ob_alibi_slope(int h, int n_head, float max_bias) {
+    int n2 = 1;
+    while (n2 * 2 <= n_head) n2 *= 2;
+    float m0 = exp2f(-max_bias / (float)n2), m1 = exp2f(-max_bias / (float)(2 * n2));
+    return h < n2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n2) + 1));
+}
 
 typedef struct ob_tensor {
     ob_op op;

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #define OB_RAG_MAX_FILE (64u << 20)
 #define OB_RAG_MAX_FILES 100000
@@ -74,6 +75,31 @@ static char *read_file(const char *path, size_t *len, char *err, size_t err_len)
     b[n] = 0;
     *len = (size_t)n;
     return b;
+}
+
+/* Invalid UTF-8 (a Latin-1 file, binary junk) becomes U+FFFD, so stored chunks are text
+ * that JSON and terminals take. Takes ownership of s; returns s or a new buffer. */
+static char *utf8_clean(char *s, size_t n, size_t *out_len) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (l > 0) i += (size_t)l; else { bad++; i++; }
+    }
+    if (!bad) { *out_len = n; return s; }
+    char *o = malloc(n + 2 * bad + 1);
+    if (!o) { free(s); return NULL; }
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (l > 0) { memcpy(o + k, s + i, (size_t)l); k += (size_t)l; i += (size_t)l; }
+        else { memcpy(o + k, "\xEF\xBF\xBD", 3); k += 3; i++; }
+    }
+    o[k] = 0;
+    free(s);
+    *out_len = k;
+    return o;
 }
 
 static ob_status sql_fail(sqlite3 *db, const char *what, char *err, size_t err_len) {
@@ -145,6 +171,7 @@ ob_status ob_rag_index_build(const char *dir, ob_embedder *e, const char *embed_
         size_t len = 0;
         char *text = read_file(fl.p[f], &len, err, err_len);
         if (!text) { st = OB_ERR_IO; break; }
+        if (!(text = utf8_clean(text, len, &len))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "rag: out of memory"); break; }
         ob_rag_chunk *ch = NULL;
         int n = 0;
         st = ob_rag_chunk_text(text, len, opts.max_words, &ch, &n, err, err_len);

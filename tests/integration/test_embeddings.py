@@ -144,6 +144,22 @@ def test_convert_refuses_bad_input(tmp_path):
     assert r.returncode == 2
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+def test_converted_decoder_tokenizes_like_hf(tmp_path, arch):
+    """The BPE tokenizer written by convert (tokens, merges, pre-tokenizer, bos) encodes as
+    the tokenizer.json it came from does."""
+    tokenizers = pytest.importorskip("tokenizers")
+    src = os.path.join(FIX, f"{arch}-hf")
+    out = convert(src, str(tmp_path / f"{arch}.gguf"), "F16")
+    tk = tokenizers.Tokenizer.from_file(os.path.join(src, "tokenizer.json"))
+    texts = ["Hello world, it's 12345 tokens!", "  leading spaces\n\nand\tTabs", "don't STOP 2024-11-29", "Zürich café",
+             "<|bos|> is special"]
+    for t in texts:
+        r = subprocess.run([BIN, "tokenize", "-m", out, t], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout) == tk.encode(t).ids, t
+
+
 def test_converted_file_reads_with_gguf_package(tmp_path):
     """The converted file is plain GGUF with llama.cpp's names: the reference reader agrees."""
     gguf = pytest.importorskip("gguf")

@@ -104,5 +104,13 @@ def test_bad_input(built, tmp_path):
     run("convert", os.path.join(FIX, "bert"), "-o", tiny, "--type", "F32")
     r = run("rag", "ask", "--index", idx, "--embed-model", tiny, "question", ok=False)
     assert r.returncode == 1 and "384" in r.stderr
+    # Text that is not UTF-8 is indexed with U+FFFD in place of the bad bytes.
+    lat = tmp_path / "latin"
+    lat.mkdir()
+    (lat / "a.txt").write_bytes(b"caf\xe9 au lait in Z\xfcrich\n")
+    li = str(tmp_path / "latin.sqlite")
+    run("rag", "index", "--embed-model", emb, str(lat), "-o", li)
+    hits = ask(emb, li, "coffee", "-k", "1")
+    assert len(hits) == 1 and hits[0]["text"] == "caf\ufffd au lait in Z\ufffdrich"
     r = run("rag", "frobnicate", ok=False)
     assert r.returncode == 2

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 typedef struct {
@@ -36,6 +37,7 @@ static void run_matmul(ob_tensor *dst, ob_cpu_pool *pool) {
     else run_fn(&a, 0, 1);
     free(wd);
 }
+
 
 typedef struct {
     ob_tensor w, x, y;
@@ -182,6 +184,7 @@ static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *p
         for (int64_t i = 0; i < n * tk; i++) ref_norm += (double)m.ref[i] * m.ref[i];
         CHECKF(isfinite(ref_norm) && ref_norm > 0, "%s: reference output is degenerate", tr->name);
         float *qref = malloc(sizeof(float) * (size_t)(n * tk));
+        float *first = malloc(sizeof(float) * (size_t)(n * tk)), *col = malloc(sizeof(float) * (size_t)n);
         for (int li = 0; li < n_levels; li++) {
             ob_cpu_set_simd_level(levels[li]);
             const ob_act_fmt fmt = act_format(t, levels[li]);
@@ -193,6 +196,11 @@ static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *p
                 for (int64_t i = 0; i < n * tk; i++) m.out[i] = NAN;
                 run_matmul(&m.y, th ? pool2 : NULL);
                 m.y.data = m.ref;
+                /* The thread count must not change a single bit (batch invariance). */
+                if (th == 0) memcpy(first, m.out, sizeof(float) * (size_t)(n * tk));
+                else CHECKF(memcmp(first, m.out, sizeof(float) * (size_t)(n * tk)) == 0,
+                            "%s level %d K=%lld N=%lld T=%lld: two threads differ from one", tr->name,
+                            levels[li], (long long)k, (long long)n, (long long)tk);
                 const double e = rel_err(m.out, m.ref, n * tk);
                 if (e > worst[li] || isnan(e)) worst[li] = e;
                 CHECKF(e <= tol, "%s level %d nth %d K=%lld N=%lld T=%lld: rel err %.3g > %.3g",
@@ -204,7 +212,22 @@ static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *p
                            tr->name, levels[li], th + 1, (long long)k, (long long)n, (long long)tk, eq);
                 }
             }
+            /* Each token alone gives the bits it got among the others (T = 1 vs tiles). */
+            for (int64_t j = 0; j < tk && tk > 1; j++) {
+                ob_tensor xj = m.x, yj = m.y;
+                xj.ne[1] = 1;
+                xj.data = m.xf + j * k;
+                yj.ne[1] = 1;
+                yj.src[1] = &xj;
+                yj.data = col;
+                run_matmul(&yj, pool2);
+                CHECKF(memcmp(col, first + j * n, sizeof(float) * (size_t)n) == 0,
+                       "%s level %d K=%lld N=%lld T=%lld: token %lld alone differs from the batch", tr->name,
+                       levels[li], (long long)k, (long long)n, (long long)tk, (long long)j);
+            }
         }
+        free(first);
+        free(col);
         free(qref);
         free_case(&m);
     }
@@ -239,6 +262,28 @@ static void test_act_quant(ob_rng *rng) {
         }
         for (int i = 0; i < 256; i++) amax = OB_MAX(amax, abs(qk[b].qs[i]));
         CHECK(amax == 127);
+    }
+    /* The SIMD quantizers must give the scalar one's bytes: a result must not depend on the
+     * level. Ties (x * id exactly half-way), a zero block and tiny values included
+     * (NaN input has no defined result: the scalar float-to-int conversion is UB). */
+    for (int i = 256; i < 288; i++) x[i] = 0.0f;
+    x[301] = 1e-30f;
+    for (int i = 320; i < 352; i++) x[i] = (float)(i - 336) + 0.5f; /* id = 1: every x * id a tie */
+    x[351] = 127.0f;
+    ob_cpu_quantize_act(OB_ACT_Q8_32, x, q32, 512);
+    ob_cpu_quantize_act(OB_ACT_Q8_K, x, qk, 512);
+    for (int level = 1; level <= ob_cpu_set_simd_level(-1); level++) {
+        ob_vec_dot_kernel k32 = level == 2 ? ob_cpu_vec_dot_avx512(OB_TYPE_Q8_0) : ob_cpu_vec_dot_avx2(OB_TYPE_Q8_0);
+        ob_vec_dot_kernel kk = level == 2 ? ob_cpu_vec_dot_avx512(OB_TYPE_Q4_K) : ob_cpu_vec_dot_avx2(OB_TYPE_Q4_K);
+        if (!k32.quant || !kk.quant) continue;
+        ob_q8a_block s32[16];
+        ob_block_q8_k sk[2];
+        memset(s32, 0x55, sizeof(s32));
+        memset(sk, 0x55, sizeof(sk));
+        k32.quant(OB_ACT_Q8_32, x, s32, 512);
+        kk.quant(OB_ACT_Q8_K, x, sk, 512);
+        CHECKF(memcmp(s32, q32, sizeof(q32)) == 0, "level %d Q8_32 quantizer differs from scalar", level);
+        CHECKF(memcmp(sk, qk, sizeof(qk)) == 0, "level %d Q8_K quantizer differs from scalar", level);
     }
 }
 

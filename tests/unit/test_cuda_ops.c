@@ -121,6 +121,11 @@ static const ob_type all_types[] = {
     OB_TYPE_IQ4_XS, OB_TYPE_TQ1_0, OB_TYPE_TQ2_0, OB_TYPE_Q1_0, OB_TYPE_MXFP4,
 };
 
+/* Types whose decode matvec (T <= 8) quantizes x to int8 per 32-element block. */
+static bool int8_act_type(ob_type t) {
+    return t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
+}
+
 static void test_matmul_get_rows(ob_backend *be) {
     const int64_t K = 512, N = 67;
     const int Ts[] = {1, 3, 8, 17};
@@ -137,8 +142,10 @@ static void test_matmul_get_rows(ob_backend *be) {
             CHECKF(be->iface->supports(be, y), "matmul %s supported", ob_type_name(t));
             char what[64];
             snprintf(what, sizeof(what), "matmul %s T=%d", ob_type_name(t), T);
-            /* T > 8 multiplies f16-rounded weights and activations (tensor cores). */
-            run_both(be, g, y, NULL, T > 8 && t != OB_TYPE_F32 ? 4e-3 : 2e-5, what);
+            /* T > 8 multiplies f16-rounded weights and activations (tensor cores); T <= 8
+             * on int8 types quantizes x per 32 elements (test_matmul_int8 bounds it tightly). */
+            double tol = T > 8 && t != OB_TYPE_F32 ? 4e-3 : int8_act_type(t) ? 5e-2 : 2e-5;
+            run_both(be, g, y, NULL, tol, what);
             ob_graph_free(g);
             free(x);
         }
@@ -154,6 +161,51 @@ static void test_matmul_get_rows(ob_backend *be) {
         run_both(be, g, y, NULL, 1e-6, what);
         ob_graph_free(g);
         free(w);
+    }
+}
+
+/* x rounded the way the device quantizes it (d = max|x| / 127, q = round(x / d)): the
+ * device then sees exactly these integers, so its result must match the reference on
+ * this x to float rounding, which catches a wrong scale, offset or element order. */
+static void round_q8(float *x, int64_t n) {
+    for (int64_t b = 0; b < n; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b + j]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < 32; j++) x[b + j] = d * rintf(x[b + j] * id);
+    }
+}
+
+/* The int8 matvec at a K that makes every lane loop over several blocks, on raw x (int8
+ * error: ~1% relative) and on pre-rounded x (float rounding only); and two matmuls sharing
+ * one x, the second reusing the first one's quantized x. */
+static void test_matmul_int8(ob_backend *be) {
+    const int64_t K = 2048, N = 37;
+    const int Ts[] = {1, 2, 8};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(all_types); ti++) {
+        ob_type t = all_types[ti];
+        if (!int8_act_type(t)) continue;
+        void *w = rand_typed(t, K * N, 0.5f), *w2 = rand_typed(t, K * N, 0.3f);
+        for (size_t k = 0; k < OB_ARRAY_LEN(Ts); k++) {
+            const int T = Ts[k];
+            for (int pre = 0; pre < 3; pre++) {
+                ob_graph *g = ob_graph_new(8);
+                float *x = rand_f32(K * T, 1.0f);
+                if (pre == 1) round_q8(x, K * T);
+                int64_t new[2] = {K, N}, nex[2] = {K, T};
+                ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+                ob_tensor *y = ob_matmul(g, W, X);
+                if (pre == 2) y = ob_add(g, y, ob_matmul(g, ob_leaf(g, "w2", t, 2, new, w2), X));
+                char what[80];
+                snprintf(what, sizeof(what), "matmul int8 %s K=%lld T=%d %s", ob_type_name(t), (long long)K, T,
+                         pre == 0 ? "raw x" : pre == 1 ? "rounded x" : "shared x");
+                run_both(be, g, y, NULL, pre == 1 ? 1e-4 : 5e-2, what);
+                ob_graph_free(g);
+                free(x);
+            }
+        }
+        free(w);
+        free(w2);
     }
 }
 
@@ -371,6 +423,7 @@ int main(void) {
     }
     CHECK(!strcmp(be->iface->name, "cuda"));
     test_matmul_get_rows(be);
+    test_matmul_int8(be);
     test_elementwise(be);
     test_attention(be);
     ob_backend_free(be);

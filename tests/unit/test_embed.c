@@ -4,6 +4,7 @@
  * the POOL op against its reference; bad input to convert and to embeddings decode. */
 #include "backend/cpu/cpu.h"
 #include "convert/convert.h"
+#include "rag/rag.h"
 #include "testutil.h"
 #include "onebit.h"
 #include <jansson.h>
@@ -244,6 +245,58 @@ static void check_decoder_embed(void) {
     json_decref(ref);
 }
 
+/* `convert` of decoder HF folders (tests/fixtures/embed/<arch>-hf, the same tiny models as
+ * tests/fixtures/models): the logits of the committed prompt match transformers'. Llama's
+ * q/k rows are reordered by the converter: a wrong order fails here. */
+static void check_decoder_convert(const char *arch) {
+    char path[256], gguf[256], err[512] = "";
+    snprintf(path, sizeof(path), "tests/fixtures/models/%s.json", arch);
+    json_error_t je;
+    json_t *meta = json_load_file(path, 0, &je);
+    CHECKF(meta != NULL, "%s: %s", path, je.text);
+    if (!meta) return;
+    char name[32];
+    snprintf(name, sizeof(name), "%s-hf", arch);
+    ob_model *m = convert_load(name, OB_TYPE_F32, gguf, sizeof(gguf));
+    json_t *jp = json_object_get(meta, "prompt");
+    int np = (int)json_array_size(jp), vocab = (int)json_integer_value(json_object_get(meta, "vocab"));
+    snprintf(path, sizeof(path), "tests/fixtures/models/%s.logits.f32", arch);
+    size_t len = 0;
+    float *ref = ob_test_read_file(path, &len);
+    CHECK(ref && len == sizeof(float) * (size_t)np * (size_t)vocab && np <= 128);
+    ob_context *c = NULL;
+    if (m && ref && np <= 128) {
+        ob_context_params cp = ob_context_default_params();
+        cp.n_ctx = 128; cp.type_k = cp.type_v = OB_KV_F32;
+        ob_status st = ob_context_new(m, &cp, &c, err, sizeof(err));
+        CHECKF(st == OB_OK, "%s: %s", arch, err);
+        int32_t tok[128], pos[128], seq[128];
+        int8_t want[128];
+        for (int i = 0; i < np; i++) { tok[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i)); pos[i] = i; seq[i] = 0; want[i] = 1; }
+        ob_batch b = {np, tok, pos, seq, want};
+        if (!st) st = ob_decode(c, &b, err, sizeof(err));
+        CHECKF(st == OB_OK, "%s: %s", arch, err);
+        double worst = 0;
+        for (int i = 0; i < np && !st; i++) {
+            const float *lg = ob_get_logits(c, i);
+            double md = 0, mr = 0;
+            for (int v = 0; v < vocab; v++) {
+                double d = fabs((double)lg[v] - ref[(size_t)i * vocab + v]);
+                if (d > md || d != d) md = d != d ? INFINITY : d;
+                if (fabs(ref[(size_t)i * vocab + v]) > mr) mr = fabs(ref[(size_t)i * vocab + v]);
+            }
+            if (md / mr > worst || md != md) worst = md / mr;
+        }
+        CHECKF(worst <= 1e-4, "%s converted: logits rel err %.3g", arch, worst);
+        printf("%s converted from HF: logits rel err %.3g\n", arch, worst);
+    }
+    ob_context_free(c);
+    ob_model_free(m);
+    unlink(gguf);
+    free(ref);
+    json_decref(meta);
+}
+
 /* POOL kernel (threads 1..3) against the double-precision reference, sequences interleaved. */
 static void test_pool_op(void) {
     ob_rng r;
@@ -309,14 +362,23 @@ static void test_convert_bad_input(void) {
     /* An architecture we do not know is refused by name. */
     char dir[128];
     snprintf(dir, sizeof(dir), "/tmp/ob_test_embed_%d_dir", (int)getpid());
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof(cmd), "mkdir -p %s && cp " FIX "bert/* %s/ && "
              "sed -i 's/\"BertModel\"/\"MysteryModel\"/' %s/config.json", dir, dir, dir);
     CHECK(system(cmd) == 0);
     err[0] = 0;
     CHECK(ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_ERR_UNSUPPORTED && strstr(err, "MysteryModel"));
     CHECK(access(out, F_OK) != 0);
+    /* Shards plus a consolidated copy: the index picks the shards, no duplicate error. */
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s && cp " FIX "bert-sharded/* %s/ && cp " FIX "bert/model.safetensors %s/",
+             dir, dir, dir, dir);
+    CHECK(system(cmd) == 0);
+    err[0] = 0;
+    CHECKF(ob_convert_hf(dir, out, &o, err, sizeof(err)) == OB_OK, "shards + copy: %s", err);
+    unlink(out);
     /* A truncated safetensors file. */
+    snprintf(cmd, sizeof(cmd), "rm -rf %s && mkdir -p %s", dir, dir);
+    CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof(cmd), "cp " FIX "bert/config.json %s/ && head -c 3000 " FIX "bert/model.safetensors > %s/model.safetensors",
              dir, dir);
     CHECK(system(cmd) == 0);
@@ -341,7 +403,62 @@ static void test_convert_bad_input(void) {
     CHECK(system(cmd) == 0);
 }
 
+static int words(const char *s) {
+    int w = 0;
+    for (bool in = false; *s; s++) {
+        bool sp = *s == ' ' || *s == '\n' || *s == '\t';
+        if (!sp && !in) w++;
+        in = !sp;
+    }
+    return w;
+}
+
+/* Chunking: sizes, heading paths, line numbers, long paragraphs, degenerate input. */
+static void test_chunker(void) {
+    char err[256];
+    ob_rag_chunk *ch = NULL;
+    int n = 0;
+    const char *md = "# Guide\n\nIntro words here.\n\n## Part A\nalpha beta\ngamma\n\n## Part B\n\ndelta.\n";
+    CHECK(ob_rag_chunk_text(md, strlen(md), 50, &ch, &n, err, sizeof(err)) == OB_OK);
+    CHECK(n == 3);
+    if (n == 3) {
+        CHECK(!strcmp(ch[0].text, "Guide\nIntro words here.") && ch[0].line == 3);
+        CHECK(!strcmp(ch[1].text, "Guide > Part A\nalpha beta\ngamma") && ch[1].line == 6);
+        CHECK(!strcmp(ch[2].text, "Guide > Part B\ndelta.") && ch[2].line == 11);
+    }
+    ob_rag_chunks_free(ch, n);
+    /* A 1000-word paragraph with sentences every 7 words, then one with no sentence end. */
+    char *big = malloc(20000);
+    size_t k = 0;
+    for (int i = 0; i < 1000; i++) k += (size_t)sprintf(big + k, "w%d%s", i, i % 7 == 6 ? ". " : " ");
+    k += (size_t)sprintf(big + k, "\n\n");
+    for (int i = 0; i < 500; i++) k += (size_t)sprintf(big + k, "x%d ", i);
+    ch = NULL; n = 0;
+    CHECK(ob_rag_chunk_text(big, k, 64, &ch, &n, err, sizeof(err)) == OB_OK);
+    int total = 0;
+    for (int i = 0; i < n; i++) {
+        int w = words(ch[i].text);
+        total += w;
+        CHECKF(w > 0 && w <= 64, "chunk %d has %d words", i, w);
+    }
+    CHECKF(total == 1500, "words kept %d of 1500", total);
+    CHECK(n >= 1500 / 64);
+    /* Cut at sentence ends where there are some: the first chunk ends with a period. */
+    if (n) CHECK(ch[0].text[strlen(ch[0].text) - 1] == '.');
+    ob_rag_chunks_free(ch, n);
+    free(big);
+    /* Nothing but whitespace and headings: no chunks, no error. */
+    const char *empty = "\n\n   \n# Only\n## Headings\n";
+    ch = NULL; n = 0;
+    CHECK(ob_rag_chunk_text(empty, strlen(empty), 50, &ch, &n, err, sizeof(err)) == OB_OK && n == 0);
+    ob_rag_chunks_free(ch, n);
+    ch = NULL; n = 0;
+    CHECK(ob_rag_chunk_text("", 0, 50, &ch, &n, err, sizeof(err)) == OB_OK && n == 0);
+    ob_rag_chunks_free(ch, n);
+}
+
 int main(void) {
+    test_chunker();
     test_pool_op();
     check_encoder("bert", OB_TYPE_F32, 1e-4);
     check_encoder("nomic-bert", OB_TYPE_F32, 1e-4);
@@ -350,7 +467,10 @@ int main(void) {
     check_encoder("bert", OB_TYPE_F16, 5e-3);
     check_decoder_embed();
     check_encoder_ref("bert-pt", "bert", OB_TYPE_F32, 1e-4);
+    check_encoder_ref("bert-sharded", "bert", OB_TYPE_F32, 1e-4);
     test_pickle();
+    check_decoder_convert("qwen3");
+    check_decoder_convert("llama");
     test_convert_bad_input();
     return ob_test_done("test_embed");
 }

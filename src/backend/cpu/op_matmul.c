@@ -100,6 +100,27 @@ size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth) {
     return rs * (size_t)t + 64;
 }
 
+typedef struct mm_rows {
+    int64_t k, n, t;
+    size_t w_rs, act_rs;
+    const char *w, *act;
+    float *y;
+    ob_vec_dot_fn dot;
+} mm_rows;
+
+/* Output rows [r0, r1) for every token, OB_DOT_MAX_COLS tokens per weight-row pass. */
+static void mm_do_rows(const mm_rows *m, int64_t r0, int64_t r1) {
+    float out[OB_DOT_MAX_COLS];
+    for (int64_t c0 = 0; c0 < m->t; c0 += OB_DOT_MAX_COLS) {
+        const int nc = (int)OB_MIN((int64_t)OB_DOT_MAX_COLS, m->t - c0);
+        const char *a = m->act + (size_t)c0 * m->act_rs;
+        for (int64_t r = r0; r < r1; r++) {
+            m->dot(m->k, m->w + (size_t)r * m->w_rs, a, m->act_rs, nc, out);
+            for (int j = 0; j < nc; j++) m->y[(c0 + j) * m->n + r] = out[j];
+        }
+    }
+}
+
 void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const ob_tensor *w = dst->src[0], *x = dst->src[1];
     if (!matmul_shape_ok(dst)) {
@@ -119,6 +140,7 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     size_t act_rs = (size_t)k * sizeof(float);
     if (kern.act != OB_ACT_F32) {
         act_rs = ob_cpu_act_row_size(kern.act, k);
+        const ob_quant_act_fn quant = kern.quant ? kern.quant : ob_cpu_quantize_act;
         const bool priv = private_act(t, k, c->nth);
         const size_t copy = (act_rs * (size_t)t + 63) & ~(size_t)63;
         if (!c->wdata || (priv ? copy * (size_t)c->nth : act_rs * (size_t)t) + 64 > c->wsize) {
@@ -129,34 +151,24 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
         if (priv) {
             buf += copy * (size_t)c->ith;
             for (int64_t i = 0; i < t; i++)
-                ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
+                quant(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
         } else {
             for (int64_t i = c->ith; i < t; i += c->nth)
-                ob_cpu_quantize_act(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
+                quant(kern.act, (const float *)x->data + i * k, buf + (size_t)i * act_rs, k);
             if (c->nth > 1) ob_cpu_sync(c);
         }
         act = buf;
     }
 
-    const int64_t r0 = n * c->ith / c->nth, r1 = n * (c->ith + 1) / c->nth;
     /* Rows per tile: ~32 KiB of weights, re-read from L1/L2 for each group of tokens. */
     int64_t tile = (int64_t)(32768 / (w_rs ? w_rs : 1));
     tile = OB_MAX(tile, 1);
-    if (t <= OB_DOT_MAX_COLS) tile = r1 - r0; /* one sweep: nothing to reuse */
-    float *y = dst->data;
-    const char *wd = w->data;
-    float out[OB_DOT_MAX_COLS];
-    for (int64_t rt = r0; rt < r1; rt += tile) {
-        const int64_t re = OB_MIN(rt + tile, r1);
-        for (int64_t c0 = 0; c0 < t; c0 += OB_DOT_MAX_COLS) {
-            const int nc = (int)OB_MIN((int64_t)OB_DOT_MAX_COLS, t - c0);
-            const char *a = act + (size_t)c0 * act_rs;
-            for (int64_t r = rt; r < re; r++) {
-                kern.dot(k, wd + (size_t)r * w_rs, a, act_rs, nc, out);
-                for (int j = 0; j < nc; j++) y[(c0 + j) * n + r] = out[j];
-            }
-        }
-    }
+    mm_rows rows = {k, n, t, w_rs, act_rs, w->data, act, dst->data, kern.dot};
+    const int64_t r0 = n * c->ith / c->nth, r1 = n * (c->ith + 1) / c->nth;
+    /* A dynamic split (rows handed out through an atomic) measured slower here: each
+     * thread streaming one contiguous range keeps the prefetchers busy. */
+    const int64_t step = t <= OB_DOT_MAX_COLS ? OB_MAX(r1 - r0, 1) : tile; /* one sweep: nothing to reuse */
+    for (int64_t rt = r0; rt < r1; rt += step) mm_do_rows(&rows, rt, OB_MIN(rt + step, r1));
 }
 
 void ob_cpu_ref_matmul(ob_tensor *dst) {

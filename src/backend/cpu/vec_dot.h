@@ -31,9 +31,14 @@ typedef struct { float d, s; int8_t qs[32]; } ob_q8a_block;
 typedef void (*ob_vec_dot_fn)(int64_t k, const void *w, const void *act, size_t act_stride,
                               int nc, float *out);
 
+/* Quantizes k floats into format f. Every implementation gives the same bytes as
+ * ob_cpu_quantize_act (test_cpu_matmul checks), so the level never changes a result. */
+typedef void (*ob_quant_act_fn)(ob_act_fmt f, const float *x, void *y, int64_t k);
+
 typedef struct ob_vec_dot_kernel {
     ob_vec_dot_fn dot;   /* NULL: this level has no kernel for the type */
     ob_act_fmt act;
+    ob_quant_act_fn quant; /* NULL: use ob_cpu_quantize_act */
 } ob_vec_dot_kernel;
 
 /* Kernel for weight type t at each level; .dot is NULL where the level has none. */

@@ -175,7 +175,16 @@ static size_t node_tmp_size(const ob_tensor *n) {
     return 0;
 }
 
-static bool launch(ob_cu_ctx *cx, ob_tensor *n) {
+/* The quantized activations in cx->qx stay valid until a node writes over the x they came
+ * from (the scratch planner reuses a dead input's bytes for later outputs). */
+static void qx_note_write(ob_cu_ctx *cx, const ob_tensor *n) {
+    if (!cx->qx_src) return;
+    const char *a = (const char *)cx->qx_src, *b = (const char *)n->data;
+    const size_t an = (size_t)(cx->qx_k * cx->qx_t) * sizeof(float), bn = ob_nbytes(n);
+    if (b < a + an && a < b + bn) cx->qx_src = NULL;
+}
+
+static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     switch (n->op) {
     case OB_OP_GET_ROWS: return ob_cu_op_get_rows(cx, n);
     case OB_OP_MATMUL: return ob_cu_op_matmul(cx, n);
@@ -193,6 +202,12 @@ static bool launch(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_ATTENTION: return ob_cu_op_attention(cx, n);
     default: return false;
     }
+}
+
+static bool launch(ob_cu_ctx *cx, ob_tensor *n) {
+    const bool ok = launch_op(cx, n);
+    qx_note_write(cx, n);
+    return ok;
 }
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -221,6 +236,7 @@ static uint64_t graph_key(const ob_graph *g) {
 }
 
 static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
+    cx->qx_src = NULL;
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
@@ -257,7 +273,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
     /* One pass on the host: support, scratch size, and whether the step can be captured. */
-    size_t need = 0;
+    size_t need = 0, qneed = 0;
     bool capturable = cx->use_graphs, any_fallback = false;
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
@@ -272,18 +288,29 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         size_t s = node_tmp_size(n);
         if (s > need) need = s;
         if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(n)) capturable = false;
+        if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n) && ob_cu_mmvq_qx_size(n) > qneed)
+            qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;
-    if (need > cx->tmp_size) {
-        if (cx->tmp) cudaFree(cx->tmp);
-        cx->tmp = NULL;
-        cx->tmp_size = 0;
-        if (cudaMalloc(&cx->tmp, need) != cudaSuccess) {
-            cudaGetLastError();
-            cx->tmp = NULL;
-            return ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: cannot allocate %zu bytes of scratch", need);
+    if (need > cx->tmp_size || qneed > cx->qx_size) {
+        /* Captured steps hold the old scratch pointers: drop them with the buffers. */
+        for (int i = 0; i < OB_CU_MAX_EXEC; i++)
+            if (cx->execs[i].exec) { cudaGraphExecDestroy(cx->execs[i].exec); cx->execs[i].exec = NULL; }
+        for (int k = 0; k < 2; k++) {
+            const size_t want = k == 0 ? need : qneed;
+            void **buf = k == 0 ? &cx->tmp : &cx->qx;
+            size_t *size = k == 0 ? &cx->tmp_size : &cx->qx_size;
+            if (want <= *size) continue;
+            if (*buf) cudaFree(*buf);
+            *buf = NULL;
+            *size = 0;
+            if (cudaMalloc(buf, want) != cudaSuccess) {
+                cudaGetLastError();
+                *buf = NULL;
+                return ob_fail(err, err_len, OB_ERR_NOMEM, "cuda: cannot allocate %zu bytes of scratch", want);
+            }
+            *size = want;
         }
-        cx->tmp_size = need;
     }
     bool ok = true;
     if (capturable) {
@@ -302,12 +329,14 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             ok = false;
         }
     } else {
+        cx->qx_src = NULL;
         for (int64_t i = 0; i < g->n && ok; i++) {
             ob_tensor *n = &g->nodes[i];
             if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
             if (!supports_node(n)) {
                 ob_status st = run_fallback(cx, n, err, err_len);
                 if (st) return st;
+                qx_note_write(cx, n);
                 continue;
             }
             ok = launch(cx, n);
@@ -329,6 +358,7 @@ static void cu_destroy(ob_backend *be) {
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
             if (cx->execs[i].exec) cudaGraphExecDestroy(cx->execs[i].exec);
         if (cx->tmp) cudaFree(cx->tmp);
+        if (cx->qx) cudaFree(cx->qx);
         if (cx->blas) cublasDestroy(cx->blas);
         if (cx->stream) cudaStreamDestroy(cx->stream);
         free(cx);

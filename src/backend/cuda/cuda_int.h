@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #define OB_CU_MAX_EXEC 4
+#define OB_CU_MMVQ_MAX_T 8 /* decode matvec (int8 or f32 activations) up to this many columns */
 
 /* One captured decode step: replayed while the graph's structure (ops, shapes, types,
  * data pointers, parameters) hashes to the same key, since inputs live in fixed buffers. */
@@ -29,6 +30,10 @@ typedef struct ob_cu_ctx {
     cublasHandle_t blas;
     void *tmp;                 /* per-node scratch (f16 weight slabs, attention partials) */
     size_t tmp_size;
+    void *qx;                  /* int8 activations of the decode matvec (op_mmvq.cu) */
+    size_t qx_size;
+    const void *qx_src;        /* the x that qx holds now (NULL: none); K and T it had */
+    int64_t qx_k, qx_t;
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
     bool use_graphs;
@@ -52,6 +57,10 @@ bool ob_cu_op_get_rows(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_tables_init(ob_cu_ctx *cx);
+/* int8-activation matvec for hot types (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0) at T <= 8. */
+bool ob_cu_mmvq_applies(const ob_tensor *n);
+size_t ob_cu_mmvq_qx_size(const ob_tensor *n);
+bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n);
 
 bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_binary(ob_cu_ctx *cx, ob_tensor *n);  /* ADD, MUL */

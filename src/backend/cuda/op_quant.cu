@@ -2,7 +2,8 @@
  * matvec for decode, dequantize-to-f16 + cuBLAS for prefill), GET_ROWS and CPY.
  *
  *   MATMUL: src0 W [K, N] any supported type; src1 x F32 [K, T]; dst F32 [N, T].
- *   T <= OB_MMV_MAX_T: one warp per output row; each lane dequantizes 32-element chunks
+ *   T <= OB_MMV_MAX_T, hot types: op_mmvq.cu (int8 activations, dp4a). Other types:
+ *   one warp per output row; each lane dequantizes 32-element chunks
  *   of the row (adjacent lanes read adjacent bytes) and dots them with the T columns, so
  *   the weights stream from memory once per step.
  *   Larger T: W is dequantized slab by slab into f16 (cx->tmp), x is converted to f16,
@@ -12,7 +13,7 @@
 #include "format/quant_iq_grids.h"
 #include <stdio.h>
 
-#define OB_MMV_MAX_T 8
+#define OB_MMV_MAX_T OB_CU_MMVQ_MAX_T
 #define OB_SLAB_ELEMS ((int64_t)64 << 20) /* f16 weight elements staged per GEMM */
 
 bool ob_cu_tables_init(ob_cu_ctx *cx) {
@@ -245,6 +246,7 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
     if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
+    if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
     switch (n->src[0]->type) {
 #define X(tt) case tt: launch_mmv<tt>(cx, n, (int)T); break;
         OB_CU_FOR_EACH_TYPE(X)

@@ -1,0 +1,307 @@
+/* Decode matvec with int8 activations for the hot weight types (Q4_K, Q6_K, Q8_0, Q1_0,
+ * TQ2_0): the f32 path in op_quant.cu dequantizes every weight to f32 and is ALU-bound;
+ * here the activations are quantized once per matmul input and every weight byte feeds
+ * integer dot products (dp4a), so the kernel streams weights at memory speed.
+ *
+ *   x  F32 [K, T]                 -> qx int8 [T][K], dx float2 [T][K/32] = {d, d * sum(q)}
+ *      per 32-element block: d = max|x| / 127, q = round(x / d)   (q8_1-style)
+ *   W  [K, N] of a hot type; y F32 [N, T] = W^T (dx * qx)
+ *
+ * Each weight block is split into "slots" of 16 to 32 elements; a warp owns one output
+ * row and its lanes walk the row's (block, slot) pairs, so adjacent lanes read adjacent
+ * bytes. The quantized x of the last matmul is kept (cx->qx_src) so q/k/v and gate/up,
+ * which share an input, quantize it once; cuda_backend.cu drops it when a node writes
+ * over that input. */
+#include "backend/cuda/cuda_int.h"
+
+#define OB_MMVQ_ROWS 4 /* warps (= rows) per block */
+
+/* ---- activation quantization ------------------------------------------------------------- */
+
+/* 8 threads per 32-element block, 4 elements each. n = K * T elements, K % 32 == 0. */
+__global__ void k_quant_act(const float *__restrict__ x, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
+    const bool live = i * 4 < n;
+    float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o /= 2) amax = fmaxf(amax, OB_SHFL_XOR(amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+    int s = q0 + q1 + q2 + q3;
+#pragma unroll
+    for (int o = 4; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
+    if (!live) return;
+    ((char4 *)qx)[i] = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+    if ((i & 7) == 0) dx[i / 8] = make_float2(d, d * (float)s);
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+/* 32 bits from a 2-byte aligned address (Q6_K, Q8_0, Q1_0, TQ2_0 blocks are 2-aligned). */
+static __device__ __forceinline__ int ld32a2(const uint8_t *p) {
+    const uint16_t *h = (const uint16_t *)p;
+    return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
+}
+#ifdef OB_HIP
+/* Portable forms (the HIP build is compile-checked, not tuned). */
+static __device__ __forceinline__ int dp4a(int a, int b, int c) {
+    for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
+    return c;
+}
+static __device__ __forceinline__ unsigned vsub4(unsigned a, unsigned b) {
+    return ((a | 0x80808080u) - (b & 0x7f7f7f7fu)) ^ ((a ^ ~b) & 0x80808080u);
+}
+#else
+static __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
+static __device__ __forceinline__ unsigned vsub4(unsigned a, unsigned b) { return __vsub4(a, b); }
+#endif
+static __device__ __forceinline__ int byte_of(uint32_t w, int k) { return (int)((w >> (8 * k)) & 0xff); }
+
+/* Scale and min of Q4_K sub-block j (0..7) from the header words (scales are bytes 4..15
+ * of the block: hd.y, hd.z, hd.w), without indexing a local array at run time. */
+static __device__ __forceinline__ void q4k_scale_min(int j, uint4 hd, int *sc, int *m) {
+    if (j < 4) {
+        *sc = byte_of(hd.y, j) & 63;
+        *m = byte_of(hd.z, j) & 63;
+    } else {
+        const int k = j - 4, hi = byte_of(hd.w, k);
+        *sc = (hi & 15) | (byte_of(hd.y, k) >> 6) << 4;
+        *m = (hi >> 4) | (byte_of(hd.z, k) >> 6) << 4;
+    }
+}
+
+template <int T> struct mq;
+/* slots per block, elements per block, bytes per block */
+template <> struct mq<OB_TYPE_Q4_K> { static constexpr int slots = 8, qk = 256, bytes = 144; };
+template <> struct mq<OB_TYPE_Q6_K> { static constexpr int slots = 8, qk = 256, bytes = 210; };
+template <> struct mq<OB_TYPE_Q8_0> { static constexpr int slots = 2, qk = 32, bytes = 34; };
+template <> struct mq<OB_TYPE_Q1_0> { static constexpr int slots = 4, qk = 128, bytes = 18; };
+template <> struct mq<OB_TYPE_TQ2_0> { static constexpr int slots = 8, qk = 256, bytes = 66; };
+
+/* acc[t] += dot(slot `s` of weight block b, x block elements) for t < nt.
+ * qx/dx point at the weight block's first element / 32-block of column 0; columns are
+ * kx bytes / kx/32 float2 apart. */
+template <int T, int NT>
+static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, int s, const int8_t *__restrict__ qx,
+                                                const float2 *__restrict__ dx, int64_t kx, int nt, float *acc) {
+    if constexpr (T == OB_TYPE_Q4_K) {
+        /* s: 32-byte chunk c = s/2 of qs, half h = s%2 (16 bytes). Low nibbles are elements
+         * [16h, 16h+16) of sub-block 2c, high nibbles the same of sub-block 2c+1. */
+        const uint4 hd = *(const uint4 *)b; /* d, dmin, scales[12] */
+        const uint4 q = *(const uint4 *)(b + 16 + 16 * s);
+        const int c = s / 2, h = s % 2;
+        const float d = f16f((uint16_t)(hd.x & 0xffff)), dmin = f16f((uint16_t)(hd.x >> 16));
+        int sl, ml, sh, mh; /* 6-bit scale and min of sub-blocks 2c, 2c+1 */
+        q4k_scale_min(2 * c, hd, &sl, &ml);
+        q4k_scale_min(2 * c + 1, hd, &sh, &mh);
+        const int w[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
+        const int64_t e0 = 64 * c + 16 * h; /* element offset in the block, low nibbles */
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            const int4 xl = *(const int4 *)(qx + t * kx + e0), xh = *(const int4 *)(qx + t * kx + e0 + 32);
+            const int xlv[4] = {xl.x, xl.y, xl.z, xl.w}, xhv[4] = {xh.x, xh.y, xh.z, xh.w};
+            int dl = 0, dh = 0, sxl = 0, sxh = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                dl = dp4a(w[k] & 0x0f0f0f0f, xlv[k], dl);
+                dh = dp4a((w[k] >> 4) & 0x0f0f0f0f, xhv[k], dh);
+                sxl = dp4a(0x01010101, xlv[k], sxl);
+                sxh = dp4a(0x01010101, xhv[k], sxh);
+            }
+            const float2 fl = dx[t * (kx / 32) + 2 * c], fh = dx[t * (kx / 32) + 2 * c + 1];
+            acc[t] += fl.x * (d * (float)(sl * dl) - dmin * (float)(ml * sxl)) +
+                      fh.x * (d * (float)(sh * dh) - dmin * (float)(mh * sxh));
+        }
+    } else if constexpr (T == OB_TYPE_Q6_K) {
+        /* s: half g = s/4 (128 elements), byte range j0 = 8 * (s%4). ql bytes [64g + j0, +8)
+         * hold sub-blocks 4g (low) and 4g+2 (high), [64g + 32 + j0, +8) sub-blocks 4g+1 and
+         * 4g+3; qh bytes [128 + 32g + j0, +8) hold 2 bits of each of the four. */
+        const int g = s / 4, j0 = 8 * (s % 4);
+        const int a0 = ld32a2(b + 64 * g + j0), a1 = ld32a2(b + 64 * g + j0 + 4);
+        const int b0 = ld32a2(b + 64 * g + 32 + j0), b1 = ld32a2(b + 64 * g + 32 + j0 + 4);
+        const int h0 = ld32a2(b + 128 + 32 * g + j0), h1 = ld32a2(b + 128 + 32 * g + j0 + 4);
+        const float d = f16f(*(const uint16_t *)(b + 208));
+        const int8_t *scs = (const int8_t *)(b + 192);
+        int wv[4][2]; /* sub-block r = 0..3 of this half: 8 int8 weights (q - 32) */
+        wv[0][0] = vsub4((a0 & 0x0f0f0f0f) | ((h0 << 4) & 0x30303030), 0x20202020);
+        wv[0][1] = vsub4((a1 & 0x0f0f0f0f) | ((h1 << 4) & 0x30303030), 0x20202020);
+        wv[1][0] = vsub4((b0 & 0x0f0f0f0f) | ((h0 << 2) & 0x30303030), 0x20202020);
+        wv[1][1] = vsub4((b1 & 0x0f0f0f0f) | ((h1 << 2) & 0x30303030), 0x20202020);
+        wv[2][0] = vsub4(((a0 >> 4) & 0x0f0f0f0f) | (h0 & 0x30303030), 0x20202020);
+        wv[2][1] = vsub4(((a1 >> 4) & 0x0f0f0f0f) | (h1 & 0x30303030), 0x20202020);
+        wv[3][0] = vsub4(((b0 >> 4) & 0x0f0f0f0f) | ((h0 >> 2) & 0x30303030), 0x20202020);
+        wv[3][1] = vsub4(((b1 >> 4) & 0x0f0f0f0f) | ((h1 >> 2) & 0x30303030), 0x20202020);
+        float scf[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) scf[r] = d * (float)scs[2 * (4 * g + r) + j0 / 16];
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            float a = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int sub = 4 * g + r;
+                const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
+                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0));
+                a += scf[r] * dx[t * (kx / 32) + sub].x * (float)si;
+            }
+            acc[t] += a;
+        }
+    } else if constexpr (T == OB_TYPE_Q8_0) {
+        /* s: elements [16s, 16s + 16) of the block. */
+        const uint8_t *qs = b + 2 + 16 * s;
+        int w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = ld32a2(qs + 4 * k);
+        const float d = f16f(*(const uint16_t *)b);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            const int4 xv = *(const int4 *)(qx + t * kx + 16 * s);
+            int si = dp4a(w[0], xv.x, 0);
+            si = dp4a(w[1], xv.y, si);
+            si = dp4a(w[2], xv.z, si);
+            si = dp4a(w[3], xv.w, si);
+            acc[t] += d * dx[t * (kx / 32)].x * (float)si;
+        }
+    } else if constexpr (T == OB_TYPE_Q1_0) {
+        /* s: elements [32s, 32s + 32): bit j set -> +d, clear -> -d. Each 4 bits expand to
+         * four +-1 bytes, so the dot is a signed dp4a against the int8 activations. */
+        const uint32_t bits = (uint32_t)ld32a2(b + 2 + 4 * s);
+        const float d = f16f(*(const uint16_t *)b);
+        int sg[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint32_t m = ((bits >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u; /* bit i -> byte i */
+            sg[k] = (int)vsub4(m << 1, 0x01010101u);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            const int4 x0 = *(const int4 *)(qx + t * kx + 32 * s), x1 = *(const int4 *)(qx + t * kx + 32 * s + 16);
+            int si = dp4a(sg[0], x0.x, 0);
+            si = dp4a(sg[1], x0.y, si);
+            si = dp4a(sg[2], x0.z, si);
+            si = dp4a(sg[3], x0.w, si);
+            si = dp4a(sg[4], x1.x, si);
+            si = dp4a(sg[5], x1.y, si);
+            si = dp4a(sg[6], x1.z, si);
+            si = dp4a(sg[7], x1.w, si);
+            acc[t] += d * dx[t * (kx / 32) + s].x * (float)si;
+        }
+    } else if constexpr (T == OB_TYPE_TQ2_0) {
+        /* s: half g = s/4, byte range j0 = 8 * (s%4) of qs[32g ..]: each byte holds 2-bit
+         * trits of sub-blocks 4g + r at shift 2r; value = trit - 1 in {-1, 0, 1}. */
+        const int g = s / 4, j0 = 8 * (s % 4);
+        const int q0 = ld32a2(b + 32 * g + j0), q1 = ld32a2(b + 32 * g + j0 + 4);
+        const float d = f16f(*(const uint16_t *)(b + 64));
+        int wv[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            wv[r][0] = (int)vsub4((q0 >> (2 * r)) & 0x03030303, 0x01010101);
+            wv[r][1] = (int)vsub4((q1 >> (2 * r)) & 0x03030303, 0x01010101);
+        }
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            float a = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int sub = 4 * g + r;
+                const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
+                a += dx[t * (kx / 32) + sub].x * (float)dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0));
+            }
+            acc[t] += d * a;
+        }
+    }
+}
+
+/* y[t][row] for OB_MMVQ_ROWS rows per block, one warp per row. */
+template <int T, int NT>
+__global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
+    k_mmvq(const uint8_t *__restrict__ W, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
+           float *__restrict__ y, int64_t K, int64_t N, int nt) {
+    const int lane = threadIdx.x % OB_WARP;
+    const int64_t row = (int64_t)blockIdx.x * OB_MMVQ_ROWS + threadIdx.x / OB_WARP;
+    if (row >= N) return;
+    const uint8_t *wr = W + row * rb;
+    constexpr int S = mq<T>::slots;
+    const int nu = (int)(K / mq<T>::qk) * S; /* (block, slot) units of the row */
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+#pragma unroll 4
+    for (int u = lane; u < nu; u += OB_WARP) {
+        const int bi = u / S, s = u % S;
+        dot_slot<T, NT>(wr + (size_t)bi * mq<T>::bytes, s, qx + (int64_t)bi * mq<T>::qk, dx + (int64_t)bi * (mq<T>::qk / 32), K,
+                        nt, acc);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = OB_WARP / 2; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
+        if (lane == 0 && t < nt) y[t * N + row] = s;
+    }
+}
+
+/* ---- host side ---------------------------------------------------------------------------- */
+
+static bool hot_type(ob_type t) {
+    return t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
+}
+
+bool ob_cu_mmvq_applies(const ob_tensor *n) {
+    const ob_tensor *w = n->src[0];
+    const int64_t T = ob_nrows(n->src[1]);
+    if (!hot_type(w->type) || T < 1 || T > OB_CU_MMVQ_MAX_T || w->ne[0] > 0x3fffffff) return false;
+    if (((uintptr_t)n->src[1]->data & 15) != 0) return false; /* float4 loads of x */
+    /* Q4_K reads whole 16-byte pieces; the others 16-bit words. Weights are 32-aligned
+     * in practice; anything else takes the generic path. */
+    const uintptr_t a = (uintptr_t)w->data;
+    return w->type == OB_TYPE_Q4_K ? (a & 15) == 0 : (a & 1) == 0;
+}
+
+size_t ob_cu_mmvq_qx_size(const ob_tensor *n) {
+    const int64_t K = n->src[0]->ne[0], T = ob_nrows(n->src[1]);
+    return (((size_t)(K * T) + 255) & ~(size_t)255) + (size_t)(K / 32 * T) * sizeof(float2);
+}
+
+template <int T> static void launch(ob_cu_ctx *cx, const ob_tensor *n, int nt, const int8_t *qx, const float2 *dx) {
+    const ob_tensor *w = n->src[0];
+    const int64_t K = w->ne[0], N = w->ne[1];
+    const size_t rb = ob_row_size(w->type, K);
+    const unsigned grid = ob_cu_blocks(N, OB_MMVQ_ROWS);
+    if (nt == 1)
+        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>((const uint8_t *)w->data, rb, qx, dx, (float *)n->data, K, N, 1);
+    else
+        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>((const uint8_t *)w->data, rb, qx, dx,
+                                                                                     (float *)n->data, K, N, nt);
+}
+
+bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_tensor *x = n->src[1];
+    const int64_t K = n->src[0]->ne[0], T = ob_nrows(x);
+    int8_t *qx = (int8_t *)cx->qx;
+    float2 *dx = (float2 *)((char *)cx->qx + (((size_t)(K * T) + 255) & ~(size_t)255));
+    if (cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
+        const int64_t groups = K * T / 4;
+        k_quant_act<<<ob_cu_blocks(groups, 256), 256, 0, cx->stream>>>((const float *)x->data, qx, dx, K * T);
+        if (!OB_CU_LAUNCHED(cx)) return false;
+        cx->qx_src = x->data;
+        cx->qx_k = K;
+        cx->qx_t = T;
+    }
+    switch (n->src[0]->type) {
+    case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, n, (int)T, qx, dx); break;
+    case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, n, (int)T, qx, dx); break;
+    case OB_TYPE_Q8_0: launch<OB_TYPE_Q8_0>(cx, n, (int)T, qx, dx); break;
+    case OB_TYPE_Q1_0: launch<OB_TYPE_Q1_0>(cx, n, (int)T, qx, dx); break;
+    case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, n, (int)T, qx, dx); break;
+    default: return false;
+    }
+    return OB_CU_LAUNCHED(cx);
+}
