@@ -23,6 +23,9 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->type_k = OB_KV_F16;
     c->type_v = OB_KV_F16;
     c->n_gpu_layers = -1;
+    c->draft_max = 16;
+    c->draft_min = 0;
+    c->draft_p_min = 0.75f;
     c->mp = ob_model_default_params();
 }
 
@@ -46,8 +49,13 @@ void ob_srv_print_usage(const char *prog) {
            "  --alias NAME              model id reported by the API\n"
            "  --timeout N               idle connection timeout in seconds (default 600)\n"
            "  --max-body BYTES          request body limit (default 16 MiB)\n"
+           "  -md, --model-draft FILE   speculative decoding with this draft model (same vocabulary)\n"
+           "  --draft-max N             most tokens drafted per step (default 16)\n"
+           "  --draft-min N             drop drafts shorter than N (default 0)\n"
+           "  --draft-p-min P           stop drafting below this draft probability (default 0.75)\n"
+           "  --spec-type T             none or draft (llama-server's n-gram kinds are refused)\n"
            "  --jinja, --metrics, --embeddings, --reranking, -fa [on|off|auto], -ngl N,\n"
-           "  -md FILE, --spec-type T, -ub N, --no-mmap, --mlock, --no-webui\n"
+           "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
            "                            accepted with llama-server's meaning\n",
            prog);
 }
@@ -120,6 +128,20 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--reranking", "--rerank")) c->reranking = true;
         else if (is_flag(a, "-md", "--model-draft")) { NEED_VALUE(); c->draft_path = v; }
         else if (is_flag(a, "--spec-type", NULL)) { NEED_VALUE(); c->spec_type = v; }
+        else if (is_flag(a, "--draft-max", "--draft") || is_flag(a, "--draft-n", NULL)) INT_VALUE(0, 1024, c->draft_max);
+        else if (is_flag(a, "--draft-min", "--draft-n-min")) INT_VALUE(0, 1024, c->draft_min);
+        else if (is_flag(a, "--draft-p-min", NULL)) {
+            NEED_VALUE();
+            char *end;
+            double p = strtod(v, &end);
+            if (end == v || *end || !(p >= 0 && p <= 1)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not a probability in [0, 1]", a, v);
+            c->draft_p_min = (float)p;
+        } else if (is_flag(a, "-cd", "--ctx-size-draft") || is_flag(a, "-ngld", "--n-gpu-layers-draft") ||
+                   is_flag(a, "-devd", "--device-draft") || is_flag(a, "-ctkd", "--cache-type-k-draft") ||
+                   is_flag(a, "-ctvd", "--cache-type-v-draft")) {
+            /* the draft shares the target's device, slot length and KV layout here */
+            NEED_VALUE();
+        }
         else if (is_flag(a, "-np", "--parallel")) INT_VALUE(1, 256, c->n_slots);
         else if (is_flag(a, "-b", "--batch-size")) INT_VALUE(1, 1 << 16, c->n_batch);
         else if (is_flag(a, "-ub", "--ubatch-size")) { int u; INT_VALUE(1, 1 << 16, u); (void)u; }
@@ -159,6 +181,26 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         }
 #undef INT_VALUE
 #undef NEED_VALUE
+    }
+    if (c->spec_type) {
+        /* llama-server's kinds; only a draft model is implemented, "none" adds nothing */
+        static const char *const known[] = {"none", "draft", "draft-eagle3", "eagle3", "ngram-cache", "ngram-simple",
+                                            "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
+        const char *p = c->spec_type;
+        while (*p) {
+            size_t n = strcspn(p, ",");
+            size_t k = 0;
+            while (k < OB_ARRAY_LEN(known) && !(strlen(known[k]) == n && !strncmp(p, known[k], n))) k++;
+            if (k == OB_ARRAY_LEN(known))
+                return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type: unknown kind '%.*s' (none, draft, ngram-simple, ...)", (int)n, p);
+            if (k >= 2)
+                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--spec-type %.*s is not supported: only draft-model "
+                               "speculation (-md FILE) or none", (int)n, p);
+            if (k == 1 && !c->draft_path)
+                return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type draft needs a draft model (-md FILE)");
+            p += n;
+            if (*p == ',') p++;
+        }
     }
     if (c->n_ctx > 0 && c->n_ctx / c->n_slots < 16)
         return ob_fail(err, err_len, OB_ERR_ARG, "--ctx-size %d leaves fewer than 16 cells for each of %d slots", c->n_ctx, c->n_slots);

@@ -83,7 +83,6 @@ static ob_status bert_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_
         if (!ob_hp_f32(g, a, "attention.max_alibi_bias", &hp->alibi_max_bias)) hp->alibi_max_bias = 8.0f;
         if (!(hp->alibi_max_bias > 0 && hp->alibi_max_bias <= 64))
             return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad ALiBi max bias %g", hp->alibi_max_bias);
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: jina-bert-v2 needs ALiBi attention, not in the kernels yet");
     }
     return OB_OK;
 }

@@ -306,7 +306,7 @@ const char *ob_gen_finish_str(const ob_task_out *o) {
 
 json_t *ob_gen_timings(const ob_task_out *o) {
     double pn = o->n_prompt - o->n_cached;
-    return json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i}",
+    json_t *j = json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i}",
                      "prompt_n", (int)pn, "prompt_ms", o->t_prompt_ms,
                      "prompt_per_token_ms", pn > 0 ? o->t_prompt_ms / pn : 0.0,
                      "prompt_per_second", o->t_prompt_ms > 0 ? pn * 1e3 / o->t_prompt_ms : 0.0,
@@ -314,6 +314,12 @@ json_t *ob_gen_timings(const ob_task_out *o) {
                      "predicted_per_token_ms", o->n_gen > 0 ? o->t_gen_ms / o->n_gen : 0.0,
                      "predicted_per_second", o->t_gen_ms > 0 ? o->n_gen * 1e3 / o->t_gen_ms : 0.0,
                      "cache_n", o->n_cached);
+    /* llama-server adds these only when a draft model is loaded */
+    if (j && o->speculative) {
+        json_object_set_new(j, "draft_n", json_integer(o->draft_n));
+        json_object_set_new(j, "draft_n_accepted", json_integer(o->draft_n_accepted));
+    }
+    return j;
 }
 
 static int gen_next(ob_stream *st, char **buf, size_t *len) {

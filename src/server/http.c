@@ -16,6 +16,7 @@
 #include "core/common.h"
 #include "server/gen.h"
 #include "server/scheduler.h"
+#include "engine/spec.h"
 
 #ifdef ONEBIT_HAVE_MHD
 #include <microhttpd.h>
@@ -343,6 +344,8 @@ int ob_server_run(const ob_srv_config *cfg) {
     ob_model *m = NULL;
     ob_context *ctx = NULL;
     ob_sched *sched = NULL;
+    ob_model *dm = NULL;
+    ob_spec *spec = NULL;
     ob_status st = ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
     if (st == OB_OK) {
         ob_context_params cp = ob_context_default_params();
@@ -353,7 +356,19 @@ int ob_server_run(const ob_srv_config *cfg) {
         cp.type_v = cfg->type_v;
         st = ob_context_new(m, &cp, &ctx, err, sizeof err);
     }
-    if (st == OB_OK) st = ob_sched_new(m, ctx, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
+    if (st == OB_OK && cfg->draft_path && cfg->draft_max > 0) {
+        /* one draft sequence per slot, as long as a slot; proposals must fit the batch */
+        ob_spec_params sp = {.n_max = OB_MIN(cfg->draft_max, cfg->n_batch - 1), .n_min = cfg->draft_min,
+                             .p_min = cfg->draft_p_min};
+        char e2[384];
+        st = ob_model_load(cfg->draft_path, &cfg->mp, &dm, e2, sizeof e2);
+        if (st == OB_OK) st = ob_spec_check_vocab(m, dm, e2, sizeof e2);
+        if (st == OB_OK && sp.n_max > 0)
+            st = ob_spec_new(dm, &sp, cfg->n_slots, ob_context_n_ctx(ctx), cfg->n_batch, &spec, e2, sizeof e2);
+        if (st != OB_OK) snprintf(err, sizeof err, "draft model %s: %s", cfg->draft_path, e2);
+        else ob_log(OB_LOG_INFO, "serve: speculative decoding with %s (up to %d tokens)", cfg->draft_path, sp.n_max);
+    }
+    if (st == OB_OK) st = ob_sched_new(m, ctx, spec, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
     if (st != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
         h->st.ready = -1;
@@ -388,6 +403,8 @@ out:
     if (sched) ob_sched_stop(sched); /* fails what is left, so every reader finishes */
     MHD_stop_daemon(h->d);           /* waits for the connection threads */
     ob_sched_free(sched);
+    ob_spec_free(spec);
+    ob_model_free(dm);
     ob_context_free(ctx);
     ob_model_free(m);
     free(model_id);

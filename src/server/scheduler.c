@@ -9,6 +9,7 @@
 #include <jansson.h>
 
 #include "core/common.h"
+#include "engine/spec.h"
 #include "tokenizer/tokenizer.h"
 
 struct ob_task {
@@ -31,6 +32,7 @@ struct ob_task {
     int err_status, stop_idx;
     char err[256];
     int n_cached, n_gen, slot;
+    int n_drafted, n_accepted;
     double t_start, t_prompt_done, t_end;
     pthread_cond_t cond;
     int refs;
@@ -49,6 +51,9 @@ typedef struct ob_slot {
     int n_cache;
     int i_batch;         /* batch row whose logits this slot samples from, or -1 */
     int n_fed;           /* tokens this slot put in the current batch */
+    int32_t *draft;      /* [spec n_max] proposals following last_tok this step */
+    int n_draft;         /* proposals in the batch after last_tok (rows i_batch+1..) */
+    uint64_t n_drafted, n_accepted;
     double t_used;
     uint64_t n_tasks;
 } ob_slot;
@@ -56,6 +61,9 @@ typedef struct ob_slot {
 struct ob_sched {
     ob_model *m;
     ob_context *ctx;
+    ob_spec *spec;                    /* NULL: no draft model */
+    ob_spec_seq *sq;                  /* [n_slots] draft requests of one step */
+    int32_t *drafts;                  /* [n_slots, spec n_max] */
     const ob_tokenizer *tok;
     int n_slots, n_ctx_slot, n_batch, n_vocab;
     ob_slot *slots;
@@ -298,6 +306,16 @@ static int build_batch(ob_sched *s) {
         s->b_want[n] = 1;
         sl->i_batch = n++;
         sl->n_fed = 1;
+        /* the draft's proposals follow, each wanting logits for verification */
+        for (int j = 0; j < sl->n_draft && n < s->n_batch; j++) {
+            s->b_tok[n] = sl->draft[j];
+            s->b_pos[n] = sl->n_cache + 1 + j;
+            s->b_seq[n] = i;
+            s->b_want[n] = 1;
+            n++;
+            sl->n_fed++;
+        }
+        sl->n_draft = sl->n_fed - 1;
     }
     for (int i = 0; i < s->n_slots && n < s->n_batch; i++) {
         ob_slot *sl = &s->slots[i];
@@ -320,8 +338,81 @@ static int build_batch(ob_sched *s) {
     return n;
 }
 
+/* Asks the draft for proposals for every generating slot (room permitting: the slot's
+ * context, its n_predict, a fair share of the batch). Drops s->mu while the draft model
+ * runs; slots change only on this thread. Holds s->mu. */
+static void draft_slots(ob_sched *s) {
+    int n_gen = 0, nq = 0;
+    for (int i = 0; i < s->n_slots; i++) {
+        ob_slot *sl = &s->slots[i];
+        sl->n_draft = 0;
+        if (sl->task && !sl->task->cancelled && sl->task->n_past >= sl->task->n_prompt) n_gen++;
+    }
+    if (!s->spec || n_gen == 0) return;
+    int share = (s->n_batch - n_gen) / n_gen;
+    for (int i = 0; i < s->n_slots; i++) {
+        ob_slot *sl = &s->slots[i];
+        ob_task *t = sl->task;
+        if (!t || t->cancelled || t->n_past < t->n_prompt) continue;
+        /* row r is plain decoding's token at position n_cache + r: stay inside the slot */
+        int cap = OB_MIN(share, s->n_ctx_slot - 1 - sl->n_cache);
+        if (t->n_predict >= 0) cap = OB_MIN(cap, t->n_predict - t->n_gen - 1);
+        if (cap <= 0) continue;
+        s->sq[nq++] = (ob_spec_seq){.seq = i, .hist = sl->cache, .n_hist = sl->n_cache, .last = t->last_tok,
+                                    .n_max = cap, .draft = sl->draft};
+    }
+    if (nq == 0) return;
+    char err[256];
+    pthread_mutex_unlock(&s->mu);
+    ob_status st = ob_spec_draft(s->spec, s->sq, nq, err, sizeof err);
+    pthread_mutex_lock(&s->mu);
+    if (st != OB_OK) {
+        ob_log(OB_LOG_WARN, "serve: draft failed (going on without proposals): %s", err);
+        return;
+    }
+    for (int k = 0; k < nq; k++) s->slots[s->sq[k].seq].n_draft = s->sq[k].n_draft;
+}
+
+/* Hands a sampled token to the slot's reader: end tokens, logprobs, text, stop strings,
+ * length. Returns false when that ended the task (the slot is then free). Holds s->mu. */
+static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits, int32_t tok) {
+    if (!t->ignore_eos && ob_token_is_eog(s->tok, tok)) {
+        t->stopped_eos = true;
+        sl->task = NULL;
+        task_finish(s, t, OB_FINISH_STOP, 0, NULL);
+        return false;
+    }
+    if (t->logprobs) {
+        ob_tok_rec r;
+        fill_logprobs(s, logits, tok, t->n_probs, &r);
+        tok_push(t, &r);
+    } else {
+        ob_tok_rec r = {.id = tok};
+        tok_push(t, &r);
+    }
+    char piece[256];
+    size_t pn = ob_detok_push(s->tok, &t->dt, tok, piece, sizeof piece);
+    if (pn > sizeof piece) pn = 0; /* a piece this long is not text we can show */
+    t->n_gen++;
+    t->last_tok = tok;
+    bool stopped = task_append_text(t, piece, pn);
+    pthread_cond_broadcast(&t->cond);
+    if (stopped) {
+        sl->task = NULL;
+        task_finish(s, t, OB_FINISH_STOP, 0, NULL);
+        return false;
+    }
+    if ((t->n_predict >= 0 && t->n_gen >= t->n_predict) || sl->n_cache >= s->n_ctx_slot) {
+        sl->task = NULL;
+        task_finish(s, t, OB_FINISH_LENGTH, 0, NULL);
+        return false;
+    }
+    return true;
+}
+
 /* After a forward: move fed tokens into each slot's cache record, sample where logits
- * were produced, and publish text. Holds s->mu. */
+ * were produced, and publish text. With proposals, rows are verified in order and the
+ * KV is cut back after the last accepted one. Holds s->mu. */
 static void consume_batch(ob_sched *s, int n) {
     double now = ob_time_s();
     for (int i = 0; i < s->n_slots; i++) {
@@ -338,42 +429,32 @@ static void consume_batch(ob_sched *s, int n) {
             continue;
         }
         if (sl->i_batch < 0) continue;
-        const float *logits = ob_get_logits(s->ctx, sl->i_batch);
-        if (!logits) {
-            sl->task = NULL;
-            task_finish(s, t, OB_FINISH_ERROR, 500, "no logits from the model");
-            continue;
-        }
         if (t->t_prompt_done == 0) t->t_prompt_done = now;
-        int32_t tok = ob_sampler_sample(t->smp, logits);
-        if (!t->ignore_eos && ob_token_is_eog(s->tok, tok)) {
-            t->stopped_eos = true;
-            sl->task = NULL;
-            task_finish(s, t, OB_FINISH_STOP, 0, NULL);
-            continue;
+        int nd = sl->n_draft;
+        int keep = sl->n_cache - nd; /* KV up to and including the token fed before the proposals */
+        t->n_drafted += nd;
+        sl->n_drafted += (uint64_t)nd;
+        s->st.n_drafted += (uint64_t)nd;
+        for (int r = 0; r <= nd; r++) {
+            /* what plain decoding's slot would hold when sampling this row */
+            sl->n_cache = keep + r;
+            const float *logits = ob_get_logits(s->ctx, sl->i_batch + r);
+            if (!logits) {
+                sl->task = NULL;
+                task_finish(s, t, OB_FINISH_ERROR, 500, "no logits from the model");
+                break;
+            }
+            int32_t tok = ob_sampler_sample(t->smp, logits);
+            bool accepted = r < nd && tok == sl->draft[r];
+            if (accepted) {
+                t->n_accepted++;
+                sl->n_accepted++;
+                s->st.n_draft_accepted++;
+            }
+            if (!slot_emit(s, sl, t, logits, tok) || !accepted) break;
         }
-        if (t->logprobs) {
-            ob_tok_rec r;
-            fill_logprobs(s, logits, tok, t->n_probs, &r);
-            tok_push(t, &r);
-        } else {
-            ob_tok_rec r = {.id = tok};
-            tok_push(t, &r);
-        }
-        char piece[256];
-        size_t pn = ob_detok_push(s->tok, &t->dt, tok, piece, sizeof piece);
-        if (pn > sizeof piece) pn = 0; /* a piece this long is not text we can show */
-        t->n_gen++;
-        t->last_tok = tok;
-        bool stopped = task_append_text(t, piece, pn);
-        pthread_cond_broadcast(&t->cond);
-        if (stopped) {
-            sl->task = NULL;
-            task_finish(s, t, OB_FINISH_STOP, 0, NULL);
-        } else if ((t->n_predict >= 0 && t->n_gen >= t->n_predict) || sl->n_cache >= s->n_ctx_slot) {
-            sl->task = NULL;
-            task_finish(s, t, OB_FINISH_LENGTH, 0, NULL);
-        }
+        if (nd > 0) ob_seq_truncate(s->ctx, i, sl->n_cache);
+        sl->n_draft = 0;
     }
 }
 
@@ -391,6 +472,7 @@ static void *sched_main(void *arg) {
         }
         if (s->stop) break;
         assign_tasks(s);
+        draft_slots(s);
         int n = build_batch(s);
         if (n == 0) {
             pthread_cond_wait(&s->wake, &s->mu);
@@ -429,7 +511,7 @@ static void *sched_main(void *arg) {
     return NULL;
 }
 
-ob_status ob_sched_new(ob_model *m, ob_context *ctx, int n_slots, int n_batch, ob_sched **out,
+ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots, int n_batch, ob_sched **out,
                        char *err, size_t err_len) {
     *out = NULL;
     if (n_slots < 1 || n_batch < 1) return ob_fail(err, err_len, OB_ERR_ARG, "scheduler: bad slot or batch count");
@@ -454,6 +536,14 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, int n_slots, int n_batch, o
     for (int i = 0; ok && i < n_slots; i++) {
         s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
         ok = s->slots[i].cache != NULL;
+    }
+    if (ok && spec) {
+        int n_max = OB_MAX(1, ob_spec_params_of(spec)->n_max);
+        s->spec = spec;
+        s->sq = calloc((size_t)n_slots, sizeof *s->sq);
+        s->drafts = malloc((size_t)n_slots * (size_t)n_max * sizeof(int32_t));
+        ok = s->sq && s->drafts;
+        for (int i = 0; ok && i < n_slots; i++) s->slots[i].draft = s->drafts + (size_t)i * (size_t)n_max;
     }
     if (!ok) {
         ob_sched_free(s);
@@ -499,6 +589,8 @@ void ob_sched_free(ob_sched *s) {
     free(s->b_pos);
     free(s->b_seq);
     free(s->b_want);
+    free(s->sq);
+    free(s->drafts);
     free(s);
 }
 
@@ -629,6 +721,9 @@ void ob_sched_poll(ob_sched *s, ob_task *t, ob_task_cursor *cur, int ms, ob_task
     o->n_cached = t->n_cached;
     o->n_gen = t->n_gen;
     o->slot = t->slot;
+    o->speculative = s->spec != NULL;
+    o->draft_n = t->n_drafted;
+    o->draft_n_accepted = t->n_accepted;
     double tp = t->t_prompt_done > 0 ? t->t_prompt_done : 0;
     o->t_prompt_ms = (tp > 0 && t->t_start > 0) ? (tp - t->t_start) * 1e3 : 0;
     double te = t->t_end > 0 ? t->t_end : ob_time_s();
@@ -682,6 +777,11 @@ json_t *ob_sched_slots_json(ob_sched *s) {
         if (o && t)
             json_object_set_new(o, "next_token", json_pack("{s:i,s:i}", "n_decoded", t->n_gen,
                                                            "n_prompt", t->n_prompt));
+        if (o) {
+            json_object_set_new(o, "speculative", json_boolean(s->spec != NULL));
+            json_object_set_new(o, "draft_n", json_integer((json_int_t)sl->n_drafted));
+            json_object_set_new(o, "draft_n_accepted", json_integer((json_int_t)sl->n_accepted));
+        }
         if (o) json_array_append_new(a, o);
     }
     pthread_mutex_unlock(&s->mu);

@@ -54,6 +54,8 @@ typedef struct ob_task_out {
     bool stopped_eos;
     int n_prompt, n_cached, n_gen, slot;
     double t_prompt_ms, t_gen_ms;
+    bool speculative;                  /* a draft model proposes tokens */
+    int draft_n, draft_n_accepted;     /* proposals made and accepted for this task */
 } ob_task_out;
 
 typedef struct ob_sched ob_sched;
@@ -64,12 +66,18 @@ typedef struct ob_sched_stats {
     int processing, deferred, n_slots, n_ctx_slot;
     long kv_used, kv_total;
     uint64_t n_decode_calls, n_decode_tokens;
+    uint64_t n_drafted, n_draft_accepted;   /* speculative decoding, all requests */
     /* the last finished request, for Lemonade's /api/v1/stats */
     int last_prompt_tokens, last_gen_tokens;
     double last_ttft_s, last_tps;
 } ob_sched_stats;
 
-ob_status ob_sched_new(ob_model *m, ob_context *ctx, int n_slots, int n_batch,
+/* spec (may be NULL): a draft whose sequences mirror the slots (n_seq = n_slots, same
+ * n_ctx); it stays owned by the caller and must outlive the scheduler. Each step then
+ * drafts for every generating slot and the target verifies all proposals of all slots
+ * in the same single ob_decode (engine/spec.h says why outputs are unchanged). */
+typedef struct ob_spec ob_spec;
+ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots, int n_batch,
                        ob_sched **out, char *err, size_t err_len);
 /* Stops the thread and fails anything queued or running; submits are refused after. */
 void ob_sched_stop(ob_sched *s);

@@ -30,6 +30,8 @@ typedef struct ob_srv_config {
     bool metrics, embeddings, reranking, jinja, flash_attn;
     int n_gpu_layers;          /* accepted for llama-server compatibility */
     const char *model_path, *alias, *draft_path, *spec_type, *chat_template;
+    int draft_max, draft_min;  /* speculative decoding with draft_path (llama-server's names) */
+    float draft_p_min;
     ob_model_params mp;
 } ob_srv_config;
 

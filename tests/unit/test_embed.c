@@ -297,6 +297,59 @@ static void check_decoder_convert(const char *arch) {
     json_decref(meta);
 }
 
+/* ATTENTION with ALiBi (f[2]): the kernel on 1..3 threads against the reference, causal and
+ * whole-sequence, 6 heads (the non-power-of-two slopes) over 3 KV heads, two sequences
+ * interleaved; and the bias must change the output. */
+static void test_alibi_op(void) {
+    ob_rng r;
+    ob_rng_seed(&r, 11);
+    enum { HD = 16, H = 6, NKV = 3, T = 13, CPS = 16, NSEQ = 2 };
+    float *q = malloc(sizeof(float) * HD * H * T), *kc = malloc(sizeof(float) * HD * NKV * CPS * NSEQ);
+    float *vc = malloc(sizeof(float) * HD * NKV * CPS * NSEQ), order = 0;
+    ob_rng_fill_normal(&r, q, HD * H * T, 1.5f);
+    ob_rng_fill_normal(&r, kc, HD * NKV * CPS * NSEQ, 1.5f);
+    ob_rng_fill_normal(&r, vc, HD * NKV * CPS * NSEQ, 1.0f);
+    int32_t pos[T], seq[T], cnt[NSEQ] = {0};
+    for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = cnt[seq[t]]++; }
+    for (int causal = 0; causal < 2; causal++) {
+        float plain[HD * H * T];
+        for (int alibi = 0; alibi < 2; alibi++)
+            for (int th = 1; th <= 3; th++) {
+                ob_backend *be = ob_backend_cpu_new(th);
+                ob_graph *g = ob_graph_new(16);
+                int64_t nq[3] = {HD, H, T}, nk[2] = {HD * NKV, CPS * NSEQ}, nt[1] = {T}, n1[1] = {1};
+                ob_tensor *tq = ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q);
+                ob_tensor *tk = ob_leaf(g, "k", OB_TYPE_F32, 2, nk, kc), *tv = ob_leaf(g, "v", OB_TYPE_F32, 2, nk, vc);
+                ob_tensor *tp = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), *ts = ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq);
+                ob_tensor *to = ob_leaf(g, "order", OB_TYPE_F32, 1, n1, &order);
+                ob_tensor *a = ob_attention(g, tq, tk, tv, tp, ts, to, CPS, NKV, 0, causal, 0.25f, 0.0f);
+                a->fp[2] = alibi ? 8.0f : 0.0f;
+                ob_graph_plan(g);
+                void *scratch = aligned_alloc(64, (g->scratch_size + 63) & ~(size_t)63);
+                ob_graph_bind(g, scratch);
+                CHECK(be->iface->compute(be, g, NULL, 0) == OB_OK);
+                float ref[HD * H * T];
+                void *saved = a->data;
+                a->data = ref;
+                ob_cpu_ref_op(a);
+                a->data = saved;
+                double worst = 0, diff = 0;
+                for (int i = 0; i < HD * H * T; i++) {
+                    double d = fabs((double)((float *)a->data)[i] - ref[i]);
+                    if (d > worst || d != d) worst = d != d ? INFINITY : d;
+                    if (alibi) diff = fmax(diff, fabs((double)ref[i] - plain[i]));
+                }
+                if (!alibi) memcpy(plain, ref, sizeof(plain));
+                CHECKF(worst < 1e-5, "attention causal=%d alibi=%d nth=%d: err %g", causal, alibi, th, worst);
+                if (alibi) CHECKF(diff > 1e-2, "alibi changed nothing (%g)", diff);
+                free(scratch);
+                ob_graph_free(g);
+                ob_backend_free(be);
+            }
+    }
+    free(q); free(kc); free(vc);
+}
+
 /* POOL kernel (threads 1..3) against the double-precision reference, sequences interleaved. */
 static void test_pool_op(void) {
     ob_rng r;
@@ -464,6 +517,8 @@ int main(void) {
     check_encoder("nomic-bert", OB_TYPE_F32, 1e-4);
     check_encoder("bert-rerank", OB_TYPE_F32, 1e-4);
     check_encoder("xlmr-rerank", OB_TYPE_F32, 1e-4);
+    test_alibi_op();
+    check_encoder("jina-bert-v2", OB_TYPE_F32, 1e-4);
     check_encoder("bert", OB_TYPE_F16, 5e-3);
     check_decoder_embed();
     check_encoder_ref("bert-pt", "bert", OB_TYPE_F32, 1e-4);

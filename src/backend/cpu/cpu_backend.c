@@ -273,10 +273,10 @@ static ob_status schedule(ob_cpu_backend *cb, ob_graph *g, size_t *wneed, char *
                            ob_op_name(n->op), ob_type_name(n->type) ? ob_type_name(n->type) : "?");
         ob_status st = check_indices(n, err, err_len);
         if (st != OB_OK) return st;
-        const bool tiny = cb->nth > 1 && is_tiny(n) && !getenv("XNOSERIAL");
+        const bool tiny = cb->nth > 1 && is_tiny(n);
         bool join = false;
         if (cur && tiny && cur->serial) join = true;
-        else if (cur && !cur->serial && n->op == OB_OP_MATMUL && cur->count < OB_CPU_MAX_GROUP && !getenv("XNOGROUP")) {
+        else if (cur && !cur->serial && n->op == OB_OP_MATMUL && cur->count < OB_CPU_MAX_GROUP) {
             join = true;
             for (int64_t k = cur->first; k < cur->first + cur->count && join; k++)
                 join = cb->items[k].node->op == OB_OP_MATMUL && independent(cb->items[k].node, n);

@@ -313,7 +313,7 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
     const ob_tensor *q = dst->src[0], *kc = dst->src[1], *vc = dst->src[2];
     const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
     int64_t hd = d->hd, g = d->g, nr = (t1 - t0) * g, u0 = INT64_MAX, u1 = INT64_MIN;
-    float scale = dst->fp[0], cap = dst->fp[1];
+    float scale = dst->fp[0], cap = dst->fp[1], max_bias = dst->fp[2];
     bool causal = dst->ip[3] != 0;
     for (int64_t t = t0; t < t1; t++) {
         int64_t lo, hi;
@@ -346,8 +346,12 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
             if (a >= b) continue;
             float *si = w->sc + r * OB_ATTN_BLOCK + (a - jb), bm = -INFINITY;
             vec->dot_rows(si, w->q + r * hd, krows + (a - jb), b - a, hd);
+            /* ALiBi: a penalty growing with the distance between the two positions */
+            float slope = max_bias > 0 ? ob_alibi_slope((int)(kh * g + r % g), (int)d->H, max_bias) : 0.0f;
+            int64_t pq = pos[t0 + r / g];
             for (int64_t c = 0; c < b - a; c++) {
                 if (cap > 0) si[c] = cap * tanhf(si[c] / cap);
+                if (slope > 0) si[c] -= slope * (float)llabs(pq - (a + c));
                 bm = si[c] > bm ? si[c] : bm;
             }
             if (bm > w->m[r]) {

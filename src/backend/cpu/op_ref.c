@@ -105,6 +105,7 @@ static void ref_attention(ob_tensor *dst) {
                 for (int64_t e = 0; e < hd; e++) dot += (double)qh[e] * kr[kh * hd + e];
                 dot *= scale;
                 if (cap > 0) dot = cap * tanh(dot / cap);
+                if (dst->fp[2] > 0) dot -= (double)ob_alibi_slope((int)h, (int)H, dst->fp[2]) * (double)llabs(p - j);
                 lg[j] = dot;
                 if (dot > mx) mx = dot;
             }

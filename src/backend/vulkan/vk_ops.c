@@ -14,7 +14,9 @@ static bool weight_type_ok(ob_type t) {
     case OB_TYPE_Q8_0: case OB_TYPE_Q8_1: case OB_TYPE_Q2_K: case OB_TYPE_Q3_K:
     case OB_TYPE_Q4_K: case OB_TYPE_Q5_K: case OB_TYPE_Q6_K: case OB_TYPE_Q8_K:
     case OB_TYPE_IQ4_NL: case OB_TYPE_IQ4_XS: case OB_TYPE_TQ1_0: case OB_TYPE_TQ2_0:
-    case OB_TYPE_Q1_0: case OB_TYPE_MXFP4:
+    case OB_TYPE_Q1_0: case OB_TYPE_MXFP4: case OB_TYPE_IQ2_XXS: case OB_TYPE_IQ2_XS:
+    case OB_TYPE_IQ2_S: case OB_TYPE_IQ3_XXS: case OB_TYPE_IQ3_S: case OB_TYPE_IQ1_S:
+    case OB_TYPE_IQ1_M:
         return true;
     default:
         return false;

@@ -8,6 +8,7 @@
 layout(local_size_x = 64) in;
 
 void main() {
+    iq_init(gl_LocalInvocationID.x, 64);
     uint c = group_id() * 64 + gl_LocalInvocationID.x, n = pc.u[0];
     if (32 * c >= n) return;
     uint nvalid = min(32u, n - 32 * c);

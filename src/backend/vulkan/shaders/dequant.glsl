@@ -7,21 +7,27 @@ layout(constant_id = 0) const uint TYPE = 0;
 const uint T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
            T_Q8_1 = 9, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
            T_Q8_K = 15, T_IQ4_NL = 20, T_IQ4_XS = 23, T_BF16 = 30, T_TQ1_0 = 34, T_TQ2_0 = 35,
-           T_MXFP4 = 39, T_Q1_0 = 41;
+           T_MXFP4 = 39, T_Q1_0 = 41, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18,
+           T_IQ1_S = 19, T_IQ3_S = 21, T_IQ2_S = 22, T_IQ1_M = 29;
 
 const bool PLAIN = TYPE == T_F32 || TYPE == T_F16 || TYPE == T_BF16;
 
 // Elements and bytes per block.
+const bool IQ = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
+                TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
 const uint BS = TYPE == T_Q2_K || TYPE == T_Q3_K || TYPE == T_Q4_K || TYPE == T_Q5_K ||
                 TYPE == T_Q6_K || TYPE == T_Q8_K || TYPE == T_IQ4_XS || TYPE == T_TQ1_0 ||
-                TYPE == T_TQ2_0 ? 256 : TYPE == T_Q1_0 ? 128 : PLAIN ? 1 : 32;
+                TYPE == T_TQ2_0 || IQ ? 256 : TYPE == T_Q1_0 ? 128 : PLAIN ? 1 : 32;
 const uint TS = TYPE == T_F32 ? 4 : TYPE == T_F16 || TYPE == T_BF16 ? 2 :
                 TYPE == T_Q4_0 ? 18 : TYPE == T_Q4_1 ? 20 : TYPE == T_Q5_0 ? 22 :
                 TYPE == T_Q5_1 ? 24 : TYPE == T_Q8_0 ? 34 : TYPE == T_Q8_1 ? 36 :
                 TYPE == T_Q2_K ? 84 : TYPE == T_Q3_K ? 110 : TYPE == T_Q4_K ? 144 :
                 TYPE == T_Q5_K ? 176 : TYPE == T_Q6_K ? 210 : TYPE == T_Q8_K ? 292 :
                 TYPE == T_IQ4_NL ? 18 : TYPE == T_IQ4_XS ? 136 : TYPE == T_TQ1_0 ? 54 :
-                TYPE == T_TQ2_0 ? 66 : TYPE == T_MXFP4 ? 17 : TYPE == T_Q1_0 ? 18 : 0;
+                TYPE == T_TQ2_0 ? 66 : TYPE == T_MXFP4 ? 17 : TYPE == T_Q1_0 ? 18 :
+                TYPE == T_IQ2_XXS ? 66 : TYPE == T_IQ2_XS ? 74 : TYPE == T_IQ2_S ? 82 :
+                TYPE == T_IQ3_XXS ? 98 : TYPE == T_IQ3_S ? 110 : TYPE == T_IQ1_S ? 50 :
+                TYPE == T_IQ1_M ? 56 : 0;
 
 const int IQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 const int MXFP4V[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
@@ -43,6 +49,35 @@ void k4_scale_min(uint64_t s, uint j, out float sc, out float m) {
         m = float((ld_u8(s + j + 4) >> 4) | ((ld_u8(s + j) >> 6) << 4));
     }
 }
+
+// IQ lattices (iq_grids.glsl is generated from src/format/quant_iq_grids.h at build time;
+// its header says how points are packed). Each workgroup copies its type's table into
+// shared memory once: dynamically indexed constant arrays are slow or spill on many
+// drivers. The table is sized by TYPE, so other types pay one word.
+#include "iq_grids.glsl"
+const uint IQ_TAB_N = TYPE == T_IQ2_XXS ? 512 : TYPE == T_IQ2_XS ? 1024 : TYPE == T_IQ2_S ? 2048 :
+                      TYPE == T_IQ3_XXS ? 256 : TYPE == T_IQ3_S ? 512 :
+                      TYPE == T_IQ1_S || TYPE == T_IQ1_M ? 1024 : 1;
+shared uint iq_tab[IQ_TAB_N];
+
+// Every invocation of the workgroup must call this before dq_chunk (it has a barrier).
+void iq_init(uint tid, uint nthreads) {
+    if (!IQ) return;
+    for (uint i = tid; i < IQ_TAB_N; i += nthreads)
+        iq_tab[i] = TYPE == T_IQ2_XXS ? IQ2XXS_GRID[i] : TYPE == T_IQ2_XS ? IQ2XS_GRID[i] :
+                    TYPE == T_IQ2_S ? IQ2S_GRID[i] : TYPE == T_IQ3_XXS ? IQ3XXS_GRID[i] :
+                    TYPE == T_IQ3_S ? IQ3S_GRID[i] : IQ1S_GRID[i];
+    barrier();
+}
+
+// 7 stored sign bits plus the parity bit that makes the count of minus signs even.
+uint iq_signs(uint s7) { return s7 | ((bitCount(s7) & 1u) << 7); }
+float iq_sgn(uint signs, uint j) { return ((signs >> j) & 1u) != 0u ? -1.0 : 1.0; }
+// Coordinate j (0..7) of point k of an IQ2 grid; j (0..3) of an IQ3 grid.
+float iq2_at(uint k, uint j) { return float((iq_tab[2 * k + j / 4] >> (8 * (j % 4))) & 255u); }
+float iq3_at(uint k, uint j) { return float((iq_tab[k] >> (8 * j)) & 255u); }
+// Coordinate j of point k of the IQ1 grid, -1 / 0 / 1.
+float iq1_at(uint k, uint j) { return float(int((iq_tab[k / 2] >> (16 * (k % 2) + 2 * j)) & 3u) - 1); }
 
 uint trit(uint byte, uint k) { return (((byte * POW3[k]) & 255u) * 3u) >> 8; }
 
@@ -164,6 +199,69 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             uint q = ld_u8(blk + 1 + j);
             v[j] = d * float(MXFP4V[q & 15u]);
             v[j + 16] = d * float(MXFP4V[q >> 4]);
+        }
+    } else if (TYPE == T_IQ2_XXS || TYPE == T_IQ3_XXS) {
+        // 8 bytes of point indices (IQ3: 8 points of 4), then a u32: 4x7 sign bits, 4-bit scale
+        bool two = TYPE == T_IQ2_XXS;
+        float d = ld_f16(blk);
+        uint aux = ld_u32(blk + (two ? 2 + 8 * s + 4 : 2 + 64 + 4 * s));
+        float db = d * (0.5 + float(aux >> 28)) * (two ? 0.25 : 0.5);
+        for (uint l = 0; l < 4; l++) {
+            uint sg = iq_signs((aux >> (7 * l)) & 127u);
+            for (uint j = 0; j < 8; j++) {
+                float g = two ? iq2_at(ld_u8(blk + 2 + 8 * s + l), j) : iq3_at(ld_u8(blk + 2 + 8 * s + 2 * l + j / 4), j % 4);
+                v[8 * l + j] = db * g * iq_sgn(sg, j);
+            }
+        }
+    } else if (TYPE == T_IQ2_XS || TYPE == T_IQ2_S) {
+        // 4 groups of 8: a 9- or 10-bit point index and 8 signs each; a 4-bit scale per 16
+        float d = ld_f16(blk);
+        uint sc = ld_u8(blk + (TYPE == T_IQ2_XS ? 66 : 74) + s);
+        for (uint l = 0; l < 4; l++) {
+            uint g = 4 * s + l, k, sg;
+            if (TYPE == T_IQ2_XS) {
+                uint q = ld_u16(blk + 2 + 2 * g);
+                k = q & 511u;
+                sg = iq_signs(q >> 9);
+            } else {
+                k = ld_u8(blk + 2 + g) | (((ld_u8(blk + 66 + s) >> (2 * l)) & 3u) << 8);
+                sg = ld_u8(blk + 34 + g);
+            }
+            float db = d * (0.5 + float((sc >> (4 * (l / 2))) & 15u)) * 0.25;
+            for (uint j = 0; j < 8; j++) v[8 * l + j] = db * iq2_at(k, j) * iq_sgn(sg, j);
+        }
+    } else if (TYPE == T_IQ3_S) {
+        // 8 groups of 4: 8 low index bits + 1 high bit, one sign byte per 8 values
+        float d = ld_f16(blk);
+        float db = d * float(1u + 2u * ((ld_u8(blk + 106 + s / 2) >> (4 * (s % 2))) & 15u));
+        uint qh = ld_u8(blk + 66 + s);
+        for (uint l = 0; l < 8; l++) {
+            uint k = ld_u8(blk + 2 + 8 * s + l) | (((qh >> l) & 1u) << 8);
+            uint sg = ld_u8(blk + 74 + 4 * s + l / 2) >> (4 * (l % 2));
+            for (uint j = 0; j < 4; j++) v[4 * l + j] = db * iq3_at(k, j) * iq_sgn(sg, j);
+        }
+    } else if (TYPE == T_IQ1_S) {
+        // qh: 4x3 high index bits, a 3-bit scale, the delta's sign in the top bit
+        float d = ld_f16(blk);
+        uint qh = ld_u16(blk + 34 + 2 * s);
+        float dl = d * float(2u * ((qh >> 12) & 7u) + 1u), delta = (qh & 0x8000u) != 0u ? -0.125 : 0.125;
+        for (uint l = 0; l < 4; l++) {
+            uint k = ld_u8(blk + 2 + 4 * s + l) | (((qh >> (3 * l)) & 7u) << 8);
+            for (uint j = 0; j < 8; j++) v[8 * l + j] = dl * (iq1_at(k, j) + delta);
+        }
+    } else if (TYPE == T_IQ1_M) {
+        // The f16 block scale lives in the top nibbles of the four scale words; a 3-bit
+        // scale per 16 values; one qh nibble per 8 (3 index bits, delta sign).
+        uint s0 = ld_u16(blk + 48), s1 = ld_u16(blk + 50), s2 = ld_u16(blk + 52), s3 = ld_u16(blk + 54);
+        float d = unpackHalf2x16((s0 >> 12) | ((s1 >> 8) & 0xf0u) | ((s2 >> 4) & 0xf00u) | (s3 & 0xf000u)).x;
+        uint sw = ld_u16(blk + 48 + 2 * (s / 2));
+        for (uint l = 0; l < 4; l++) {
+            uint g = 4 * s + l, jj = g / 2;
+            float dl = d * float(2u * ((sw >> (3 * (jj % 4))) & 7u) + 1u);
+            uint nib = (ld_u8(blk + 32 + g / 2) >> (4 * (g % 2))) & 15u;
+            float delta = (nib & 8u) != 0u ? -0.125 : 0.125;
+            uint k = ld_u8(blk + g) | ((nib & 7u) << 8);
+            for (uint j = 0; j < 8; j++) v[8 * l + j] = dl * (iq1_at(k, j) + delta);
         }
     } else {
         for (uint j = 0; j < 32; j++) v[j] = 0.0;

@@ -7,6 +7,7 @@
 layout(local_size_x = 256) in;
 
 void main() {
+    iq_init(gl_LocalInvocationID.x, 256);
     uint idx = group_id() * 256 + gl_LocalInvocationID.x;
     uint ne0 = pc.u[0], per_row = PLAIN ? ne0 : ne0 / 32;
     uint t = idx / per_row, k = idx % per_row;

@@ -13,6 +13,7 @@ layout(local_size_x = WG) in;
 shared float part[TT * OB_MAX_SG];
 
 void main() {
+    iq_init(gl_LocalInvocationID.x, WG);
     uint g = group_id();
     if (g >= pc.u[10]) return;
     uint K = pc.u[0], N = pc.u[1], T = pc.u[2], tid = gl_LocalInvocationID.x;
