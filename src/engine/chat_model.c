@@ -41,5 +41,13 @@ ob_status ob_chat_render_model(const ob_model *m, const json_t *messages, bool a
     json_object_set_new(ctx, "eos_token", piece_str(m->tok, ob_token_eos(m->tok)));
     ob_status st = ob_jinja_render(tmpl, strlen(tmpl), ctx, out, err, err_len);
     json_decref(ctx);
-    return st;
+    if (st) return st;
+    /* Templates write bos_token themselves, and tokenizing with add_special adds another:
+     * when the tokenizer adds BOS, drop the template's (as llama.cpp does). */
+    int32_t ids[4];
+    int bos = ob_token_bos(m->tok), n = ob_tokenize(m->tok, "", 0, ids, 4, true, false);
+    size_t bl = 0;
+    const char *bp = bos >= 0 ? ob_token_piece(m->tok, bos, &bl) : NULL;
+    if (n > 0 && ids[0] == bos && bp && bl && !strncmp(*out, bp, bl)) memmove(*out, *out + bl, strlen(*out + bl) + 1);
+    return OB_OK;
 }
