@@ -428,6 +428,39 @@ static ob_cu_exec *capture(ob_cu_ctx *cx, ob_graph *g, uint64_t key) {
     return slot;
 }
 
+/* ---- profiling (ONEBIT_CUDA_PROFILE=1) ------------------------------------------------------- */
+
+/* Events for up to n launches of one step (n + 1 marks); false: profiling is dropped. */
+static bool prof_reserve(ob_cu_ctx *cx, int64_t n) {
+    if (n + 1 <= cx->prof_cap) return true;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(cx->prof_ev, sizeof(cudaEvent_t) * (size_t)(n + 1));
+    if (!ev) { cx->prof = false; return false; }
+    cx->prof_ev = ev;
+    for (int64_t k = cx->prof_cap; k < n + 1; k++)
+        if (cudaEventCreate(&cx->prof_ev[k]) != cudaSuccess) {
+            cudaGetLastError();
+            cx->prof_cap = k;
+            cx->prof = false;
+            return false;
+        }
+    cx->prof_cap = n + 1;
+    return true;
+}
+
+static void prof_print(const ob_cu_ctx *cx) {
+    double total = 0;
+    for (int o = 0; o < OB_OP_COUNT; o++) total += cx->prof_ms[o][0] + cx->prof_ms[o][1];
+    if (!cx->prof_steps || total <= 0) return;
+    fprintf(stderr, "cuda profile: %lld steps, %.3f ms GPU per step (launch to launch, uncaptured)\n",
+            (long long)cx->prof_steps, total / (double)cx->prof_steps);
+    for (int o = 0; o < OB_OP_COUNT; o++)
+        for (int f = 0; f < 2; f++)
+            if (cx->prof_count[o][f])
+                fprintf(stderr, "  %-12s %-6s %8lld launches %10.3f ms/step %5.1f%%\n", ob_op_name((ob_op)o), f ? "fused" : "",
+                        (long long)cx->prof_count[o][f], cx->prof_ms[o][f] / (double)cx->prof_steps,
+                        100.0 * cx->prof_ms[o][f] / total);
+}
+
 static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
@@ -451,6 +484,16 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;
+    /* Profiled steps: one op (with what it fused) per launch unit, events between units. */
+    int64_t nev = 0;
+    ob_op *prof_op = NULL;
+    bool *prof_fused = NULL;
+    if (cx->prof && prof_reserve(cx, g->n)) {
+        prof_op = (ob_op *)malloc(sizeof(ob_op) * (size_t)g->n);
+        prof_fused = (bool *)malloc(sizeof(bool) * (size_t)g->n);
+        if (!prof_op || !prof_fused) { free(prof_op); free(prof_fused); prof_op = NULL; prof_fused = NULL; }
+    }
+    if (prof_op) capturable = false;
     if (need > cx->tmp_size || qneed > cx->qx_size) {
         /* Captured steps hold the old scratch pointers: drop them with the buffers. */
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
@@ -498,13 +541,32 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
                 qx_note_write(cx, n);
                 continue;
             }
+            if (prof_op) {
+                prof_op[nev] = n->op;
+                ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
+                nev++;
+                if (!ok) break;
+            }
             const int64_t last = launch_fused(cx, g, i, &ok);
+            if (prof_op) prof_fused[nev - 1] = last >= 0;
             if (last >= 0) { i = last; continue; }
             if (ok) ok = launch(cx, n);
         }
+        if (ok && prof_op) ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
     }
     if (ok) ok = OB_CU(cx, cudaStreamSynchronize(cx->stream));
     if (ok) cx->stage_used = 0;
+    if (ok && prof_op && nev > 0) {
+        for (int64_t k = 0; k < nev; k++) {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, cx->prof_ev[k], cx->prof_ev[k + 1]) != cudaSuccess) { cudaGetLastError(); continue; }
+            cx->prof_ms[prof_op[k]][prof_fused[k]] += ms;
+            cx->prof_count[prof_op[k]][prof_fused[k]]++;
+        }
+        cx->prof_steps++;
+    }
+    free(prof_op);
+    free(prof_fused);
     if (!ok) {
         if (!cx->last_err[0]) snprintf(cx->last_err, sizeof(cx->last_err), "kernel launch failed");
         cx->faulted = true;
@@ -520,6 +582,9 @@ static void cu_destroy(ob_backend *be) {
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
             if (cx->execs[i].exec) cudaGraphExecDestroy(cx->execs[i].exec);
         if (cx->stream) cudaStreamSynchronize(cx->stream); /* no staged copy still reads stage */
+        if (cx->prof) prof_print(cx);
+        for (int64_t k = 0; k < cx->prof_cap; k++) cudaEventDestroy(cx->prof_ev[k]);
+        free(cx->prof_ev);
         if (cx->tmp) cudaFree(cx->tmp);
         if (cx->qx) cudaFree(cx->qx);
         if (cx->stage) cudaFreeHost(cx->stage);
@@ -584,6 +649,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->use_graphs = !(ng && ng[0] == '0');
     const char *nf = getenv("ONEBIT_CUDA_FUSE");
     cx->fuse = !(nf && nf[0] == '0');
+    const char *pf = getenv("ONEBIT_CUDA_PROFILE");
+    cx->prof = pf && pf[0] == '1';
     bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx);
     if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
         cx->blas = NULL;

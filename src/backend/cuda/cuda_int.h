@@ -40,6 +40,13 @@ typedef struct ob_cu_ctx {
     uint64_t last_key, tick;
     bool use_graphs;
     bool fuse;                 /* fused decode kernels (ONEBIT_CUDA_FUSE=0: off, for tests) */
+    /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
+     * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
+    bool prof;
+    cudaEvent_t *prof_ev;
+    int64_t prof_cap;
+    double prof_ms[OB_OP_COUNT][2];
+    int64_t prof_count[OB_OP_COUNT][2], prof_steps;
     bool warned[OB_OP_COUNT];  /* fallback logged once per op */
     char last_err[256];        /* first failing call: file:line: call: message */
 } ob_cu_ctx;

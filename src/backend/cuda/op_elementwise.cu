@@ -218,7 +218,8 @@ __global__ void k_rms_rope(const float *x, const float *__restrict__ w, float *y
     }
     __syncthreads(); /* pairs read elements other threads normed */
     const int64_t half = (hd + 1) / 2;
-    for (int64_t k = threadIdx.x; k < half; k += blockDim.x) rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+    for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
+        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
 }
 
 bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope) {
