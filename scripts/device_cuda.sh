@@ -9,7 +9,10 @@
 #   ONEBIT_BENCH="qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M ..."   which files to bench
 #   ONEBIT_SKIP_TEST=1    bench only
 #   ONEBIT_BENCH_NOFUSE="qwen3-0.6b:Q4_K_M"   of the benched files, those to bench again
-#                         with the fused decode kernels off (ONEBIT_CUDA_FUSE=0)
+#                         with the fused decode kernels off (ONEBIT_CUDA_FUSE=0), and
+#                         to check that greedy text is the same either way
+#   ONEBIT_PROFILE="qwen3-0.6b:Q4_K_M"   of the benched files, those to decode 64 tokens
+#                         with ONEBIT_CUDA_PROFILE=1 (GPU ms per op per step -> profile-*.txt)
 set -u
 OUT=${OUT:-/tmp/onebit-out}
 mkdir -p "$OUT"
@@ -60,6 +63,13 @@ for spec in ${ONEBIT_BENCH:-qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M}; do
         else
             echo "greedy $spec: fused and unfused DIFFER (or empty)"
         fi ;;
+    esac
+    case " ${ONEBIT_PROFILE:-} " in
+    *" $spec "*)
+        ONEBIT_CUDA_PROFILE=1 timeout 120 "$B/1bit" run -m "$f" -p "The capital of France is" -n 64 --temp 0 \
+            --device cuda >/dev/null 2>"$OUT/profile-$shape-$type.txt"
+        echo "profile $spec:"
+        grep -A40 "cuda profile" "$OUT/profile-$shape-$type.txt" | head -30 ;;
     esac
 done
 exit $rc

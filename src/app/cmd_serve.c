@@ -54,7 +54,10 @@ void ob_srv_print_usage(const char *prog) {
            "  --draft-min N             drop drafts shorter than N (default 0)\n"
            "  --draft-p-min P           stop drafting below this draft probability (default 0.75)\n"
            "  --spec-type T             none or draft (llama-server's n-gram kinds are refused)\n"
-           "  --jinja, --metrics, --embeddings, --reranking, -fa [on|off|auto], -ngl N,\n"
+           "  --embeddings              embedding mode: /v1/embeddings, /embedding (no generation)\n"
+           "  --reranking               rerank mode: /v1/rerank, /rerank (a cross-encoder model)\n"
+           "                            (encoder models such as BERT are always served this way)\n"
+           "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
            "                            accepted with llama-server's meaning\n",
            prog);

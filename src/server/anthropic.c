@@ -161,6 +161,6 @@ out:
 bool ob_srv_route_anthropic(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     if (strcmp(rq->path, "/v1/messages") && strcmp(rq->path, "/messages")) return false;
     if (strcmp(rq->method, "POST")) ob_srv_error(r, 405, NULL, "use POST");
-    else if (ob_oai_ready(s, r)) messages(s, rq, r);
+    else if (ob_gen_ready(s, r)) messages(s, rq, r);
     return true;
 }

@@ -1,38 +1,57 @@
-/* Embedding and rerank routes (`serve --embeddings` / `--reranking`):
+/* Embedding and rerank routes (embedding mode: `serve --embeddings` / `--reranking`, or an
+ * encoder model):
  *   POST /v1/embeddings   {input: string | [string] | [int] | [[int]], encoding_format: float|base64}
  *   POST /embedding, /embeddings  llama-server's native shape ({content: ...})
  *   POST /v1/rerank, /rerank, /v1/reranking  {query, documents: [string], top_n}
  * One embeddings context serves every request, behind a mutex; the inputs of a request
- * are packed several sequences to a batch. The batch is as large as the context, so an
- * input longer than -b is still one pass; an input longer than the context is a 400.
- *
- * Wiring (http.c): ob_srv_embd_new after the model loads when --embeddings/--reranking is
- * given or the model is an encoder; ob_srv_route_embeddings before the other families;
- * ob_srv_embd_free at shutdown. */
+ * are packed several sequences to one ob_decode. An embeddings pass must hold each
+ * sequence whole (attention sees only the batch), so the context's batch is as large as
+ * its context: an input longer than -b is still processed in one pass, and only an input
+ * longer than the context is refused (400 exceed_context_size_error). */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch/arch.h"
 #include "core/common.h"
 #include "server/server.h"
 
 #define OB_EMBD_SEQS 8
 #define OB_EMBD_MAX_INPUTS 4096
+/* KV cells in all (n_seq x n_ctx): bounds the memory of long-context decoder embedders. */
+#define OB_EMBD_CELLS 16384
 
-typedef struct ob_srv_embd {
+struct ob_srv_embd {
     ob_model *m;
     const ob_tokenizer *tok;
     ob_context *c;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;         /* guards c, the buffers and st */
     int n_ctx, n_seq, dim;
     bool rank;
-    int32_t *tok_buf, *pos_buf, *seq_buf;   /* [n_ctx * n_seq] */
-} ob_srv_embd;
+    volatile bool failed;       /* a device fault: the server must exit (ARCHITECTURE.md) */
+    int32_t *tok_buf, *pos_buf, *seq_buf;   /* [n_ctx]: one pass */
+    ob_srv_embd_stats st;
+};
 
-ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **out, char *err, size_t err_len);
-void ob_srv_embd_free(ob_srv_embd *e);
-bool ob_srv_route_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r);
+bool ob_srv_embd_wanted(const ob_srv_config *cfg, const ob_model *m) {
+    if (cfg->embeddings || cfg->reranking) return true;
+    ob_model_info info;
+    ob_model_get_info(m, &info);
+    /* the bert family has no LM head: it can only embed or rank */
+    return ob_arch_find(info.arch) == &ob_arch_bert || ob_model_pooling(m) == OB_POOLING_RANK;
+}
+
+bool ob_srv_embd_ranks(const ob_srv_embd *e) { return e->rank; }
+int ob_srv_embd_n_ctx(const ob_srv_embd *e) { return e->n_ctx; }
+bool ob_srv_embd_failed(ob_srv_embd *e) { return __atomic_load_n(&e->failed, __ATOMIC_ACQUIRE); }
+
+void ob_srv_embd_get_stats(ob_srv_embd *e, ob_srv_embd_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    pthread_mutex_unlock(&e->mu);
+}
 
 void ob_srv_embd_free(ob_srv_embd *e) {
     if (!e) return;
@@ -57,7 +76,7 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
     e->n_ctx = info.n_ctx_train > 0 ? info.n_ctx_train : 2048;
     if (cfg->n_ctx > 0 && cfg->n_ctx < e->n_ctx) e->n_ctx = cfg->n_ctx;
     if (e->n_ctx > 32768) e->n_ctx = 32768;
-    e->n_seq = OB_EMBD_SEQS;
+    e->n_seq = OB_MAX(1, OB_MIN(OB_EMBD_SEQS, OB_EMBD_CELLS / e->n_ctx));
     ob_context_params cp = ob_context_default_params();
     cp.n_ctx = e->n_ctx;
     cp.n_seq = e->n_seq;
@@ -76,6 +95,15 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
     if (!e->tok_buf || !e->pos_buf || !e->seq_buf) { ob_srv_embd_free(e); return ob_fail(err, err_len, OB_ERR_NOMEM, "embeddings: out of memory"); }
     *out = e;
     return OB_OK;
+}
+
+/* llama-server's shape for a prompt over the context: the error object also carries
+ * n_prompt_tokens and n_ctx. */
+static void exceed_error(ob_resp *r, int n_tokens, int n_ctx, const char *what) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s has %d tokens, more than the context of %d tokens", what, n_tokens, n_ctx);
+    ob_srv_json(r, 400, json_pack("{s:{s:i,s:s,s:s,s:i,s:i}}", "error", "code", 400, "message", msg, "type",
+                                  "exceed_context_size_error", "n_prompt_tokens", n_tokens, "n_ctx", n_ctx));
 }
 
 /* One input as token ids (owned). */
@@ -136,7 +164,9 @@ static input *parse_inputs(ob_srv_embd *e, json_t *v, int *n_out, ob_resp *r) {
             goto fail;
         }
         if (in[i].n > e->n_ctx) {
-            ob_srv_error(r, 400, "invalid_request_error", "input %zu has %d tokens, more than the context of %d", i, in[i].n, e->n_ctx);
+            char what[48];
+            snprintf(what, sizeof what, "input %zu", i);
+            exceed_error(r, in[i].n, e->n_ctx, what);
             goto fail;
         }
     }
@@ -152,6 +182,8 @@ static bool run(ob_srv_embd *e, const input *in, int n, float *out, ob_resp *r) 
     char err[512];
     bool ok = true;
     pthread_mutex_lock(&e->mu);
+    double t0 = ob_time_s();
+    long long tokens = 0;
     for (int i = 0; i < n && ok;) {
         int T = 0, ns = 0;
         while (i + ns < n && ns < e->n_seq && T + in[i + ns].n <= e->n_ctx) {
@@ -161,13 +193,29 @@ static bool run(ob_srv_embd *e, const input *in, int n, float *out, ob_resp *r) 
             ns++;
         }
         ob_batch b = {T, e->tok_buf, e->pos_buf, e->seq_buf, NULL};
-        if (ob_decode(e->c, &b, err, sizeof(err))) { ob_srv_error(r, 500, NULL, "%s", err); ok = false; break; }
+        ob_status st = ob_decode(e->c, &b, err, sizeof(err));
+        if (st) {
+            if (st == OB_ERR_DEVICE) __atomic_store_n(&e->failed, true, __ATOMIC_RELEASE);
+            ob_srv_error(r, 500, NULL, "%s", err);
+            ok = false;
+            break;
+        }
+        e->st.n_decode++;
+        tokens += T;
         for (int s = 0; s < ns; s++) {
             const float *v = ob_get_embeddings(e->c, s);
             if (!v) { ob_srv_error(r, 500, NULL, "no embedding for input %d", i + s); ok = false; break; }
             memcpy(out + (size_t)(i + s) * (size_t)e->dim, v, sizeof(float) * (size_t)e->dim);
         }
         i += ns;
+    }
+    if (ok) {
+        double dt = ob_time_s() - t0;
+        e->st.tokens += (uint64_t)tokens;
+        e->st.seconds += dt;
+        e->st.requests++;
+        e->st.last_tokens = (int)OB_MIN(tokens, (long long)1 << 30);
+        e->st.last_s = dt;
     }
     pthread_mutex_unlock(&e->mu);
     return ok;
@@ -196,7 +244,7 @@ static json_t *vec_json(const float *v, int dim) {
 }
 
 static void handle_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r, bool native) {
-    if (e->rank) { ob_srv_error(r, 501, NULL, "this server ranks (--reranking): use /v1/rerank"); return; }
+    if (e->rank) { ob_srv_error(r, 501, "not_supported_error", "this server ranks (--reranking): use /v1/rerank"); return; }
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     const char *fmt = json_string_value(json_object_get(body, "encoding_format"));
@@ -238,18 +286,29 @@ static void handle_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *
     json_decref(body);
 }
 
-/* [CLS] query [SEP] doc [SEP] from the two tokenizations (each with its specials). */
-static bool make_pair(const input *q, const input *d, input *out, ob_resp *r) {
-    out->n = q->n + d->n - 1;
-    out->ids = malloc(sizeof(int32_t) * (size_t)(out->n > 0 ? out->n : 1));
+/* The cross-encoder's pair from the two tokenizations (each with the tokenizer's
+ * specials): BERT [CLS] q [SEP] d [SEP]; RoBERTa-style <s> q </s></s> d </s> (as the
+ * Hugging Face tokenizers pair them); with no specials, q d. */
+static bool make_pair(const ob_tokenizer *tok, const input *q, const input *d, input *out, ob_resp *r) {
+    int bos = ob_token_bos(tok), eos = ob_token_eos(tok);
+    bool drop = d->n > 1 && bos >= 0 && d->ids[0] == bos && q->n > 0 && q->ids[0] == bos;
+    /* BERT's leading special is the text "[CLS]" (pieces of specials are not their text) */
+    int32_t probe[4];
+    bool cls = ob_tokenize(tok, "[CLS]", 5, probe, 4, false, true) == 1 && probe[0] == bos;
+    bool dbl = drop && !cls && eos >= 0 && q->ids[q->n - 1] == eos;
+    out->n = q->n + d->n - (drop ? 1 : 0) + (dbl ? 1 : 0);
+    out->ids = malloc(sizeof(int32_t) * (size_t)out->n);
     if (!out->ids) { ob_srv_error(r, 500, NULL, "out of memory"); return false; }
+    int k = 0;
     memcpy(out->ids, q->ids, sizeof(int32_t) * (size_t)q->n);
-    memcpy(out->ids + q->n, d->ids + 1, sizeof(int32_t) * (size_t)(d->n - 1));
+    k += q->n;
+    if (dbl) out->ids[k++] = eos;
+    memcpy(out->ids + k, d->ids + (drop ? 1 : 0), sizeof(int32_t) * (size_t)(d->n - (drop ? 1 : 0)));
     return true;
 }
 
 static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r) {
-    if (!e->rank) { ob_srv_error(r, 501, NULL, "this server embeds: start it with --reranking and a reranker model"); return; }
+    if (!e->rank) { ob_srv_error(r, 501, "not_supported_error", "This server does not support reranking. Start it with `--reranking` and a reranker model"); return; }
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     json_t *q = json_object_get(body, "query"), *docs = json_object_get(body, "documents");
@@ -259,6 +318,8 @@ static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, 
     int nd = 0;
     if (!json_is_string(q) || !json_string_length(q)) { ob_srv_error(r, 400, NULL, "'query' must be a non-empty string"); goto done; }
     if (!json_is_array(docs) || !json_array_size(docs)) { ob_srv_error(r, 400, NULL, "'documents' must be a non-empty array"); goto done; }
+    for (size_t i = 0; i < json_array_size(docs); i++)
+        if (!json_is_string(json_array_get(docs, i))) { ob_srv_error(r, 400, NULL, "documents[%zu] must be a string", i); goto done; }
     if (!ob_srv_get_int(body, "top_n", 1, 1 << 20, &top_n, r)) goto done;
     if (!tokenize(e, json_string_value(q), json_string_length(q), true, &qi, r)) goto done;
     if (!(di = parse_inputs(e, docs, &nd, r))) goto done;
@@ -266,9 +327,11 @@ static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, 
     sc = malloc(sizeof(float) * (size_t)nd * (size_t)e->dim);
     if (!pairs || !sc) { ob_srv_error(r, 500, NULL, "out of memory"); goto done; }
     for (int i = 0; i < nd; i++) {
-        if (!make_pair(&qi, &di[i], &pairs[i], r)) goto done;
+        if (!make_pair(e->tok, &qi, &di[i], &pairs[i], r)) goto done;
         if (pairs[i].n > e->n_ctx) {
-            ob_srv_error(r, 400, "invalid_request_error", "query + document %d is %d tokens, more than the context of %d", i, pairs[i].n, e->n_ctx);
+            char what[64];
+            snprintf(what, sizeof what, "query + document %d", i);
+            exceed_error(r, pairs[i].n, e->n_ctx, what);
             goto done;
         }
     }
@@ -302,13 +365,21 @@ done:
     json_decref(body);
 }
 
-bool ob_srv_route_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, ob_resp *r) {
+bool ob_oai_ready(ob_server_state *s, ob_resp *r);
+
+bool ob_srv_route_embeddings(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     const char *p = rq->path;
     bool emb_oai = !strcmp(p, "/v1/embeddings"), emb_native = !strcmp(p, "/embedding") || !strcmp(p, "/embeddings");
     bool rerank = !strcmp(p, "/v1/rerank") || !strcmp(p, "/rerank") || !strcmp(p, "/v1/reranking") || !strcmp(p, "/reranking");
     if (!emb_oai && !emb_native && !rerank) return false;
-    if (!e) { ob_srv_error(r, 501, NULL, "start the server with --embeddings or --reranking to use %s", p); return true; }
     if (strcmp(rq->method, "POST")) { ob_srv_error(r, 405, NULL, "%s takes POST", p); return true; }
+    if (!ob_oai_ready(s, r)) return true;
+    ob_srv_embd *e = s->embd;
+    if (!e) {
+        ob_srv_error(r, 501, "not_supported_error", "This server does not support %s. Start it with `%s`", rerank ? "reranking" : "embeddings",
+                     rerank ? "--reranking" : "--embeddings");
+        return true;
+    }
     if (rerank) handle_rerank(s, e, rq, r);
     else handle_embeddings(s, e, rq, r, emb_native);
     return true;

@@ -241,7 +241,18 @@ ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, in
     return p;
 }
 
+bool ob_oai_ready(ob_server_state *s, ob_resp *r);
+
+bool ob_gen_ready(ob_server_state *s, ob_resp *r) {
+    if (!ob_oai_ready(s, r)) return false;
+    if (s->sched) return true;
+    /* embedding mode has no scheduler; llama-server's words */
+    ob_srv_error(r, 501, "not_supported_error", "This server does not support completions. Start it without `--embeddings`");
+    return false;
+}
+
 ob_task *ob_gen_submit(ob_server_state *s, const ob_task_params *p, ob_resp *r) {
+    if (!ob_gen_ready(s, r)) return NULL;
     char err[256];
     ob_status st;
     ob_task *t = ob_sched_submit(s->sched, p, &st, err, sizeof err);

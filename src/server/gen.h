@@ -41,6 +41,9 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, bool add_generati
 
 ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, int n_prompt, int choice);
 
+/* Ready and generating (not embedding mode); else fills r (503, or llama-server's 501). */
+bool ob_gen_ready(ob_server_state *s, ob_resp *r);
+
 /* Submits; on failure fills r with the right status (400 exceed_context_size_error, 503). */
 ob_task *ob_gen_submit(ob_server_state *s, const ob_task_params *p, ob_resp *r);
 

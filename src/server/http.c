@@ -153,6 +153,7 @@ static enum MHD_Result send_resp(ob_http *h, struct MHD_Connection *c, ob_resp *
 
 static void route(ob_http *h, const ob_req *rq, ob_resp *r) {
     ob_server_state *s = &h->st;
+    if (ob_srv_route_embeddings(s, rq, r)) return;
     if (ob_srv_route_llama(s, rq, r)) return;
     if (ob_srv_route_openai(s, rq, r)) return;
     if (ob_srv_route_anthropic(s, rq, r)) return;
@@ -346,8 +347,14 @@ int ob_server_run(const ob_srv_config *cfg) {
     ob_sched *sched = NULL;
     ob_model *dm = NULL;
     ob_spec *spec = NULL;
+    ob_srv_embd *embd = NULL;
     ob_status st = ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
-    if (st == OB_OK) {
+    /* Embedding mode (llama-server's --embeddings, or a model with no LM head): one
+     * embeddings context and no chat scheduler; generation routes answer 501. */
+    bool embd_mode = st == OB_OK && ob_srv_embd_wanted(cfg, m);
+    if (embd_mode) {
+        st = ob_srv_embd_new(m, cfg, &embd, err, sizeof err);
+    } else if (st == OB_OK) {
         ob_context_params cp = ob_context_default_params();
         cp.n_seq = cfg->n_slots;
         cp.n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx / cfg->n_slots : 0;
@@ -356,7 +363,7 @@ int ob_server_run(const ob_srv_config *cfg) {
         cp.type_v = cfg->type_v;
         st = ob_context_new(m, &cp, &ctx, err, sizeof err);
     }
-    if (st == OB_OK && cfg->draft_path && cfg->draft_max > 0) {
+    if (st == OB_OK && !embd_mode && cfg->draft_path && cfg->draft_max > 0) {
         /* one draft sequence per slot, as long as a slot; proposals must fit the batch */
         ob_spec_params sp = {.n_max = OB_MIN(cfg->draft_max, cfg->n_batch - 1), .n_min = cfg->draft_min,
                              .p_min = cfg->draft_p_min};
@@ -368,7 +375,7 @@ int ob_server_run(const ob_srv_config *cfg) {
         if (st != OB_OK) snprintf(err, sizeof err, "draft model %s: %s", cfg->draft_path, e2);
         else ob_log(OB_LOG_INFO, "serve: speculative decoding with %s (up to %d tokens)", cfg->draft_path, sp.n_max);
     }
-    if (st == OB_OK) st = ob_sched_new(m, ctx, spec, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
+    if (st == OB_OK && !embd_mode) st = ob_sched_new(m, ctx, spec, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
     if (st != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
         h->st.ready = -1;
@@ -379,8 +386,13 @@ int ob_server_run(const ob_srv_config *cfg) {
     h->st.tok = ob_model_tokenizer(m);
     h->st.chat_template = ob_model_chat_template(m);
     h->st.sched = sched;
+    h->st.embd = embd;
     __atomic_store_n(&h->st.ready, 1, __ATOMIC_RELEASE);
-    ob_log(OB_LOG_INFO, "serve: ready: %d slot(s) of %d tokens", cfg->n_slots, ob_sched_n_ctx_slot(sched));
+    if (embd)
+        ob_log(OB_LOG_INFO, "serve: ready: %s, inputs of up to %d tokens", ob_srv_embd_ranks(embd) ? "reranking" : "embeddings",
+               ob_srv_embd_n_ctx(embd));
+    else
+        ob_log(OB_LOG_INFO, "serve: ready: %d slot(s) of %d tokens", cfg->n_slots, ob_sched_n_ctx_slot(sched));
 
     for (;;) {
         struct timespec ts = {0, 200 * 1000000L};
@@ -389,7 +401,7 @@ int ob_server_run(const ob_srv_config *cfg) {
             ob_log(OB_LOG_INFO, "serve: signal %d, shutting down", sig);
             break;
         }
-        if (ob_sched_failed(sched)) {
+        if ((sched && ob_sched_failed(sched)) || (embd && ob_srv_embd_failed(embd))) {
             /* in-flight requests already hold their 500; give them a moment to go out */
             __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
             struct timespec g = {1, 0};
@@ -399,10 +411,11 @@ int ob_server_run(const ob_srv_config *cfg) {
         }
     }
 out:
-    if (sched) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
+    if (sched || embd) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
     if (sched) ob_sched_stop(sched); /* fails what is left, so every reader finishes */
     MHD_stop_daemon(h->d);           /* waits for the connection threads */
     ob_sched_free(sched);
+    ob_srv_embd_free(embd);
     ob_spec_free(spec);
     ob_model_free(dm);
     ob_context_free(ctx);

@@ -1,5 +1,5 @@
 /* Lemonade's API under /api/v1 for the one loaded model: health, models, chat and text
- * completions (the OpenAI handlers), stats, system-info, load and unload. */
+ * completions (the OpenAI handlers), embeddings and reranking (embeddings.c), stats, system-info, load and unload. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,10 +12,18 @@
 
 bool ob_oai_ready(ob_server_state *s, ob_resp *r);
 
+/* Lemonade's label for what the model does: "llm", "embeddings" or "reranking". */
+static const char *model_type(ob_server_state *s) {
+    const ob_srv_config *c = s->cfg;
+    if (s->embd) return ob_srv_embd_ranks(s->embd) ? "reranking" : "embeddings";
+    if (__atomic_load_n(&s->ready, __ATOMIC_ACQUIRE) != 1) return c->reranking ? "reranking" : c->embeddings ? "embeddings" : "llm";
+    return "llm";
+}
+
 static json_t *model_entry(ob_server_state *s) {
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:s,s:b,s:b,s:[s]}", "id", s->model_id, "object", "model", "created",
                      (json_int_t)time(NULL), "owned_by", "lemonade", "checkpoint", s->cfg->model_path, "recipe",
-                     "onebit", "downloaded", 1, "suggested", 1, "labels", "llm");
+                     "onebit", "downloaded", 1, "suggested", 1, "labels", model_type(s));
 }
 
 static json_t *system_info(void) {
@@ -81,7 +89,7 @@ bool ob_srv_route_lemonade(ob_server_state *s, const ob_req *rq, ob_resp *r) {
             json_object_set_new(j, "model_loaded", json_string(s->model_id));
             json_object_set_new(j, "all_models_loaded",
                                 json_pack("[{s:s,s:s,s:s,s:s}]", "model_name", s->model_id, "checkpoint",
-                                          s->cfg->model_path, "type", "llm", "recipe", "onebit"));
+                                          s->cfg->model_path, "type", model_type(s), "recipe", "onebit"));
         } else {
             json_object_set_new(j, "model_loaded", json_null());
             json_object_set_new(j, "all_models_loaded", json_array());
@@ -99,10 +107,21 @@ bool ob_srv_route_lemonade(ob_server_state *s, const ob_req *rq, ob_resp *r) {
         snprintf(path, sizeof path, "/v1%s", p);
         sub.path = path;
         return ob_srv_route_openai(s, &sub, r);
+    } else if (!strcmp(p, "/embeddings") || !strcmp(p, "/reranking") || !strcmp(p, "/rerank")) {
+        ob_req sub = *rq;
+        sub.path = p[1] == 'e' ? "/v1/embeddings" : "/v1/rerank";
+        return ob_srv_route_embeddings(s, &sub, r);
     } else if (!strcmp(p, "/stats")) {
         if (!ob_oai_ready(s, r)) return true;
-        ob_sched_stats ss;
-        ob_sched_get_stats(s->sched, &ss);
+        ob_sched_stats ss = {0};
+        if (s->sched) {
+            ob_sched_get_stats(s->sched, &ss);
+        } else if (s->embd) {
+            ob_srv_embd_stats es;
+            ob_srv_embd_get_stats(s->embd, &es);
+            ss.last_prompt_tokens = es.last_tokens;
+            ss.last_ttft_s = es.last_s;
+        }
         ob_srv_json(r, 200, json_pack("{s:f,s:f,s:i,s:i,s:i,s:[]}", "time_to_first_token", ss.last_ttft_s,
                                       "tokens_per_second", ss.last_tps, "input_tokens", ss.last_prompt_tokens,
                                       "output_tokens", ss.last_gen_tokens, "prompt_tokens", ss.last_prompt_tokens,

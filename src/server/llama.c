@@ -170,11 +170,16 @@ static void props(ob_server_state *s, ob_resp *r) {
     const char *tmpl = s->cfg->chat_template ? s->cfg->chat_template : s->chat_template;
     json_t *params = json_pack("{s:i,s:f,s:i,s:f,s:f}", "n_predict", -1, "temperature", 0.8, "top_k", 40, "top_p", 0.95,
                                "min_p", 0.05);
+    /* embedding mode: one embeddings context, its length is the longest input */
+    int n_ctx = s->sched ? ob_sched_n_ctx_slot(s->sched) : s->embd ? ob_srv_embd_n_ctx(s->embd) : 0;
+    int n_slots = s->sched ? ob_sched_n_slots(s->sched) : 1;
     json_t *j = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b},s:b}", "default_generation_settings", "n_ctx",
-                          ob_sched_n_ctx_slot(s->sched), "params", params, "total_slots", ob_sched_n_slots(s->sched),
+                          n_ctx, "params", params, "total_slots", n_slots,
                           "model_path", s->cfg->model_path, "model_alias", s->model_id, "build_info", "onebit",
                           "modalities", "vision", 0, "audio", 0, "is_sleeping", 0);
     json_object_set_new(j, "chat_template", tmpl ? ob_srv_jstr(tmpl, strlen(tmpl)) : json_string(""));
+    json_object_set_new(j, "embedding", json_boolean(s->embd != NULL));
+    json_object_set_new(j, "reranking", json_boolean(s->embd && ob_srv_embd_ranks(s->embd)));
     ob_srv_json(r, 200, j);
 }
 
@@ -200,7 +205,7 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     if (!ob_oai_ready(s, r)) return true;
     switch (gi) {
     case 0: props(s, r); return true;
-    case 1: ob_srv_json(r, 200, ob_sched_slots_json(s->sched)); return true;
+    case 1: ob_srv_json(r, 200, s->sched ? ob_sched_slots_json(s->sched) : json_array()); return true;
     case 2:
         if (!s->cfg->metrics) {
             ob_srv_error(r, 501, NULL, "This server does not support metrics endpoint. Start it with `--metrics`");
@@ -214,7 +219,7 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     default: break;
     }
     switch (pi) {
-    case 0: completion(s, rq, r); break;
+    case 0: if (ob_gen_ready(s, r)) completion(s, rq, r); break;
     case 1: tokenize(s, rq, r); break;
     case 2: detokenize(s, rq, r); break;
     default: apply_template(s, rq, r); break;

@@ -5,8 +5,18 @@
 #include "server/gen.h"
 
 char *ob_srv_metrics_text(ob_server_state *s) {
-    ob_sched_stats st;
-    ob_sched_get_stats(s->sched, &st);
+    ob_sched_stats st = {0};
+    if (s->sched) {
+        ob_sched_get_stats(s->sched, &st);
+    } else if (s->embd) {
+        /* embedding mode: every input token is a prompt token; one request at a time */
+        ob_srv_embd_stats es;
+        ob_srv_embd_get_stats(s->embd, &es);
+        st.prompt_tokens = es.tokens;
+        st.prompt_s = es.seconds;
+        st.requests_done = es.requests;
+        st.n_decode_calls = es.n_decode;
+    }
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);

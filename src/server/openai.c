@@ -336,6 +336,6 @@ bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     bool compl = !strcmp(p, "/v1/completions") || !strcmp(p, "/completions");
     if (!chat && !compl) return false;
     if (!post) ob_srv_error(r, 405, NULL, "use POST");
-    else if (ob_oai_ready(s, r)) (chat ? chat_completions : completions)(s, rq, r);
+    else if (ob_gen_ready(s, r)) (chat ? chat_completions : completions)(s, rq, r);
     return true;
 }

@@ -13,6 +13,7 @@
 #include "onebit.h"
 
 typedef struct ob_sched ob_sched;
+typedef struct ob_srv_embd ob_srv_embd;
 
 typedef struct ob_srv_config {
     const char *host;          /* bind address; default 127.0.0.1 */
@@ -82,7 +83,8 @@ typedef struct ob_server_state {
     const ob_srv_config *cfg;
     ob_model *model;
     const ob_tokenizer *tok;
-    ob_sched *sched;
+    ob_sched *sched;            /* NULL in embedding mode: generation answers 501 */
+    ob_srv_embd *embd;          /* embeddings/rerank context, or NULL (not in embedding mode) */
     const char *model_id;       /* alias or file name */
     const char *chat_template;  /* model's template or NULL */
     volatile int ready;         /* 0 loading, 1 ready, -1 failed */
@@ -117,6 +119,28 @@ bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_anthropic(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_lemonade(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* ---- embeddings.c: /v1/embeddings, /embedding, /v1/rerank, /rerank ------------------- */
+
+/* Embedding mode: --embeddings, --reranking, or a model with no LM head (an encoder). */
+bool ob_srv_embd_wanted(const ob_srv_config *cfg, const ob_model *m);
+/* One embeddings context for every request (behind a mutex). Owns nothing of m. */
+ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **out, char *err, size_t err_len);
+void ob_srv_embd_free(ob_srv_embd *e);
+bool ob_srv_embd_ranks(const ob_srv_embd *e);
+int ob_srv_embd_n_ctx(const ob_srv_embd *e);  /* longest input, tokens */
+/* True once ob_decode reported a device fault; the server must then exit non-zero. */
+bool ob_srv_embd_failed(ob_srv_embd *e);
+/* Totals since start, for /metrics and Lemonade's /stats. */
+typedef struct ob_srv_embd_stats {
+    uint64_t tokens, requests, n_decode;
+    double seconds;
+    int last_tokens;
+    double last_s;
+} ob_srv_embd_stats;
+void ob_srv_embd_get_stats(ob_srv_embd *e, ob_srv_embd_stats *out);
+/* Owns the embedding and rerank paths (answers 501 on them when s->embd is NULL). */
+bool ob_srv_route_embeddings(ob_server_state *s, const ob_req *rq, ob_resp *r);
 
 /* metrics.c: Prometheus text of the scheduler's counters. */
 char *ob_srv_metrics_text(ob_server_state *s);

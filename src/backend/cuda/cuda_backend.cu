@@ -83,6 +83,7 @@ static bool supports_node(const ob_tensor *n) {
         const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         const int n_kv = n->ip[1];
         if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
+        if (n->fp[2] != 0.0f) return false; /* ALiBi: no kernel yet, so placement refuses it */
         if (hd % 32 != 0 || hd > 256 || H > 65535 || T > 65535) return false;
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
@@ -484,16 +485,6 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;
-    /* Profiled steps: one op (with what it fused) per launch unit, events between units. */
-    int64_t nev = 0;
-    ob_op *prof_op = NULL;
-    bool *prof_fused = NULL;
-    if (cx->prof && prof_reserve(cx, g->n)) {
-        prof_op = (ob_op *)malloc(sizeof(ob_op) * (size_t)g->n);
-        prof_fused = (bool *)malloc(sizeof(bool) * (size_t)g->n);
-        if (!prof_op || !prof_fused) { free(prof_op); free(prof_fused); prof_op = NULL; prof_fused = NULL; }
-    }
-    if (prof_op) capturable = false;
     if (need > cx->tmp_size || qneed > cx->qx_size) {
         /* Captured steps hold the old scratch pointers: drop them with the buffers. */
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
@@ -514,6 +505,16 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             *size = want;
         }
     }
+    /* Profiled steps: one op (with what it fused) per launch unit, events between units. */
+    int64_t nev = 0;
+    ob_op *prof_op = NULL;
+    bool *prof_fused = NULL;
+    if (cx->prof && prof_reserve(cx, g->n)) {
+        prof_op = (ob_op *)malloc(sizeof(ob_op) * (size_t)g->n);
+        prof_fused = (bool *)malloc(sizeof(bool) * (size_t)g->n);
+        if (!prof_op || !prof_fused) { free(prof_op); free(prof_fused); prof_op = NULL; prof_fused = NULL; }
+    }
+    if (prof_op) capturable = false;
     bool ok = true;
     if (capturable) {
         /* Capture a structure the second time it is seen in a row: one-off graphs (a
@@ -537,7 +538,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
             if (!supports_node(n)) {
                 ob_status st = run_fallback(cx, n, err, err_len);
-                if (st) return st;
+                if (st) { free(prof_op); free(prof_fused); return st; }
                 qx_note_write(cx, n);
                 continue;
             }

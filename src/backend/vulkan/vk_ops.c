@@ -87,6 +87,7 @@ bool ob_vk_supports_node(const ob_tensor *n) {
         int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         int n_kv = n->ip[1];
         if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0 || hd > 512) return false;
+        if (n->fp[2] != 0.0f) return false; /* ALiBi: no shader yet, so placement refuses it */
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T &&

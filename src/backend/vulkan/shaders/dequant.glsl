@@ -54,7 +54,10 @@ void k4_scale_min(uint64_t s, uint j, out float sc, out float m) {
 // its header says how points are packed). Each workgroup copies its type's table into
 // shared memory once: dynamically indexed constant arrays are slow or spill on many
 // drivers. The table is sized by TYPE, so other types pay one word.
+// OB_IQ_GRID names the table of this build variant; the base variant has none.
+#ifdef OB_IQ_GRID
 #include "iq_grids.glsl"
+#endif
 const uint IQ_TAB_N = TYPE == T_IQ2_XXS ? 512 : TYPE == T_IQ2_XS ? 1024 : TYPE == T_IQ2_S ? 2048 :
                       TYPE == T_IQ3_XXS ? 256 : TYPE == T_IQ3_S ? 512 :
                       TYPE == T_IQ1_S || TYPE == T_IQ1_M ? 1024 : 1;
@@ -62,12 +65,11 @@ shared uint iq_tab[IQ_TAB_N];
 
 // Every invocation of the workgroup must call this before dq_chunk (it has a barrier).
 void iq_init(uint tid, uint nthreads) {
+#ifdef OB_IQ_GRID
     if (!IQ) return;
-    for (uint i = tid; i < IQ_TAB_N; i += nthreads)
-        iq_tab[i] = TYPE == T_IQ2_XXS ? IQ2XXS_GRID[i] : TYPE == T_IQ2_XS ? IQ2XS_GRID[i] :
-                    TYPE == T_IQ2_S ? IQ2S_GRID[i] : TYPE == T_IQ3_XXS ? IQ3XXS_GRID[i] :
-                    TYPE == T_IQ3_S ? IQ3S_GRID[i] : IQ1S_GRID[i];
+    for (uint i = tid; i < IQ_TAB_N; i += nthreads) iq_tab[i] = OB_IQ_GRID[i];
     barrier();
+#endif
 }
 
 // 7 stored sign bits plus the parity bit that makes the count of minus signs even.
