@@ -19,7 +19,7 @@ prep)
   apt-get $o update -qq
   # The loader goes into / on the device (as its README says); our other runtime
   # libraries are unpacked beside the binary and found through LD_LIBRARY_PATH.
-  (cd .gl && apt-get $o download libvulkan1 >/dev/null)
+  (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
   tmp=$(mktemp -d)
   (cd "$tmp" && apt-get $o download libjansson4 libutf8proc2 libpcre2-8-0 >/dev/null)
   for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/x"; done
@@ -30,6 +30,7 @@ prep)
   ;;
 run)
   for f in .gl/*.deb; do dpkg -x "$f" /; done
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   ldconfig
   export LD_LIBRARY_PATH=$PWD/.dev/vulkan/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   out=${OUT:-/tmp}
