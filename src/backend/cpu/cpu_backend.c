@@ -1,5 +1,6 @@
-/* The CPU backend: the ob_backend interface over host memory, and the compute loop that
- * runs each node of a graph on every thread of the pool with a barrier after it. */
+/* The CPU backend: the ob_backend interface over host memory, and the compute loop. A graph
+ * is one pool dispatch: its nodes are cut into stages (see ob_cpu_stage) and the threads
+ * meet at one barrier between stages, not after every node. */
 #include "backend/cpu/cpu.h"
 #include <pthread.h>
 #include <stdio.h>

@@ -3,7 +3,8 @@
  *   src0 W [K, N] any type with a to_float; src1 x F32 [K, T]; dst F32 [N, T].
  *
  * Phase 1: the threads quantize the T activation columns into the weight kernel's act
- * format (work buffer), then meet at a barrier. Phase 2: each thread takes a contiguous
+ * format (work buffer), then meet at a barrier; with few tokens each thread quantizes all
+ * of them into its own copy instead, and there is no barrier. Phase 2: each thread takes a contiguous
  * range of output rows and walks it in tiles of rows small enough to stay in cache; for
  * each tile it sweeps the tokens OB_DOT_MAX_COLS at a time, so prefill streams the
  * weights from memory once instead of once per token. */
