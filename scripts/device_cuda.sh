@@ -8,11 +8,6 @@
 #                         the Qwen3 tokenizer for synth)
 #   ONEBIT_BENCH="qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M ..."   which files to bench
 #   ONEBIT_SKIP_TEST=1    bench only
-#   ONEBIT_BENCH_NOFUSE="qwen3-0.6b:Q4_K_M"   of the benched files, those to bench again
-#                         with the fused decode kernels off (ONEBIT_CUDA_FUSE=0), and
-#                         to check that greedy text is the same either way
-#   ONEBIT_PROFILE="qwen3-0.6b:Q4_K_M"   of the benched files, those to decode 64 tokens
-#                         with ONEBIT_CUDA_PROFILE=1 (GPU ms per op per step -> profile-*.txt)
 set -u
 OUT=${OUT:-/tmp/onebit-out}
 mkdir -p "$OUT"
@@ -47,29 +42,5 @@ for spec in ${ONEBIT_BENCH:-qwen3-0.6b:Q4_K_M qwen3-8b:Q4_K_M}; do
         { echo "synth $spec failed"; tail -5 "$OUT/synth-$shape-$type.log"; continue; }
     echo "synth $spec: $(( $(date +%s) - t0 )) s"
     timeout 300 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 3 --device cuda --peak-gbs 4300 2>&1 | tee -a "$OUT/bench.md"
-    case " ${ONEBIT_BENCH_NOFUSE:-} " in
-    *" $spec "*)
-        echo "$spec with ONEBIT_CUDA_FUSE=0:" | tee -a "$OUT/bench.md"
-        ONEBIT_CUDA_FUSE=0 timeout 300 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 3 --device cuda --peak-gbs 4300 2>&1 |
-            tee -a "$OUT/bench.md"
-        # Fused kernels repeat the unfused float operations: greedy text must not change.
-        for fu in 1 0; do
-            ONEBIT_CUDA_FUSE=$fu timeout 120 "$B/1bit" run -m "$f" -p "The capital of France is" -n 64 --temp 0 \
-                --device cuda >"$OUT/greedy-$shape-$type-fuse$fu.txt" 2>"$OUT/greedy-$shape-$type-fuse$fu.log"
-        done
-        if cmp -s "$OUT/greedy-$shape-$type-fuse1.txt" "$OUT/greedy-$shape-$type-fuse0.txt" &&
-            [ -s "$OUT/greedy-$shape-$type-fuse1.txt" ]; then
-            echo "greedy $spec: fused == unfused"
-        else
-            echo "greedy $spec: fused and unfused DIFFER (or empty)"
-        fi ;;
-    esac
-    case " ${ONEBIT_PROFILE:-} " in
-    *" $spec "*)
-        ONEBIT_CUDA_PROFILE=1 timeout 120 "$B/1bit" run -m "$f" -p "The capital of France is" -n 64 --temp 0 \
-            --device cuda >/dev/null 2>"$OUT/profile-$shape-$type.txt"
-        echo "profile $spec:"
-        grep -A40 "cuda profile" "$OUT/profile-$shape-$type.txt" | head -30 ;;
-    esac
 done
 exit $rc
