@@ -276,7 +276,9 @@ static void test_get_rows(void) {
         ob_tensor *o = ob_get_rows(g, ob_leaf(g, "tab", t, 2, ne, tab), ob_leaf(g, "ids", OB_TYPE_I32, 1, nt, ids));
         char what[64];
         snprintf(what, sizeof(what), "get_rows %s", ob_type_name(t));
+        double tt = ob_time_s();
         check_graph(g, o, 1e-7, 1e-6, what);
+        printf("TMP %s %.2f\n", what, ob_time_s() - tt);
         ob_graph_free(g);
         free(tab);
     }

@@ -54,13 +54,8 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                  .pName = "main", .pSpecializationInfo = &si},
+                  .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
         .layout = vk->layout};
-    ob_vk_variant v = ob_vk_variant_of(type);
-    ci.stage.module = vk->mods[sh][v];
-    if (!ci.stage.module)
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: shader %s has no %s variant",
-                       ob_vk_spv_table[sh][0].name, ob_type_name(type));
     OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, &vk->pipes[sh][type]));
     *out = vk->pipes[sh][type];
     return OB_OK;
@@ -247,5 +242,9 @@ ob_backend *ob_backend_vulkan_new(int device, bool allow_fallback, char *err, si
            vk->info.subgroup, vk->host_visible ? ", host-visible memory" : "");
     be->iface = &g_vk_iface;
     be->ctx = vk;
+    if (ob_vk_iq_tables_init(be, err, err_len) != OB_OK) {
+        vk_destroy(be);
+        return NULL;
+    }
     return be;
 }

@@ -216,13 +216,11 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
                                       .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
-    for (int s = 0; s < OB_VK_SH_COUNT; s++)
-        for (int v = 0; v < OB_VK_VAR_COUNT; v++) {
-            if (!ob_vk_spv_table[s][v].code) continue;
-            VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                            .codeSize = ob_vk_spv_table[s][v].size, .pCode = ob_vk_spv_table[s][v].code};
-            OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s][v]));
-        }
+    for (int s = 0; s < OB_VK_SH_COUNT; s++) {
+        VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                        .codeSize = ob_vk_spv_table[s].size, .pCode = ob_vk_spv_table[s].code};
+        OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
+    }
     if (!vk->host_visible) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
@@ -238,8 +236,7 @@ void ob_vk_device_free(ob_vk *vk) {
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)
                 if (vk->pipes[s][t]) vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
-            for (int v = 0; v < OB_VK_VAR_COUNT; v++)
-                if (vk->mods[s][v]) vkDestroyShaderModule(vk->dev, vk->mods[s][v], NULL);
+            if (vk->mods[s]) vkDestroyShaderModule(vk->dev, vk->mods[s], NULL);
         }
         if (vk->layout) vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);

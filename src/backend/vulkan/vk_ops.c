@@ -119,6 +119,8 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     pc.d = addr(n->src[3]);
     pc.e = addr(n->src[4]);
     pc.o = addr(n);
+    /* Weight decoders find the IQ lattice tables at e (no such node has a fifth source). */
+    if (n->op == OB_OP_GET_ROWS || n->op == OB_OP_MATMUL || n->op == OB_OP_CPY) pc.e = vk->iq_tab;
     uint64_t ne = (uint64_t)ob_nelements(n);
     switch (n->op) {
     case OB_OP_GET_ROWS:

@@ -50,26 +50,28 @@ void k4_scale_min(uint64_t s, uint j, out float sc, out float m) {
     }
 }
 
-// IQ lattices (iq_grids.glsl is generated from src/format/quant_iq_grids.h at build time;
-// its header says how points are packed). Each workgroup copies its type's table into
-// shared memory once: dynamically indexed constant arrays are slow or spill on many
-// drivers. The table is sized by TYPE, so other types pay one word.
-// OB_IQ_GRID names the table of this build variant; the base variant has none.
-#ifdef OB_IQ_GRID
-#include "iq_grids.glsl"
-#endif
+// IQ lattices. vk_iq.c packs the tables of src/format/quant_iq_grids.h into one device
+// buffer (address in pc.e) in this order and layout:
+//   IQ2 grids  one point = 2 words, byte j of the pair is coordinate j
+//   IQ3 grids  one point = 1 word
+//   IQ1 grid   one point = 16 bits (2-bit codes, coordinate + 1), two points per word
+// They come through a buffer, not GLSL constant arrays: lavapipe took up to 80 s to build
+// one pipeline holding a 2048-word constant array. Each workgroup copies its type's table
+// into shared memory once; the array is sized by TYPE, so other types pay one word.
 const uint IQ_TAB_N = TYPE == T_IQ2_XXS ? 512 : TYPE == T_IQ2_XS ? 1024 : TYPE == T_IQ2_S ? 2048 :
                       TYPE == T_IQ3_XXS ? 256 : TYPE == T_IQ3_S ? 512 :
                       TYPE == T_IQ1_S || TYPE == T_IQ1_M ? 1024 : 1;
+const uint IQ_TAB_OFF = TYPE == T_IQ2_XXS ? 0 : TYPE == T_IQ2_XS ? 512 : TYPE == T_IQ2_S ? 1536 :
+                        TYPE == T_IQ3_XXS ? 3584 : TYPE == T_IQ3_S ? 3840 : 4352; // words
 shared uint iq_tab[IQ_TAB_N];
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer BU32 { uint v[]; };
 
 // Every invocation of the workgroup must call this before dq_chunk (it has a barrier).
 void iq_init(uint tid, uint nthreads) {
-#ifdef OB_IQ_GRID
     if (!IQ) return;
-    for (uint i = tid; i < IQ_TAB_N; i += nthreads) iq_tab[i] = OB_IQ_GRID[i];
+    BU32 src = BU32(pc.e + 4ul * IQ_TAB_OFF);
+    for (uint i = tid; i < IQ_TAB_N; i += nthreads) iq_tab[i] = src.v[i];
     barrier();
-#endif
 }
 
 // 7 stored sign bits plus the parity bit that makes the count of minus signs even.
