@@ -21,7 +21,8 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENIZERS = Path("/work/shared/data/tokenizers")
+# ../shared beside the checkout (as CI lays it out), or ONEBIT_SHARED
+TOKENIZERS = Path(os.environ.get("ONEBIT_SHARED", ROOT.parent / "shared")) / "data/tokenizers"
 CONVERSATIONS = json.loads((ROOT / "tests/fixtures/chat/conversations.json").read_text())
 BIN = os.environ.get("ONEBIT_BIN")
 BUILD = os.environ.get("ONEBIT_BUILD")

@@ -9,7 +9,9 @@ import os
 import random
 import sys
 
-DATA = "/work/shared/data/tokenizers"
+# ../shared beside the checkout (as CI lays it out), or ONEBIT_SHARED
+DATA = os.path.join(os.environ.get("ONEBIT_SHARED", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared")),
+                    "data/tokenizers")
 
 WORDS = ("the of and to in is was he for it with as his on be at by had are but from or have an they which "
          "one you were her all she there would their we him been has when who will more no if out so said what "
