@@ -276,9 +276,7 @@ static void test_get_rows(void) {
         ob_tensor *o = ob_get_rows(g, ob_leaf(g, "tab", t, 2, ne, tab), ob_leaf(g, "ids", OB_TYPE_I32, 1, nt, ids));
         char what[64];
         snprintf(what, sizeof(what), "get_rows %s", ob_type_name(t));
-        double tt = ob_time_s();
         check_graph(g, o, 1e-7, 1e-6, what);
-        printf("TMP %s %.2f\n", what, ob_time_s() - tt);
         ob_graph_free(g);
         free(tab);
     }
@@ -558,27 +556,16 @@ int main(void) {
     ob_rng_seed(&g_rng, 0x5eed0bu);
     double t0 = ob_time_s();
     test_norms();
-    printf("test_norms %.1f s\n", ob_time_s() - t0);
     test_elementwise();
-    printf("test_elementwise %.1f s\n", ob_time_s() - t0);
     test_rope();
-    printf("test_rope %.1f s\n", ob_time_s() - t0);
     test_get_rows();
-    printf("test_get_rows %.1f s\n", ob_time_s() - t0);
     test_matmul();
-    printf("test_matmul %.1f s\n", ob_time_s() - t0);
     test_cpy();
-    printf("test_cpy %.1f s\n", ob_time_s() - t0);
     test_kv_store();
-    printf("test_kv_store %.1f s\n", ob_time_s() - t0);
     test_attention();
-    printf("test_attention %.1f s\n", ob_time_s() - t0);
     test_chain();
-    printf("test_chain %.1f s\n", ob_time_s() - t0);
     test_bad_ids();
-    printf("test_bad_ids %.1f s\n", ob_time_s() - t0);
     test_fallback();
-    printf("test_fallback %.1f s\n", ob_time_s() - t0);
     printf("ops: %.1f s\n", ob_time_s() - t0);
     test_models();
     printf("total: %.1f s\n", ob_time_s() - t0);
