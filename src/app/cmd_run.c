@@ -305,8 +305,10 @@ int ob_cmd_run(int argc, char **argv) {
             double tp = 0, tg = 0;
             int ng = 0;
             ob_status st = generate(&g, ids, n, n_predict < 0 ? 256 : n_predict, NULL, NULL, &tp, &tg, &ng);
-            fputc('\n', stdout);
-            print_timings(n, tp, ng, tg);
+            if (!st) {
+                fputc('\n', stdout);
+                print_timings(n, tp, ng, tg);
+            }
             rc = st ? 1 : 0;
         }
         free(ids);
