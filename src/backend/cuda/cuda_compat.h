@@ -8,7 +8,7 @@
 #if defined(ONEBIT_HIP_BUILD) || defined(__HIP_PLATFORM_AMD__)
 #include <hip/hip_runtime.h>
 #include <hip/hip_fp16.h>
-#include <hipblas/hipblas.h>
+#include <stdlib.h>
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
@@ -42,6 +42,12 @@
 #define cudaGraphLaunch hipGraphLaunch
 #define cudaGraphDestroy hipGraphDestroy
 #define cudaGraphExecDestroy hipGraphExecDestroy
+#define OB_HIP 1
+#define OB_SYMBOL(s) HIP_SYMBOL(s)
+#define OB_SHFL_XOR(v, m) __shfl_xor((v), (m))
+
+#ifdef ONEBIT_HIPBLAS
+#include <hipblas/hipblas.h>
 #define cublasHandle_t hipblasHandle_t
 #define cublasStatus_t hipblasStatus_t
 #define CUBLAS_STATUS_SUCCESS HIPBLAS_STATUS_SUCCESS
@@ -51,9 +57,79 @@
 #define cublasSgemm hipblasSgemm
 #define CUBLAS_OP_T HIPBLAS_OP_T
 #define CUBLAS_OP_N HIPBLAS_OP_N
-#define OB_HIP 1
-#define OB_SYMBOL(s) HIP_SYMBOL(s)
-#define OB_SHFL_XOR(v, m) __shfl_xor((v), (m))
+/* C[m, n] (f32) = alpha op(A) op(B) + beta C with f16 A and B, column-major as in BLAS. */
+static inline hipblasStatus_t ob_hip_gemm_f16(hipblasHandle_t h, int m, int n, int k, const float *alpha, const __half *A,
+                                              int lda, const __half *B, int ldb, const float *beta, float *C, int ldc) {
+    return hipblasGemmEx(h, HIPBLAS_OP_T, HIPBLAS_OP_N, m, n, k, alpha, A, HIPBLAS_R_16F, lda, B, HIPBLAS_R_16F, ldb, beta, C,
+                         HIPBLAS_R_32F, ldc, HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT);
+}
+#else
+/* Debian 12 packages no hipBLAS, so the prefill GEMMs get a plain shared-memory tiled
+ * kernel here: correct, not tuned. Only the shape the backend uses is supported:
+ * C[m, n] = alpha A^T B + beta C, column-major, A [k, m] (lda), B [k, n] (ldb), so every
+ * output is a dot of two contiguous k-vectors. */
+typedef struct ob_hip_blas { hipStream_t stream; } *cublasHandle_t;
+typedef int cublasStatus_t;
+#define CUBLAS_STATUS_SUCCESS 0
+#define OB_HIP_BLAS_BAD_OP 6
+#define OB_HIP_BLAS_LAUNCH 13
+enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 };
+#define OB_HIP_GEMM_TILE 16
+
+template <typename TA>
+__global__ void ob_hip_k_gemm_tn(int m, int n, int k, float alpha, const TA *__restrict__ A, int lda, const TA *__restrict__ B,
+                                 int ldb, float beta, float *__restrict__ C, int ldc) {
+    __shared__ float as[OB_HIP_GEMM_TILE][OB_HIP_GEMM_TILE + 1], bs[OB_HIP_GEMM_TILE][OB_HIP_GEMM_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int i0 = blockIdx.x * OB_HIP_GEMM_TILE, j0 = blockIdx.y * OB_HIP_GEMM_TILE;
+    float acc = 0.0f;
+    for (int p0 = 0; p0 < k; p0 += OB_HIP_GEMM_TILE) {
+        /* row ty of each tile: k-elements p0+tx of A column i0+ty and B column j0+ty */
+        const int p = p0 + tx;
+        as[ty][tx] = (i0 + ty < m && p < k) ? (float)A[(size_t)(i0 + ty) * lda + p] : 0.0f;
+        bs[ty][tx] = (j0 + ty < n && p < k) ? (float)B[(size_t)(j0 + ty) * ldb + p] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < OB_HIP_GEMM_TILE; q++) acc += as[tx][q] * bs[ty][q];
+        __syncthreads();
+    }
+    const int i = i0 + tx, j = j0 + ty;
+    if (i < m && j < n) {
+        float *c = C + (size_t)j * ldc + i;
+        *c = alpha * acc + (beta != 0.0f ? beta * *c : 0.0f);
+    }
+}
+
+static inline cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = (cublasHandle_t)calloc(1, sizeof(**h));
+    return *h ? CUBLAS_STATUS_SUCCESS : OB_HIP_BLAS_LAUNCH;
+}
+static inline cublasStatus_t cublasDestroy(cublasHandle_t h) {
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static inline cublasStatus_t cublasSetStream(cublasHandle_t h, hipStream_t s) {
+    h->stream = s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+template <typename TA>
+static cublasStatus_t ob_hip_gemm_tn(cublasHandle_t h, int m, int n, int k, float alpha, const TA *A, int lda, const TA *B,
+                                     int ldb, float beta, float *C, int ldc) {
+    const dim3 grid((m + OB_HIP_GEMM_TILE - 1) / OB_HIP_GEMM_TILE, (n + OB_HIP_GEMM_TILE - 1) / OB_HIP_GEMM_TILE);
+    ob_hip_k_gemm_tn<TA><<<grid, dim3(OB_HIP_GEMM_TILE, OB_HIP_GEMM_TILE), 0, h->stream>>>(m, n, k, alpha, A, lda, B, ldb, beta,
+                                                                                          C, ldc);
+    return hipGetLastError() == hipSuccess ? CUBLAS_STATUS_SUCCESS : OB_HIP_BLAS_LAUNCH;
+}
+static inline cublasStatus_t cublasSgemm(cublasHandle_t h, int opa, int opb, int m, int n, int k, const float *alpha,
+                                         const float *A, int lda, const float *B, int ldb, const float *beta, float *C, int ldc) {
+    if (opa != CUBLAS_OP_T || opb != CUBLAS_OP_N) return OB_HIP_BLAS_BAD_OP;
+    return ob_hip_gemm_tn<float>(h, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+}
+static inline cublasStatus_t ob_hip_gemm_f16(cublasHandle_t h, int m, int n, int k, const float *alpha, const __half *A, int lda,
+                                             const __half *B, int ldb, const float *beta, float *C, int ldc) {
+    return ob_hip_gemm_tn<__half>(h, m, n, k, *alpha, A, lda, B, ldb, *beta, C, ldc);
+}
+#endif /* ONEBIT_HIPBLAS */
 #else
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>

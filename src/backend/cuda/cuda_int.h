@@ -73,7 +73,7 @@ size_t ob_cu_attention_tmp_size(const ob_tensor *n);
 bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n);
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(__HIPCC__)
 /* f32 -> f16 bits, round to nearest even, integer-only: bit-identical to ob_f32_to_f16,
  * so a Q8_0 block written on the device equals the host reference byte for byte. */
 static __device__ __forceinline__ uint16_t ob_cu_f16_bits(float f) {

@@ -230,9 +230,9 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
             A = w16;
         }
 #ifdef OB_HIP
-        cublasStatus_t s = hipblasGemmEx(cx->blas, HIPBLAS_OP_T, HIPBLAS_OP_N, (int)rows, (int)T, (int)K, &one, A, HIPBLAS_R_16F,
-                                         (int)K, x16, HIPBLAS_R_16F, (int)K, &zero, y + r0, HIPBLAS_R_32F, (int)N,
-                                         HIPBLAS_R_32F, HIPBLAS_GEMM_DEFAULT);
+        /* hipBLAS GemmEx, or cuda_compat.h's own kernel where hipBLAS is not packaged */
+        cublasStatus_t s = ob_hip_gemm_f16(cx->blas, (int)rows, (int)T, (int)K, &one, A, (int)K, x16, (int)K, &zero,
+                                           y + r0, (int)N);
 #else
         cublasStatus_t s = cublasGemmEx(cx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)T, (int)K, &one, A, CUDA_R_16F,
                                         (int)K, x16, CUDA_R_16F, (int)K, &zero, y + r0, CUDA_R_32F, (int)N,
