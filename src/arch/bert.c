@@ -3,7 +3,7 @@
  * x = LN(x + attn(x)); x = LN(x + ffn(x)); attention over the whole sequence. The output
  * is pooled per sequence (mean / CLS / last); a rank head maps the CLS vector through
  * dense -> tanh -> dense to one score per label. */
-#include "arch/arch.h"
+#include "arch/arch_common.h"
 #include "format/quant.h"
 #include <math.h>
 #include <stdio.h>
@@ -41,36 +41,16 @@ static int bert_kind(const char *arch) {
 }
 
 static ob_status bert_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
-    const char *a = ob_gguf_get_str(g, "general.architecture");
-    if (!a) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: general.architecture missing");
-    snprintf(hp->arch, sizeof(hp->arch), "%s", a);
+    /* The keys every family shares (sizes, heads, rope base, attention scale). */
+    ob_status st = ob_hp_load_common(g, hp, err, err_len);
+    if (st) return st;
+    const char *a = hp->arch;
     uint32_t v;
-    struct { const char *suffix; int *dst; bool required; } ints[] = {
-        {"embedding_length", &hp->n_embd, true},
-        {"block_count", &hp->n_layer, true},
-        {"attention.head_count", &hp->n_head, true},
-        {"feed_forward_length", &hp->n_ff, true},
-        {"context_length", &hp->n_ctx_train, false},
-    };
-    for (size_t i = 0; i < OB_ARRAY_LEN(ints); i++) {
-        if (ob_hp_u32(g, a, ints[i].suffix, &v)) *ints[i].dst = (int)v;
-        else if (ints[i].required)
-            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s missing", a, ints[i].suffix);
-    }
-    if (hp->n_layer <= 0 || hp->n_layer > OB_MAX_LAYERS || hp->n_embd <= 0 || hp->n_head <= 0 ||
-        hp->n_embd % hp->n_head || hp->n_ff <= 0 || hp->n_ff > (1 << 20) || hp->n_embd > (1 << 16))
+    if (hp->n_embd % hp->n_head || hp->n_ff > (1 << 20) || hp->n_embd > (1 << 16) || hp->n_head_kv != hp->n_head)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: implausible hyperparameters (layers %d, embd %d, heads %d, ff %d)",
                        hp->n_layer, hp->n_embd, hp->n_head, hp->n_ff);
-    hp->n_head_kv = hp->n_head;
-    hp->head_dim = hp->n_embd / hp->n_head;
-    if (hp->head_dim % 2) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad head dimension %d", hp->head_dim);
-    hp->n_rot = hp->head_dim;
     hp->rope_mode = 2;
-    hp->rope_freq_scale = 1.0f;
-    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
     if (!ob_hp_f32(g, a, "attention.layer_norm_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-12f;
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->embd_scale = 1.0f;
     hp->encoder = true;
     hp->pooling_type = ob_hp_u32(g, a, "pooling_type", &v) ? (int)v : OB_POOLING_CLS;
     const ob_gguf_tensor *co = ob_gguf_find_tensor(g, "cls.output.weight");
