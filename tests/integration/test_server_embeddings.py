@@ -10,10 +10,8 @@ input gets 4xx; generation routes answer 501. Each server is started and stopped
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,44 +21,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FIX = os.path.join(ROOT, "tests", "fixtures", "embed")
 BIN = os.environ.get("ONEBIT_BIN", os.path.join(ROOT, "build", "1bit"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import serverutil  # noqa: E402
 import test_embeddings as te  # noqa: E402  (minilm_dir, reference, embed_all)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(serverutil.Server):
     def __init__(self, model, args):
-        self.port = free_port()
-        cmd = [BIN, "serve", "-m", model, "--port", str(self.port), "-t", "2"] + args
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited: " + self.proc.stdout.read().decode(errors="replace"))
-            try:
-                if requests.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("server did not become healthy")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        out = self.proc.stdout.read().decode(errors="replace")
-        return self.proc.returncode, out
+        super().__init__(["-t", "2"] + list(args), model=model)
 
     def post(self, path, body, **kw):
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)

