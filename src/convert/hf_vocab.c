@@ -60,6 +60,28 @@ static ob_status wordpiece_to_gguf(vocab *v, char *err, size_t err_len) {
     return OB_OK;
 }
 
+/* Ids come from model.vocab and added_tokens; the vocabulary is 0..max id. */
+static ob_status vocab_count(const json_t *j, const json_t *jv, const char *path, int64_t *out, char *err, size_t err_len) {
+    int64_t n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)jv, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id >= OB_VOCAB_MAX)
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: token '%.100s' has a bad id", path, key);
+        if (id + 1 > n) n = id + 1;
+    }
+    size_t ai;
+    json_array_foreach(json_object_get(j, "added_tokens"), ai, val) {
+        json_int_t id = json_integer_value(json_object_get(val, "id"));
+        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content")))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, ai);
+        if (id + 1 > n) n = id + 1;
+    }
+    *out = n;
+    return OB_OK;
+}
+
 static ob_status from_tokenizer_json(vocab *v, const char *path, char *err, size_t err_len) {
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
@@ -77,28 +99,11 @@ static ob_status from_tokenizer_json(vocab *v, const char *path, char *err, size
         st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: model.vocab missing or empty", path);
         goto done;
     }
-    /* Ids may come from vocab and added_tokens; the vocabulary is 0..max id. */
     int64_t n = 0;
+    if ((st = vocab_count(j, jv, path, &n, err, err_len))) goto done;
     const char *key;
-    json_t *val;
-    json_object_foreach(jv, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id >= OB_VOCAB_MAX) {
-            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: token '%.100s' has a bad id", path, key);
-            goto done;
-        }
-        if (id + 1 > n) n = id + 1;
-    }
-    json_t *added = json_object_get(j, "added_tokens");
+    json_t *val, *added = json_object_get(j, "added_tokens");
     size_t ai;
-    json_array_foreach(added, ai, val) {
-        json_int_t id = json_integer_value(json_object_get(val, "id"));
-        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content"))) {
-            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, ai);
-            goto done;
-        }
-        if (id + 1 > n) n = id + 1;
-    }
     if ((st = vocab_alloc(v, n, err, err_len))) goto done;
     json_object_foreach(jv, key, val) {
         int64_t id = json_integer_value(val);
@@ -248,23 +253,10 @@ ob_status ob_convert_vocab_bpe(ob_gguf_writer *w, const char *dir, int64_t *n_vo
     }
     if (!pre) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: unknown pre-tokenizer (known: GPT-2, Llama 3, Qwen2)", path); goto done; }
     int64_t n = 0;
+    if ((st = vocab_count(j, jv, path, &n, err, err_len))) goto done;
     const char *key;
-    json_t *val;
-    json_object_foreach(jv, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id >= OB_VOCAB_MAX) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: bad id", path); goto done; }
-        if (id + 1 > n) n = id + 1;
-    }
-    json_t *added = json_object_get(j, "added_tokens");
+    json_t *val, *added = json_object_get(j, "added_tokens");
     size_t ai;
-    json_array_foreach(added, ai, val) {
-        json_int_t id = json_integer_value(json_object_get(val, "id"));
-        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content"))) {
-            st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, ai);
-            goto done;
-        }
-        if (id + 1 > n) n = id + 1;
-    }
     if ((st = vocab_alloc(&v, n, err, err_len))) goto done;
     json_object_foreach(jv, key, val) {
         if (!(v.tok[json_integer_value(val)] = strdup(key))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
