@@ -40,7 +40,10 @@ typedef struct ob_synth {
     int n;
     uint64_t seed;
     int n_threads;
+    bool fast; /* --fast: rows repeat every OB_SYNTH_FAST_ROWS (bench files in seconds) */
 } ob_synth;
+
+#define OB_SYNTH_FAST_ROWS 64
 
 /* llama.cpp's "use more bits" layer rule for Q4_K_M: first and last eighth, and every
  * third layer in between. */
@@ -105,6 +108,11 @@ static bool fill(void *ctx, int64_t index, void *buf, size_t size) {
     int64_t rows = t->n_dims > 1 ? t->ne[1] : 1;
     size_t rsize = ob_row_size(t->type, t->ne[0]);
     if (rsize * (size_t)rows != size) return false;
+    /* --fast: only the first rows are drawn and quantized; the rest repeat them. Every row
+     * is still a valid block sequence at its own address, so a matvec reads as many
+     * distinct bytes as with a full draw (rows this far apart never share a cache line). */
+    const int64_t all_rows = rows;
+    if (s->fast && rows > OB_SYNTH_FAST_ROWS) rows = OB_SYNTH_FAST_ROWS;
     int nt = s->n_threads;
     if (rows < nt * 4) nt = 1;
     pthread_t th[64];
@@ -116,6 +124,10 @@ static bool fill(void *ctx, int64_t index, void *buf, size_t size) {
     bool ok = true;
     if (nt == 1) ok = fill_rows(&jobs[0]) == NULL;
     else for (int k = 0; k < nt; k++) { void *r; pthread_join(th[k], &r); if (r) ok = false; }
+    for (int64_t r = rows; ok && r < all_rows; r += rows) {
+        const int64_t c = OB_MIN(rows, all_rows - r);
+        memcpy((char *)buf + (size_t)r * rsize, buf, (size_t)c * rsize);
+    }
     return ok;
 }
 
@@ -205,7 +217,7 @@ static const char *default_tokenizer(void) {
 int ob_cmd_synth(int argc, char **argv) {
     const char *shape_name = NULL, *type_name = "F16", *out = NULL, *tok_path = NULL;
     uint64_t seed = 42;
-    bool dry = false;
+    bool dry = false, fast = false;
     int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -217,9 +229,11 @@ int ob_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--seed") && v) { seed = strtoull(v, NULL, 10); i++; }
         else if (!strcmp(a, "-t") && v) { threads = atoi(v); i++; }
         else if (!strcmp(a, "--dry-run")) dry = true;
+        else if (!strcmp(a, "--fast")) fast = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N] [--dry-run]\n"
+            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N] [--dry-run] [--fast]\n"
                    "  --dry-run: print the tensor bytes of the file and write nothing\n"
+                   "  --fast: draw and quantize 64 rows per tensor and repeat them (for speed benchmarks)\n"
                    "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n");
             return 0;
         } else { fprintf(stderr, "1bit synth: unknown option '%s'\n", a); return 2; }
@@ -258,7 +272,7 @@ int ob_cmd_synth(int argc, char **argv) {
     if (add_vocab(w, tok_path, sh->n_vocab)) { ob_gguf_writer_free(w); return 1; }
 
     int cap = 3 + sh->n_layer * 11;
-    ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads};
+    ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads, fast};
     int64_t E = sh->n_embd, Q = (int64_t)sh->n_head * sh->head_dim, KV = (int64_t)sh->n_head_kv * sh->head_dim, F = sh->n_ff;
 #define T2(nm, role, il, a, b, out_) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
         t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = pick_type(type_name, role, il, sh->n_layer, out_, base); } while (0)

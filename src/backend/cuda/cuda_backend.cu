@@ -1,13 +1,16 @@
 /* The CUDA backend: the ob_backend interface over device memory, the compute loop, CUDA
  * graph capture of repeated steps, and the CPU fallback for nodes without a kernel.
  *
- * Ordering: everything runs on one stream of the context; upload/download synchronize it,
- * so the engine sees plain blocking copies. compute synchronizes at its end as well, so a
- * device fault surfaces as OB_ERR_DEVICE from the call that caused it, and the context
+ * Ordering: everything runs on one stream of the context; downloads and large uploads
+ * synchronize it, so the engine sees plain blocking copies; small uploads (a step's
+ * inputs) are staged in pinned memory and only queued, ordered before the compute.
+ * compute synchronizes at its end, so a device fault surfaces as OB_ERR_DEVICE from the
+ * call that caused it (or from the compute after a failed staged upload), and the context
  * then refuses all later work (a faulted CUDA context cannot be trusted). */
 #include "backend/cuda/cuda_int.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "backend/cpu/cpu.h"
@@ -115,9 +118,24 @@ static ob_status cu_copy(ob_backend *be, void *dst, const void *src, size_t size
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return OB_ERR_DEVICE;
     if (!size) return OB_OK;
+    if (up && cx->stage && size <= cx->stage_size / 2) {
+        /* A small upload (a step's inputs) goes through pinned staging without waiting: the
+         * stream orders it before the compute that reads it, and the staged bytes stay
+         * untouched until a sync of the stream (which resets the staging). */
+        if (cx->stage_used + size > cx->stage_size) {
+            if (!OB_CU(cx, cudaStreamSynchronize(cx->stream))) return OB_ERR_DEVICE;
+            cx->stage_used = 0;
+        }
+        uint8_t *st = cx->stage + cx->stage_used;
+        memcpy(st, src, size);
+        if (!OB_CU(cx, cudaMemcpyAsync(dst, st, size, cudaMemcpyHostToDevice, cx->stream))) return OB_ERR_DEVICE;
+        cx->stage_used += (size + 255) & ~(size_t)255;
+        return OB_OK;
+    }
     if (!OB_CU(cx, cudaMemcpyAsync(dst, src, size, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cx->stream)) ||
         !OB_CU(cx, cudaStreamSynchronize(cx->stream)))
         return OB_ERR_DEVICE;
+    cx->stage_used = 0;
     return OB_OK;
 }
 
@@ -170,9 +188,9 @@ static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err
 
 /* ---- compute ----------------------------------------------------------------------------------- */
 
-static size_t node_tmp_size(const ob_tensor *n) {
+static size_t node_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     if (n->op == OB_OP_MATMUL) return ob_cu_matmul_tmp_size(n);
-    if (n->op == OB_OP_ATTENTION) return ob_cu_attention_tmp_size(n);
+    if (n->op == OB_OP_ATTENTION) return ob_cu_attention_tmp_size(cx, n);
     return 0;
 }
 
@@ -211,9 +229,148 @@ static bool launch(ob_cu_ctx *cx, ob_tensor *n) {
     return ok;
 }
 
+/* ---- fusion: a few node pairs of every decoder layer run as one kernel ---------------------- */
+
+/* The next node after i that launches work (LEAF and VIEW do not), or g->n. */
+static int64_t next_op(const ob_graph *g, int64_t i) {
+    for (i++; i < g->n; i++)
+        if (g->nodes[i].op != OB_OP_LEAF && g->nodes[i].op != OB_OP_VIEW) return i;
+    return g->n;
+}
+
+static bool overlap(const ob_tensor *a, const ob_tensor *b) {
+    const char *pa = (const char *)a->data, *pb = (const char *)b->data;
+    return pa < pb + ob_nbytes(b) && pb < pa + ob_nbytes(a);
+}
+
+/* An elementwise output may be its input itself (each element is read, then written, by
+ * one thread) but not a shifted part of it. */
+static bool same_or_apart(const ob_tensor *out, const ob_tensor *in) { return out->data == in->data || !overlap(out, in); }
+
+/* The fused norm's output may take the bytes of the ADD's dead inputs (the planner frees
+ * them right after the ADD): a block reads its whole row before writing the row, so a
+ * single row, or the same rows exactly, is safe; a shifted overlap is not. */
+static bool row_safe(const ob_tensor *out, const ob_tensor *in) { return same_or_apart(out, in) || ob_nrows(out) == 1; }
+
+static bool takes_mmvq(const ob_tensor *n) {
+    return n->op == OB_OP_MATMUL && supports_node(n) && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n);
+}
+
+/* Node c (index k) is an int8 matvec that reads x, right after it: x's producer may
+ * quantize for it. */
+static bool feeds_mmvq(const ob_cu_ctx *cx, const ob_graph *g, int64_t k, const ob_tensor *x) {
+    if (k >= g->n) return false;
+    const ob_tensor *c = &g->nodes[k];
+    return takes_mmvq(c) && c->src[1] == x && ob_cu_mmvq_qx_size(c) <= cx->qx_size;
+}
+
+static void qx_now_holds(ob_cu_ctx *cx, const ob_tensor *x) {
+    cx->qx_src = x->data;
+    cx->qx_k = x->ne[0];
+    cx->qx_t = ob_nrows(x);
+}
+
+/* Launches node i fused with the nodes after it when a pattern applies, and returns the
+ * index of the last node it covered; -1: no pattern (launch node i alone). *ok: false
+ * after a launch error. Patterns (each only where the unfused result is the same):
+ *   ADD (residual, same shapes) -> RMS_NORM of it [-> int8 matvec of that]
+ *   RMS_NORM -> ROPE of it (q/k norm);  KV_STORE -> KV_STORE at the same positions
+ *   RMS_NORM, GLU or split decode ATTENTION -> int8 matvec of it
+ *   consecutive int8 matvecs of one x, weight type and K (q/k/v, gate/up): one launch. */
+static int64_t launch_fused(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
+    ob_tensor *n = &g->nodes[i];
+    *ok = true;
+    if (!cx->fuse || !supports_node(n)) return -1;
+    const unsigned f = cx->fuse;
+    const int64_t j = next_op(g, i);
+    if ((f & OB_CU_FUSE_MMVQ_GROUP) && n->op == OB_OP_MATMUL && takes_mmvq(n)) {
+        ob_tensor *grp[8];
+        const int most = OB_MIN(ob_cu_mmvq_group_max(), (int)OB_ARRAY_LEN(grp));
+        int c = 1;
+        int64_t last = i;
+        grp[0] = n;
+        for (int64_t k = j; k < g->n && c < most; k = next_op(g, k)) {
+            ob_tensor *m = &g->nodes[k];
+            if (!takes_mmvq(m) || m->src[1] != n->src[1] || m->src[0]->type != n->src[0]->type) break;
+            bool apart = !overlap(m, m->src[1]);
+            for (int e = 0; e < c && apart; e++) apart = !overlap(m, grp[e]);
+            if (!apart) break;
+            grp[c++] = m;
+            last = k;
+        }
+        if (c == 1) return -1;
+        *ok = ob_cu_op_mmvq_group(cx, grp, c);
+        for (int e = 0; e < c; e++) qx_note_write(cx, grp[e]);
+        return last;
+    }
+    if ((f & OB_CU_FUSE_ADD_NORM) && n->op == OB_OP_ADD && j < g->n) {
+        ob_tensor *m = &g->nodes[j];
+        const ob_tensor *a = n->src[0], *b = n->src[1];
+        if (m->op != OB_OP_RMS_NORM || m->src[0] != n || !supports_node(m) || ob_nelements(b) != ob_nelements(a) ||
+            !same_or_apart(n, a) || !same_or_apart(n, b) || !row_safe(m, a) || !row_safe(m, b) || overlap(m, n))
+            return -1;
+        const bool quant = (f & OB_CU_FUSE_NORM_Q) && feeds_mmvq(cx, g, next_op(g, j), m);
+        *ok = ob_cu_op_rms_fused(cx, n, m, quant);
+        qx_note_write(cx, n);
+        qx_note_write(cx, m);
+        if (quant) qx_now_holds(cx, m);
+        return j;
+    }
+    if ((f & OB_CU_FUSE_NORM_ROPE) && n->op == OB_OP_RMS_NORM && j < g->n) {
+        ob_tensor *m = &g->nodes[j];
+        if (m->op == OB_OP_ROPE && m->src[0] == n && supports_node(m) && m->src[0]->ne[0] == n->src[0]->ne[0] &&
+            ob_nrows(n->src[0]) <= 0x7fffffff && !overlap(n, n->src[0]) && !overlap(m, n) && same_or_apart(m, n->src[0])) {
+            *ok = ob_cu_op_rms_rope(cx, n, m);
+            qx_note_write(cx, n);
+            qx_note_write(cx, m);
+            return j;
+        }
+    }
+    if ((f & OB_CU_FUSE_NORM_Q) && n->op == OB_OP_RMS_NORM && feeds_mmvq(cx, g, j, n) && !overlap(n, n->src[0])) {
+        *ok = ob_cu_op_rms_fused(cx, NULL, n, true);
+        qx_note_write(cx, n);
+        qx_now_holds(cx, n);
+        return i;
+    }
+    if ((f & OB_CU_FUSE_KV_PAIR) && n->op == OB_OP_KV_STORE && j < g->n) {
+        ob_tensor *m = &g->nodes[j];
+        if (m->op == OB_OP_KV_STORE && supports_node(m) && m->src[2] == n->src[2] && m->src[3] == n->src[3] &&
+            m->ip[0] == n->ip[0] && !overlap(m->src[0], n->src[1]) && !overlap(m->src[0], n) && !overlap(n->src[0], m->src[1]) &&
+            !overlap(n->src[1], m->src[1]) && !overlap(m, n->src[1]) && !overlap(n, m->src[1]) &&
+            !overlap(m, n->src[0]) && !overlap(n, m->src[0])) {
+            *ok = ob_cu_op_kv_store_pair(cx, n, m);
+            qx_note_write(cx, n);
+            qx_note_write(cx, m);
+            return j;
+        }
+    }
+    if ((f & OB_CU_FUSE_ATTN_Q) && n->op == OB_OP_ATTENTION && feeds_mmvq(cx, g, j, n) && ob_cu_attention_merges(cx, n)) {
+        *ok = ob_cu_op_attention_q(cx, n, true);
+        qx_note_write(cx, n);
+        qx_now_holds(cx, n);
+        return i;
+    }
+    if ((f & OB_CU_FUSE_GLU_Q) && n->op == OB_OP_GLU && feeds_mmvq(cx, g, j, n) && same_or_apart(n, n->src[0]) && same_or_apart(n, n->src[1])) {
+        *ok = ob_cu_op_glu_quant(cx, n, n->ne[0]);
+        qx_note_write(cx, n);
+        qx_now_holds(cx, n);
+        return i;
+    }
+    return -1;
+}
+
+/* FNV-style, a 64-bit word at a time: the key is hashed on the host every step (a
+ * thousand nodes), and a byte-at-a-time multiply chain cost a noticeable part of a step. */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     const uint8_t *b = (const uint8_t *)p;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 32;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
 
@@ -241,6 +398,10 @@ static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        bool ok;
+        const int64_t last = launch_fused(cx, g, i, &ok);
+        if (!ok) return false;
+        if (last >= 0) { i = last; continue; }
         if (!launch(cx, n)) return false;
     }
     return true;
@@ -270,6 +431,42 @@ static ob_cu_exec *capture(ob_cu_ctx *cx, ob_graph *g, uint64_t key) {
     return slot;
 }
 
+/* ---- profiling (ONEBIT_CUDA_PROFILE=1) ------------------------------------------------------- */
+
+/* Events for up to n launches of one step (n + 1 marks); false: profiling is dropped. */
+static bool prof_reserve(ob_cu_ctx *cx, int64_t n) {
+    if (n + 1 <= cx->prof_cap) return true;
+    cudaEvent_t *ev = (cudaEvent_t *)realloc(cx->prof_ev, sizeof(cudaEvent_t) * (size_t)(n + 1));
+    if (!ev) { cx->prof = false; return false; }
+    cx->prof_ev = ev;
+    for (int64_t k = cx->prof_cap; k < n + 1; k++)
+        if (cudaEventCreate(&cx->prof_ev[k]) != cudaSuccess) {
+            cudaGetLastError();
+            cx->prof_cap = k;
+            cx->prof = false;
+            return false;
+        }
+    cx->prof_cap = n + 1;
+    return true;
+}
+
+static void prof_print(const ob_cu_ctx *cx) {
+    double total = 0;
+    const int nk = OB_OP_COUNT + OB_TYPE_COUNT;
+    for (int o = 0; o < nk; o++) total += cx->prof_ms[o][0] + cx->prof_ms[o][1];
+    if (!cx->prof_steps || total <= 0) return;
+    fprintf(stderr, "cuda profile: %lld steps, %.3f ms GPU per step (launch to launch, uncaptured)\n",
+            (long long)cx->prof_steps, total / (double)cx->prof_steps);
+    for (int o = 0; o < nk; o++)
+        for (int f = 0; f < 2; f++)
+            if (cx->prof_count[o][f])
+                fprintf(stderr, "  %-7s %-6s %-6s %8lld launches %10.3f ms/step %5.1f%%\n",
+                        o < OB_OP_COUNT ? ob_op_name((ob_op)o) : "MATMUL", o < OB_OP_COUNT ? "" : ob_type_name((ob_type)(o - OB_OP_COUNT)),
+                        f ? "fused" : "",
+                        (long long)cx->prof_count[o][f], cx->prof_ms[o][f] / (double)cx->prof_steps,
+                        100.0 * cx->prof_ms[o][f] / total);
+}
+
 static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
@@ -286,7 +483,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             any_fallback = true;
             continue;
         }
-        size_t s = node_tmp_size(n);
+        size_t s = node_tmp_size(cx, n);
         if (s > need) need = s;
         if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(n)) capturable = false;
         if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n) && ob_cu_mmvq_qx_size(n) > qneed)
@@ -313,6 +510,16 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             *size = want;
         }
     }
+    /* Profiled steps: one op (with what it fused) per launch unit, events between units. */
+    int64_t nev = 0;
+    int *prof_op = NULL;
+    bool *prof_fused = NULL;
+    if (cx->prof && prof_reserve(cx, g->n)) {
+        prof_op = (int *)malloc(sizeof(int) * (size_t)g->n);
+        prof_fused = (bool *)malloc(sizeof(bool) * (size_t)g->n);
+        if (!prof_op || !prof_fused) { free(prof_op); free(prof_fused); prof_op = NULL; prof_fused = NULL; }
+    }
+    if (prof_op) capturable = false;
     bool ok = true;
     if (capturable) {
         /* Capture a structure the second time it is seen in a row: one-off graphs (a
@@ -336,14 +543,36 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
             if (!supports_node(n)) {
                 ob_status st = run_fallback(cx, n, err, err_len);
-                if (st) return st;
+                if (st) { free(prof_op); free(prof_fused); return st; }
                 qx_note_write(cx, n);
                 continue;
             }
-            ok = launch(cx, n);
+            if (prof_op) {
+                prof_op[nev] = n->op == OB_OP_MATMUL && n->src[0] ? OB_OP_COUNT + (int)n->src[0]->type : (int)n->op;
+                ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
+                nev++;
+                if (!ok) break;
+            }
+            const int64_t last = launch_fused(cx, g, i, &ok);
+            if (prof_op) prof_fused[nev - 1] = last >= 0;
+            if (last >= 0) { i = last; continue; }
+            if (ok) ok = launch(cx, n);
         }
+        if (ok && prof_op) ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
     }
     if (ok) ok = OB_CU(cx, cudaStreamSynchronize(cx->stream));
+    if (ok) cx->stage_used = 0;
+    if (ok && prof_op && nev > 0) {
+        for (int64_t k = 0; k < nev; k++) {
+            float ms = 0;
+            if (cudaEventElapsedTime(&ms, cx->prof_ev[k], cx->prof_ev[k + 1]) != cudaSuccess) { cudaGetLastError(); continue; }
+            cx->prof_ms[prof_op[k]][prof_fused[k]] += ms;
+            cx->prof_count[prof_op[k]][prof_fused[k]]++;
+        }
+        cx->prof_steps++;
+    }
+    free(prof_op);
+    free(prof_fused);
     if (!ok) {
         if (!cx->last_err[0]) snprintf(cx->last_err, sizeof(cx->last_err), "kernel launch failed");
         cx->faulted = true;
@@ -358,8 +587,13 @@ static void cu_destroy(ob_backend *be) {
     if (cx) {
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
             if (cx->execs[i].exec) cudaGraphExecDestroy(cx->execs[i].exec);
+        if (cx->stream) cudaStreamSynchronize(cx->stream); /* no staged copy still reads stage */
+        if (cx->prof) prof_print(cx);
+        for (int64_t k = 0; k < cx->prof_cap; k++) cudaEventDestroy(cx->prof_ev[k]);
+        free(cx->prof_ev);
         if (cx->tmp) cudaFree(cx->tmp);
         if (cx->qx) cudaFree(cx->qx);
+        if (cx->stage) cudaFreeHost(cx->stage);
         if (cx->blas) cublasDestroy(cx->blas);
         if (cx->stream) cudaStreamDestroy(cx->stream);
         free(cx);
@@ -419,6 +653,10 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->sm_count = prop.multiProcessorCount;
     const char *ng = getenv("ONEBIT_CUDA_GRAPHS");
     cx->use_graphs = !(ng && ng[0] == '0');
+    const char *nf = getenv("ONEBIT_CUDA_FUSE");
+    cx->fuse = nf && nf[0] ? (unsigned)strtoul(nf, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_ALL;
+    const char *pf = getenv("ONEBIT_CUDA_PROFILE");
+    cx->prof = pf && pf[0] == '1';
     bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx);
     if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
         cx->blas = NULL;
@@ -428,6 +666,14 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     if (ok && cublasSetStream(cx->blas, cx->stream) != CUBLAS_STATUS_SUCCESS) {
         snprintf(cx->last_err, sizeof(cx->last_err), "cublasSetStream failed");
         ok = false;
+    }
+    const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
+    cx->attn_split = as ? atoi(as) : 0;
+    const char *ns = getenv("ONEBIT_CUDA_STAGE");
+    if (ok && !(ns && ns[0] == '0')) {
+        /* Without pinned staging, uploads stay plain blocking copies. */
+        if (cudaMallocHost((void **)&cx->stage, (size_t)1 << 16) == cudaSuccess) cx->stage_size = (size_t)1 << 16;
+        else { cudaGetLastError(); cx->stage = NULL; }
     }
     if (!ok) {
         ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: cannot start on device %d: %s", device, cx->last_err);

@@ -22,6 +22,8 @@
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMallocHost(p, s) hipHostMalloc((p), (s), 0)
+#define cudaFreeHost hipHostFree
 #define cudaMemsetAsync hipMemsetAsync
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
@@ -36,6 +38,11 @@
 #define cudaStreamBeginCapture hipStreamBeginCapture
 #define cudaStreamEndCapture hipStreamEndCapture
 #define cudaStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventElapsedTime hipEventElapsedTime
 #define cudaGraph_t hipGraph_t
 #define cudaGraphExec_t hipGraphExec_t
 #define cudaGraphInstantiate(e, g, f) hipGraphInstantiate(e, g, NULL, NULL, 0)

@@ -21,6 +21,11 @@ typedef struct ob_cu_exec {
     uint64_t last_used;
 } ob_cu_exec;
 
+enum {
+    OB_CU_FUSE_MMVQ_GROUP = 1, OB_CU_FUSE_ADD_NORM = 2, OB_CU_FUSE_NORM_ROPE = 4, OB_CU_FUSE_NORM_Q = 8,
+    OB_CU_FUSE_KV_PAIR = 16, OB_CU_FUSE_ATTN_Q = 32, OB_CU_FUSE_GLU_Q = 64, OB_CU_FUSE_ALL = 127
+};
+
 typedef struct ob_cu_ctx {
     int device;
     bool allow_fallback;
@@ -34,9 +39,23 @@ typedef struct ob_cu_ctx {
     size_t qx_size;
     const void *qx_src;        /* the x that qx holds now (NULL: none); K and T it had */
     int64_t qx_k, qx_t;
+    uint8_t *stage;            /* pinned staging of small uploads (NULL: none) */
+    size_t stage_size, stage_used;
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
     bool use_graphs;
+    /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
+     * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
+    unsigned fuse;
+    int attn_split;            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
+    /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
+     * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
+    bool prof;
+    cudaEvent_t *prof_ev;
+    int64_t prof_cap;
+    /* indexed by op, or OB_OP_COUNT + weight type for MATMUL (time per weight type) */
+    double prof_ms[OB_OP_COUNT + OB_TYPE_COUNT][2];
+    int64_t prof_count[OB_OP_COUNT + OB_TYPE_COUNT][2], prof_steps;
     bool warned[OB_OP_COUNT];  /* fallback logged once per op */
     char last_err[256];        /* first failing call: file:line: call: message */
 } ob_cu_ctx;
@@ -61,17 +80,35 @@ bool ob_cu_tables_init(ob_cu_ctx *cx);
 bool ob_cu_mmvq_applies(const ob_tensor *n);
 size_t ob_cu_mmvq_qx_size(const ob_tensor *n);
 bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n);
+/* count (<= ob_cu_mmvq_group_max()) mmvq matmuls with one x, weight type and K, as one
+ * launch; outputs must not overlap. */
+int ob_cu_mmvq_group_max(void);
+bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count);
 
 bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n);
+/* Fused decode forms (cuda_backend.cu decides when they apply): RMS_NORM of `norm`, with
+ * the residual ADD `add` (its src[0] + src[1], same shape) computed on the way when add is
+ * given; quant: also write the int8 activations of norm's output to cx->qx. GLU that also
+ * quantizes its output ([K, T]) to cx->qx. The caller updates cx->qx_src. */
+bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bool quant);
+bool ob_cu_op_glu_quant(ob_cu_ctx *cx, ob_tensor *glu, int64_t K);
+/* RMS_NORM `norm` (rows of the head size) and the ROPE of its output `rope` in one launch. */
+bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope);
 bool ob_cu_op_binary(ob_cu_ctx *cx, ob_tensor *n);  /* ADD, MUL */
 bool ob_cu_op_unary(ob_cu_ctx *cx, ob_tensor *n);   /* SCALE, ACT */
 bool ob_cu_op_glu(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_rope(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_softmax(ob_cu_ctx *cx, ob_tensor *n);
 
-size_t ob_cu_attention_tmp_size(const ob_tensor *n);
+size_t ob_cu_attention_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n);
+/* Two KV_STOREs with the same positions (K and V of a layer) in one launch; m NULL: n alone. */
+bool ob_cu_op_kv_store_pair(ob_cu_ctx *cx, ob_tensor *n, ob_tensor *m);
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n);
+/* Whether decode attention of n ends in the split merge, which can then also quantize its
+ * output to cx->qx for the int8 matvec that reads it (quant; the caller updates qx_src). */
+bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n);
+bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant);
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /* f32 -> f16 bits, round to nearest even, integer-only: bit-identical to ob_f32_to_f16,
@@ -107,7 +144,27 @@ static __device__ __forceinline__ void ob_cu_quant_q8_0(const float *v, uint8_t 
         o[2 + j] = (uint8_t)(int8_t)(q == q ? roundf(fminf(fmaxf(q, -127.0f), 127.0f)) : 0.0f);
     }
 }
+/* The int8 activations of one 32-element block from 8 consecutive threads holding 4 values
+ * each, exactly as k_quant_act in op_mmvq.cu computes them (g: the group's index from the start of
+ * qx; 32-blocks start at g % 8 == 0). All 32 lanes of the warp must call it. */
+static __device__ __forceinline__ void ob_cu_quant_group(float4 v, bool live, int64_t g, int8_t *qx, float2 *dx) {
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o /= 2) amax = fmaxf(amax, OB_SHFL_XOR(amax, o));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+    int s = q0 + q1 + q2 + q3;
+#pragma unroll
+    for (int o = 4; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
+    if (!live) return;
+    ((char4 *)qx)[g] = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
+    if ((g & 7) == 0) dx[g / 8] = make_float2(d, d * (float)s);
+}
 #endif
+
+/* Byte offset of dx (float2 [T][K/32]) after qx (int8 [T][K]) in cx->qx. */
+static inline size_t ob_cu_qx_dx_offset(int64_t K, int64_t T) { return ((size_t)(K * T) + 255) & ~(size_t)255; }
 
 static inline unsigned ob_cu_blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 

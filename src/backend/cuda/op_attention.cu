@@ -4,15 +4,19 @@
  * four warps runs an online softmax over its split's cells (one cell per warp at a time,
  * each lane owning hd/32 elements of q, K, V and the accumulator), merges its warps in
  * shared memory, and either writes the output (one split) or a partial (max, sum, acc)
- * that k_attn_merge combines. Decode (T <= OB_ATTN_SPLIT_T) splits the cells so a single
- * token still fills the GPU; the number of splits depends only on the cache size, not on
- * positions (which live on the device), so a captured step stays valid as pos grows. */
+ * that k_attn_merge combines. Decode (T <= OB_ATTN_SPLIT_T) splits each token's used
+ * cells [lo, hi] (known only on the device) evenly over a fixed number of splits, so a
+ * single token fills the GPU at any position: splitting the whole cache instead left a
+ * short context to a few blocks that each walked hundreds of cells one after another.
+ * The number of splits depends only on shapes and the GPU, not on positions, so a
+ * captured step stays valid as pos grows. */
 #include "backend/cuda/cuda_int.h"
 #include <math.h>
 
 #define OB_ATTN_WARPS 4
 #define OB_ATTN_MAX_NE 8      /* hd / 32: head sizes up to 256 */
-#define OB_ATTN_CHUNK 256     /* cells per split in decode */
+#define OB_ATTN_MIN_CHUNK 16  /* fewest cells per split when the whole cache is in use */
+#define OB_ATTN_MAX_SPLIT 256
 #define OB_ATTN_SPLIT_T 8
 
 static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
@@ -25,34 +29,70 @@ static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int6
 
 /* ---- KV_STORE ---------------------------------------------------------------------------- */
 
-/* One thread per element (F32/F16) or per 32-element block (Q8_0). Tokens whose cell is
- * outside the cache are skipped (the engine rejects them before; this avoids wild writes). */
-__global__ void k_kv_store(const float *__restrict__ x, uint8_t *__restrict__ cache, const int32_t *__restrict__ pos,
-                           const int32_t *__restrict__ seq, float *__restrict__ tok, int type, int64_t row, int64_t T,
-                           int64_t cps, int64_t cells, size_t rb) {
-    const int64_t per = type == OB_TYPE_Q8_0 ? row / 32 : row;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i == 0) *tok = 0.0f;
-    if (i >= per * T) return;
-    const int64_t t = i / per, k = i % per;
+/* One cache write: x F32 [row, T] into cache rows of `type` (rb bytes each). */
+typedef struct ob_kv_job {
+    const float *x;
+    uint8_t *cache;
+    float *tok;
+    int type;
+    int64_t row, per, cells; /* per: threads per token (elements, or Q8_0 blocks) */
+    size_t rb;
+} ob_kv_job;
+
+/* Element or 32-element block k of token t. Tokens whose cell is outside the cache are
+ * skipped (the engine rejects them before; this avoids wild writes). */
+static __device__ __forceinline__ void kv_store_one(const ob_kv_job j, int64_t t, int64_t k, const int32_t *__restrict__ pos,
+                                                    const int32_t *__restrict__ seq, int64_t cps) {
     const int64_t p = pos[t], s = seq[t];
-    if (p < 0 || p >= cps || s < 0 || s * cps + cps > cells) return;
-    uint8_t *d = cache + (size_t)(s * cps + p) * rb;
-    const float *xr = x + t * row;
-    if (type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
-    else if (type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
+    if (p < 0 || p >= cps || s < 0 || s * cps + cps > j.cells) return;
+    uint8_t *d = j.cache + (size_t)(s * cps + p) * j.rb;
+    const float *xr = j.x + t * j.row;
+    if (j.type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
+    else if (j.type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
     else ob_cu_quant_q8_0(xr + 32 * k, d + 34 * k);
 }
 
-bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n) {
+/* One thread per element (F32/F16) or per 32-element block (Q8_0) of job a, then of job b
+ * (nj == 2: the K and V stores of a layer in one launch). */
+__global__ void k_kv_store(ob_kv_job a, ob_kv_job b, int nj, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
+                           int64_t T, int64_t cps) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) {
+        *a.tok = 0.0f;
+        if (nj > 1) *b.tok = 0.0f;
+    }
+    if (i < a.per * T) {
+        kv_store_one(a, i / a.per, i % a.per, pos, seq, cps);
+        return;
+    }
+    i -= a.per * T;
+    if (nj > 1 && i < b.per * T) kv_store_one(b, i / b.per, i % b.per, pos, seq, cps);
+}
+
+static ob_kv_job kv_job(const ob_tensor *n) {
     const ob_tensor *x = n->src[0], *cache = n->src[1];
-    const int64_t row = cache->ne[0], T = ob_nelements(x) / row;
-    const int64_t per = cache->type == OB_TYPE_Q8_0 ? row / 32 : row;
-    k_kv_store<<<ob_cu_blocks(OB_MAX(per * T, 1), 256), 256, 0, cx->stream>>>(
-        (const float *)x->data, (uint8_t *)cache->data, (const int32_t *)n->src[2]->data, (const int32_t *)n->src[3]->data,
-        (float *)n->data, (int)cache->type, row, T, n->ip[0], ob_nrows(cache), ob_row_size(cache->type, row));
+    ob_kv_job j;
+    j.x = (const float *)x->data;
+    j.cache = (uint8_t *)cache->data;
+    j.tok = (float *)n->data;
+    j.type = (int)cache->type;
+    j.row = cache->ne[0];
+    j.per = cache->type == OB_TYPE_Q8_0 ? j.row / 32 : j.row;
+    j.cells = ob_nrows(cache);
+    j.rb = ob_row_size(cache->type, j.row);
+    return j;
+}
+
+bool ob_cu_op_kv_store_pair(ob_cu_ctx *cx, ob_tensor *n, ob_tensor *m) {
+    const int64_t T = ob_nelements(n->src[0]) / n->src[1]->ne[0];
+    const ob_kv_job a = kv_job(n), b = m ? kv_job(m) : a;
+    const int64_t total = a.per * T + (m ? b.per * T : 0);
+    k_kv_store<<<ob_cu_blocks(OB_MAX(total, 1), 256), 256, 0, cx->stream>>>(a, b, m ? 2 : 1, (const int32_t *)n->src[2]->data,
+                                                                             (const int32_t *)n->src[3]->data, T, n->ip[0]);
     return OB_CU_LAUNCHED(cx);
 }
+
+bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_kv_store_pair(cx, n, NULL); }
 
 /* ---- ATTENTION --------------------------------------------------------------------------- */
 
@@ -67,15 +107,21 @@ typedef struct ob_attn_args {
     float scale, cap;
 } ob_attn_args;
 
-static int attn_nsplit(const ob_tensor *n) {
-    const int64_t T = n->src[0]->ne[2] * n->src[0]->ne[3];
+/* About eight blocks per SM over (split, head, token) (a block walks its cells one per
+ * warp at a time, so short splits hide the latency of those dependent loads), and never
+ * splits so small that a full cache gives a block fewer than OB_ATTN_MIN_CHUNK cells. */
+static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
+    const ob_tensor *q = n->src[0];
+    const int64_t T = q->ne[2] * q->ne[3], H = q->ne[1];
     if (T > OB_ATTN_SPLIT_T) return 1;
-    const int64_t s = (n->ip[0] + OB_ATTN_CHUNK - 1) / OB_ATTN_CHUNK;
-    return (int)OB_MAX(1, OB_MIN(s, 4096));
+    if (cx->attn_split > 0) return OB_MIN(cx->attn_split, OB_ATTN_MAX_SPLIT);
+    const int64_t want = (8 * (int64_t)OB_MAX(cx->sm_count, 1) + H * T - 1) / (H * T);
+    const int64_t most = (n->ip[0] + OB_ATTN_MIN_CHUNK - 1) / OB_ATTN_MIN_CHUNK;
+    return (int)OB_MAX(1, OB_MIN(OB_MIN(want, most), OB_ATTN_MAX_SPLIT));
 }
 
-size_t ob_cu_attention_tmp_size(const ob_tensor *n) {
-    const int ns = attn_nsplit(n);
+size_t ob_cu_attention_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
+    const int ns = attn_nsplit(cx, n);
     if (ns == 1) return 0;
     const ob_tensor *q = n->src[0];
     return sizeof(float) * (size_t)(q->ne[1] * q->ne[2] * q->ne[3] * ns * (q->ne[0] + 2));
@@ -104,9 +150,10 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     const bool valid = p >= 0 && p < a.cps && s >= 0 && s * a.cps + a.cps <= a.cells;
     if (!valid) hi = -1;
     hi = OB_MIN(hi, a.cps - 1);
-    if (a.nsplit > 1) {
-        lo = OB_MAX(lo, (int64_t)sp * OB_ATTN_CHUNK);
-        hi = OB_MIN(hi, (int64_t)sp * OB_ATTN_CHUNK + OB_ATTN_CHUNK - 1);
+    if (a.nsplit > 1 && hi >= lo) {
+        const int64_t chunk = (hi - lo + a.nsplit) / a.nsplit; /* ceil(used / nsplit) */
+        lo += (int64_t)sp * chunk;
+        hi = OB_MIN(hi, lo + chunk - 1);
     }
     float qv[OB_ATTN_MAX_NE], acc[OB_ATTN_MAX_NE];
     const float *qp = a.q + (t * a.H + h) * hd;
@@ -164,26 +211,51 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     }
 }
 
-/* One block per (token, head): rescale every split's partial to the common max. */
-__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit) {
+/* Element e of one (token, head)'s output from its splits' partials (pp), M: their max. */
+static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e) {
+    float L = 0.0f, v = 0.0f;
+    for (int k = 0; k < nsplit; k++) {
+        const float *ps = pp + k * (hd + 2);
+        if (!(ps[1] > 0.0f)) continue;
+        const float f = expf(ps[0] - M);
+        L += ps[1] * f;
+        v += ps[2 + e] * f;
+    }
+    return L > 0.0f ? v / L : 0.0f;
+}
+
+/* One block per (token, head): rescale every split's partial to the common max. With qx,
+ * also the int8 activations of the output for the matvec that reads it (4 consecutive
+ * elements per thread; a head's hd % 32 == 0, so no 32-block spans two heads). */
+__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
+                             int8_t *__restrict__ qx, float2 *__restrict__ dx) {
     const float *pp = partial + (size_t)blockIdx.x * nsplit * (hd + 2);
     float M = -INFINITY;
     for (int k = 0; k < nsplit; k++) if (pp[k * (hd + 2) + 1] > 0.0f) M = fmaxf(M, pp[k * (hd + 2)]);
     float *o = out + (size_t)blockIdx.x * hd;
-    for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
-        float L = 0.0f, v = 0.0f;
-        for (int k = 0; k < nsplit; k++) {
-            const float *ps = pp + k * (hd + 2);
-            if (!(ps[1] > 0.0f)) continue;
-            const float f = expf(ps[0] - M);
-            L += ps[1] * f;
-            v += ps[2 + e] * f;
+    if (!qx) {
+        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one(pp, nsplit, hd, M, e);
+        return;
+    }
+    const int64_t ng = hd / 4;
+    for (int64_t base = 0; base < ng; base += blockDim.x) {
+        const int64_t g = base + threadIdx.x;
+        const bool live = g < ng;
+        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                r[k] = merge_one(pp, nsplit, hd, M, 4 * g + k);
+                o[4 * g + k] = r[k];
+            }
         }
-        o[e] = L > 0.0f ? v / L : 0.0f;
+        ob_cu_quant_group(make_float4(r[0], r[1], r[2], r[3]), live, (int64_t)blockIdx.x * ng + g, qx, dx);
     }
 }
 
-bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) {
+bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1; }
+
+bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     ob_attn_args a;
     a.q = (const float *)q->data;
@@ -205,15 +277,20 @@ bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) {
     a.ktype = (int)kc->type;
     a.vtype = (int)vc->type;
     a.causal = n->ip[3] != 0;
-    a.nsplit = attn_nsplit(n);
+    a.nsplit = attn_nsplit(cx, n);
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     k_attn<<<grid, OB_ATTN_WARPS * OB_WARP, 0, cx->stream>>>(a);
     if (!OB_CU_LAUNCHED(cx)) return false;
     if (a.nsplit > 1) {
-        k_attn_merge<<<(unsigned)(a.H * a.T), 128, 0, cx->stream>>>(a.partial, a.out, a.hd, a.nsplit);
+        const int64_t K = a.hd * a.H;
+        int8_t *qx = quant ? (int8_t *)cx->qx : NULL;
+        float2 *dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, a.T)) : NULL;
+        k_attn_merge<<<(unsigned)(a.H * a.T), 128, 0, cx->stream>>>(a.partial, a.out, a.hd, a.nsplit, qx, dx);
         if (!OB_CU_LAUNCHED(cx)) return false;
     }
     return true;
 }
+
+bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_attention_q(cx, n, false); }

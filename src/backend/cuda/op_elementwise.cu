@@ -1,5 +1,9 @@
-/* Row and element ops: RMS_NORM, LAYER_NORM, ADD, MUL, SCALE, ACT, GLU, ROPE, SOFTMAX.
- * Semantics are graph.h's; ob_cpu_ref_op is the oracle (tests/unit/test_cuda_ops.c). */
+/* Row and element ops: RMS_NORM, LAYER_NORM, ADD, MUL, SCALE, ACT, GLU, ROPE, SOFTMAX,
+ * and the fused forms cuda_backend.cu picks for decode (residual ADD + RMS_NORM, and
+ * RMS_NORM or GLU that also quantize their output for the int8 matvec that reads it).
+ * Semantics are graph.h's; ob_cpu_ref_op is the oracle (tests/unit/test_cuda_ops.c). A
+ * fused kernel repeats its parts' float operations in the same order with the same
+ * thread layout, so its outputs equal the unfused kernels' bit for bit. */
 #include "backend/cuda/cuda_int.h"
 #include <math.h>
 
@@ -77,16 +81,12 @@ __global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, 
     if (i < n) y[i] = act_f(act, g[i]) * u[i];
 }
 
-/* One thread per rotated pair; the angle in double as the reference does, so long
- * positions keep their precision. Elements past n_rot are copied by the same kernel. */
-__global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *__restrict__ y, int64_t hd,
-                       int64_t n_head, int64_t rows, int n_rot, int neox, float base, float fscale) {
-    const int64_t half = (hd + 1) / 2;
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= rows * half) return;
-    const int64_t r = i / half, k = i % half;
-    const float *xr = x + r * hd;
-    float *yr = y + r * hd;
+/* Pair k of one row of ROPE (xr -> yr, row r of the input): the angle in double as the
+ * reference does, so long positions keep their precision. Pairs past n_rot / 2 copy the
+ * pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
+static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
+                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
+                                                 float fscale) {
     if (k < n_rot / 2) {
         const double p = pos[r / n_head];
         const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
@@ -97,11 +97,20 @@ __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ 
         yr[a] = (float)(x0 * cs - x1 * sn);
         yr[b] = (float)(x0 * sn + x1 * cs);
     } else {
-        /* the pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after */
         const int64_t j = n_rot + 2 * (k - n_rot / 2);
         if (j < hd) yr[j] = xr[j];
         if (j + 1 < hd) yr[j + 1] = xr[j + 1];
     }
+}
+
+/* One thread per rotated pair. */
+__global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *__restrict__ y, int64_t hd,
+                       int64_t n_head, int64_t rows, int n_rot, int neox, float base, float fscale) {
+    const int64_t half = (hd + 1) / 2;
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= rows * half) return;
+    const int64_t r = i / half, k = i % half;
+    rope_pair(x + r * hd, y + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
 }
 
 __global__ void k_softmax(const float *__restrict__ x, float *__restrict__ y, int64_t n) {
@@ -126,6 +135,119 @@ bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n) {
     const float *b = layer && n->src[2] ? (const float *)n->src[2]->data : NULL;
     k_norm<<<(unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, cx->stream>>>((const float *)a->data, w, b, (float *)n->data,
                                                                             a->ne[0], n->fp[0], layer);
+    return OB_CU_LAUNCHED(cx);
+}
+
+/* ---- fused forms ------------------------------------------------------------------------ */
+
+/* RMS_NORM of one row per block, as k_norm with layer = 0; with xb, the row is first the
+ * residual sum x + xb, stored to xs (which may be x or xb itself: each element is read and
+ * written by one thread); with qx, the normed row is also quantized for the int8 matvec
+ * (n % 32 == 0, y 16-byte aligned). y overlaps none of the inputs. */
+__global__ void k_rms_fused(const float *x, const float *xb, float *xs, const float *__restrict__ w, float *y, int64_t n,
+                            float eps, int8_t *__restrict__ qx, float2 *__restrict__ dx) {
+    __shared__ float sh[32];
+    const float *xr = x + blockIdx.x * n;
+    const float *br = xb ? xb + blockIdx.x * n : NULL;
+    float *sr = xs ? xs + blockIdx.x * n : NULL;
+    float *yr = y + blockIdx.x * n;
+    const float mean = 0.0f;
+    float s2 = 0.0f;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = xr[i];
+        if (br) {
+            v = v + br[i];
+            sr[i] = v;
+        }
+        const float d = v - mean;
+        s2 += d * d;
+    }
+    const float sc = rsqrtf(block_sum(s2, sh) / (float)n + eps);
+    const float *vr = br ? sr : xr;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = (vr[i] - mean) * sc;
+        if (w) v *= w[i];
+        yr[i] = v;
+    }
+    if (!qx) return;
+    __syncthreads(); /* the row's y, written by the whole block, is read back in groups of 4 */
+    const int64_t ng = n / 4;
+    for (int64_t base = 0; base < ng; base += blockDim.x) {
+        const int64_t g = base + threadIdx.x;
+        const bool live = g < ng;
+        const float4 v = live ? ((const float4 *)yr)[g] : make_float4(0.f, 0.f, 0.f, 0.f);
+        ob_cu_quant_group(v, live, g, qx + blockIdx.x * n, dx + blockIdx.x * (n / 32));
+    }
+}
+
+/* GLU of 4 consecutive elements per thread, as k_glu, then their int8 quantization. */
+__global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n, int act, int8_t *__restrict__ qx,
+                            float2 *__restrict__ dx) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
+    const bool live = i * 4 < n;
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (live) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = act_f(act, g[4 * i + k]) * u[4 * i + k];
+#pragma unroll
+        for (int k = 0; k < 4; k++) y[4 * i + k] = v[k];
+    }
+    ob_cu_quant_group(make_float4(v[0], v[1], v[2], v[3]), live, i, qx, dx);
+}
+
+/* RMS_NORM of one row per block (as k_norm, layer = 0) into y, then ROPE of that row into
+ * z (as k_rope): the per-head q/k norm before rotation. z may be x itself or apart from it
+ * (the row is read before it is written), never y. */
+__global__ void k_rms_rope(const float *x, const float *__restrict__ w, float *y, float *z, const int32_t *__restrict__ pos,
+                           int64_t hd, int64_t n_head, float eps, int n_rot, int neox, float base, float fscale) {
+    __shared__ float sh[32];
+    const int64_t r = blockIdx.x;
+    const float *xr = x + r * hd;
+    float *yr = y + r * hd;
+    const float mean = 0.0f;
+    float s2 = 0.0f;
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        const float d = xr[i] - mean;
+        s2 += d * d;
+    }
+    const float sc = rsqrtf(block_sum(s2, sh) / (float)hd + eps);
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = (xr[i] - mean) * sc;
+        if (w) v *= w[i];
+        yr[i] = v;
+    }
+    __syncthreads(); /* pairs read elements other threads normed */
+    const int64_t half = (hd + 1) / 2;
+    for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
+        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+}
+
+bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope) {
+    const ob_tensor *a = norm->src[0];
+    const int64_t hd = a->ne[0];
+    k_rms_rope<<<(unsigned)ob_nrows(a), row_threads(hd), 0, cx->stream>>>(
+        (const float *)a->data, norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data,
+        (float *)rope->data, (const int32_t *)rope->src[1]->data, hd, rope->src[0]->ne[1], norm->fp[0], rope->ip[0],
+        rope->ip[1] == 2, rope->fp[0], rope->fp[1]);
+    return OB_CU_LAUNCHED(cx);
+}
+
+bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bool quant) {
+    const ob_tensor *a = add ? add->src[0] : norm->src[0];
+    const int64_t n = a->ne[0], rows = ob_nrows(a);
+    int8_t *qx = quant ? (int8_t *)cx->qx : NULL;
+    float2 *dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(n, rows)) : NULL;
+    k_rms_fused<<<(unsigned)rows, row_threads(n), 0, cx->stream>>>(
+        (const float *)a->data, add ? (const float *)add->src[1]->data : NULL, add ? (float *)add->data : NULL,
+        norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data, n, norm->fp[0], qx, dx);
+    return OB_CU_LAUNCHED(cx);
+}
+
+bool ob_cu_op_glu_quant(ob_cu_ctx *cx, ob_tensor *glu, int64_t K) {
+    const int64_t ne = ob_nelements(glu);
+    k_glu_quant<<<ob_cu_blocks(ne / 4, 256), 256, 0, cx->stream>>>(
+        (const float *)glu->src[0]->data, (const float *)glu->src[1]->data, (float *)glu->data, ne, glu->ip[0],
+        (int8_t *)cx->qx, (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, ne / K)));
     return OB_CU_LAUNCHED(cx);
 }
 

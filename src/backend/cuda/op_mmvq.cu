@@ -13,6 +13,7 @@
  * which share an input, quantize it once; cuda_backend.cu drops it when a node writes
  * over that input. */
 #include "backend/cuda/cuda_int.h"
+#include <string.h>
 
 #define OB_MMVQ_ROWS 4 /* warps (= rows) per block */
 
@@ -22,19 +23,8 @@
 __global__ void k_quant_act(const float *__restrict__ x, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t n) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
     const bool live = i * 4 < n;
-    float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 4; o > 0; o /= 2) amax = fmaxf(amax, OB_SHFL_XOR(amax, o));
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-    const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-    int s = q0 + q1 + q2 + q3;
-#pragma unroll
-    for (int o = 4; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
-    if (!live) return;
-    ((char4 *)qx)[i] = make_char4((signed char)q0, (signed char)q1, (signed char)q2, (signed char)q3);
-    if ((i & 7) == 0) dx[i / 8] = make_float2(d, d * (float)s);
+    const float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+    ob_cu_quant_group(v, live, i, qx, dx);
 }
 
 /* ---- helpers ------------------------------------------------------------------------------ */
@@ -220,15 +210,31 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
     }
 }
 
+/* Up to OB_MMVQ_GROUP matrices of one type and K that share x (q/k/v, gate/up) run as one
+ * launch: fewer kernels per layer, and the small ones fill the GPU together. */
+#define OB_MMVQ_GROUP 4
+typedef struct ob_mmvq_set {
+    const uint8_t *w[OB_MMVQ_GROUP];
+    float *y[OB_MMVQ_GROUP];
+    int64_t n[OB_MMVQ_GROUP];
+    unsigned b0[OB_MMVQ_GROUP]; /* first block of each matrix */
+    int count;
+} ob_mmvq_set;
+
 /* y[t][row] for OB_MMVQ_ROWS rows per block, one warp per row. */
 template <int T, int NT>
 __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
-    k_mmvq(const uint8_t *__restrict__ W, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
-           float *__restrict__ y, int64_t K, int64_t N, int nt) {
+    k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx, int64_t K, int nt) {
     const int lane = threadIdx.x % OB_WARP;
-    const int64_t row = (int64_t)blockIdx.x * OB_MMVQ_ROWS + threadIdx.x / OB_WARP;
+    int m = 0;
+#pragma unroll
+    for (int k = 1; k < OB_MMVQ_GROUP; k++)
+        if (k < set.count && blockIdx.x >= set.b0[k]) m = k;
+    const int64_t N = set.n[m];
+    const int64_t row = (int64_t)(blockIdx.x - set.b0[m]) * OB_MMVQ_ROWS + threadIdx.x / OB_WARP;
     if (row >= N) return;
-    const uint8_t *wr = W + row * rb;
+    const uint8_t *wr = set.w[m] + row * rb;
+    float *__restrict__ y = set.y[m];
     constexpr int S = mq<T>::slots;
     const int nu = (int)(K / mq<T>::qk) * S; /* (block, slot) units of the row */
     float acc[NT];
@@ -267,26 +273,25 @@ bool ob_cu_mmvq_applies(const ob_tensor *n) {
 
 size_t ob_cu_mmvq_qx_size(const ob_tensor *n) {
     const int64_t K = n->src[0]->ne[0], T = ob_nrows(n->src[1]);
-    return (((size_t)(K * T) + 255) & ~(size_t)255) + (size_t)(K / 32 * T) * sizeof(float2);
+    return ob_cu_qx_dx_offset(K, T) + (size_t)(K / 32 * T) * sizeof(float2);
 }
 
-template <int T> static void launch(ob_cu_ctx *cx, const ob_tensor *n, int nt, const int8_t *qx, const float2 *dx) {
-    const ob_tensor *w = n->src[0];
-    const int64_t K = w->ne[0], N = w->ne[1];
-    const size_t rb = ob_row_size(w->type, K);
-    const unsigned grid = ob_cu_blocks(N, OB_MMVQ_ROWS);
+template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsigned grid, size_t rb, int64_t K, int nt,
+                                     const int8_t *qx, const float2 *dx) {
     if (nt == 1)
-        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>((const uint8_t *)w->data, rb, qx, dx, (float *)n->data, K, N, 1);
+        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>(*set, rb, qx, dx, K, 1);
     else
-        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>((const uint8_t *)w->data, rb, qx, dx,
-                                                                                     (float *)n->data, K, N, nt);
+        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>(*set, rb, qx, dx, K, nt);
 }
 
-bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) {
-    const ob_tensor *x = n->src[1];
-    const int64_t K = n->src[0]->ne[0], T = ob_nrows(x);
+int ob_cu_mmvq_group_max(void) { return OB_MMVQ_GROUP; }
+
+bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
+    if (count < 1 || count > OB_MMVQ_GROUP) return false;
+    const ob_tensor *x = ns[0]->src[1], *w0 = ns[0]->src[0];
+    const int64_t K = w0->ne[0], T = ob_nrows(x);
     int8_t *qx = (int8_t *)cx->qx;
-    float2 *dx = (float2 *)((char *)cx->qx + (((size_t)(K * T) + 255) & ~(size_t)255));
+    float2 *dx = (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, T));
     if (cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
         const int64_t groups = K * T / 4;
         k_quant_act<<<ob_cu_blocks(groups, 256), 256, 0, cx->stream>>>((const float *)x->data, qx, dx, K * T);
@@ -295,13 +300,27 @@ bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) {
         cx->qx_k = K;
         cx->qx_t = T;
     }
-    switch (n->src[0]->type) {
-    case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, n, (int)T, qx, dx); break;
-    case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, n, (int)T, qx, dx); break;
-    case OB_TYPE_Q8_0: launch<OB_TYPE_Q8_0>(cx, n, (int)T, qx, dx); break;
-    case OB_TYPE_Q1_0: launch<OB_TYPE_Q1_0>(cx, n, (int)T, qx, dx); break;
-    case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, n, (int)T, qx, dx); break;
+    ob_mmvq_set set;
+    memset(&set, 0, sizeof(set));
+    unsigned grid = 0;
+    for (int i = 0; i < count; i++) {
+        set.w[i] = (const uint8_t *)ns[i]->src[0]->data;
+        set.y[i] = (float *)ns[i]->data;
+        set.n[i] = ns[i]->src[0]->ne[1];
+        set.b0[i] = grid;
+        grid += ob_cu_blocks(set.n[i], OB_MMVQ_ROWS);
+    }
+    set.count = count;
+    const size_t rb = ob_row_size(w0->type, K);
+    switch (w0->type) {
+    case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
+    case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
+    case OB_TYPE_Q8_0: launch<OB_TYPE_Q8_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
+    case OB_TYPE_Q1_0: launch<OB_TYPE_Q1_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
+    case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
     default: return false;
     }
     return OB_CU_LAUNCHED(cx);
 }
+
+bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_mmvq_group(cx, &n, 1); }

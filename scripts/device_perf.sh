@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine with prebuilt binaries in .dev/cuda: the CUDA op + fixture test,
+# then for each "shape:type" in ONEBIT_FILES a fast synthetic file (`synth --fast`), its
+# bench (pp512, tg128), a per-op GPU profile of decode, and aggregate decode at
+# ONEBIT_NP parallel sequences. Logs in $OUT; a summary on stdout.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/onebit-out}
+mkdir -p "$OUT"
+B=.dev/cuda
+export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
+if [ "${ONEBIT_SKIP_TEST:-0}" != 1 ]; then
+    timeout 200 "$B/test_cuda_ops" >"$OUT/test.log" 2>&1
+    echo "test_cuda_ops rc=$? $(grep -E 'checks' "$OUT/test.log" | tail -1)"
+    grep -E "CHECK failed" "$OUT/test.log" | head -5
+fi
+for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
+    shape=${spec%%:*} type=${spec##*:}
+    f=/tmp/$shape-$type.gguf
+    [ -f "$f" ] || timeout 200 "$B/1bit" synth --fast --shape "$shape" --type "$type" --tokenizer "$B/tokenizer.json" -t "$(nproc)" -o "$f" >/dev/null 2>&1 || { echo "synth $spec failed"; continue; }
+    timeout 120 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 3 --device cuda --peak-gbs 4300 2>&1 | grep "^|" | tail -2 | tee -a "$OUT/bench.md"
+    if [ -n "${ONEBIT_PROF:-}" ]; then
+        ONEBIT_CUDA_PROFILE=1 timeout 60 "$B/1bit" bench -m "$f" -p 0 -n 16 -r 1 --device cuda 2>&1 | grep -A30 "cuda profile" >"$OUT/prof-$shape-$type.txt"
+        cat "$OUT/prof-$shape-$type.txt"
+    fi
+    for np in ${ONEBIT_NP:-}; do
+        timeout 120 "$B/1bit" bench -m "$f" -p 0 -n 64 -r 2 -np "$np" --device cuda 2>&1 | grep "^|" | tail -1 | tee -a "$OUT/bench.md"
+    done
+done
