@@ -24,6 +24,10 @@ for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
         ONEBIT_CUDA_PROFILE=1 timeout 60 "$B/1bit" bench -m "$f" -p 0 -n 16 -r 1 --device cuda 2>&1 | grep -A30 "cuda profile" >"$OUT/prof-$shape-$type.txt"
         cat "$OUT/prof-$shape-$type.txt"
     fi
+    if [ -n "${ONEBIT_PPROF:-}" ]; then
+        ONEBIT_CUDA_PROFILE=1 timeout 60 "$B/1bit" bench -m "$f" -p 512 -n 0 -r 1 --device cuda 2>&1 | grep -A30 "cuda profile" >"$OUT/pprof-$shape-$type.txt"
+        cat "$OUT/pprof-$shape-$type.txt"
+    fi
     for np in ${ONEBIT_NP:-}; do
         timeout 120 "$B/1bit" bench -m "$f" -p 0 -n 64 -r 2 -np "$np" --device cuda 2>&1 | grep "^|" | tail -1 | tee -a "$OUT/bench.md"
     done

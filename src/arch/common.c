@@ -93,9 +93,11 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     int64_t qs[3] = {hp->head_dim, hp->n_head, T}, ks[3] = {hp->head_dim, hp->n_head_kv, T};
     q = ob_view(g, q, 3, qs);
     k = ob_view(g, k, 3, ks);
+    /* norm then rope of q, then of k: each pair adjacent in the graph, so a GPU backend can
+     * run it as one kernel */
     if (w->q_norm) q = ob_rms_norm(g, q, ob_weight_leaf(g, w->q_norm), hp->norm_eps);
-    if (w->k_norm) k = ob_rms_norm(g, k, ob_weight_leaf(g, w->k_norm), hp->norm_eps);
     q = ob_rope(g, q, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
+    if (w->k_norm) k = ob_rms_norm(g, k, ob_weight_leaf(g, w->k_norm), hp->norm_eps);
     k = ob_rope(g, k, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
     ob_set_name(q, "blk.%d.q_rope", il);
     ob_set_name(k, "blk.%d.k_rope", il);

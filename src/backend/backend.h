@@ -19,6 +19,9 @@ typedef struct ob_backend_iface {
     /* Runs every non-leaf, non-view node of g in order. Node data pointers are backend memory. */
     ob_status (*compute)(ob_backend *b, ob_graph *g, char *err, size_t err_len);
     void (*destroy)(ob_backend *b);
+    /* Device memory free now, in bytes (NULL or 0: host memory or unknown): the default
+     * memory budget when --mem-budget is not given. */
+    size_t (*free_memory)(ob_backend *b);
 } ob_backend_iface;
 
 struct ob_backend {

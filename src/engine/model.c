@@ -125,6 +125,12 @@ static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
         m->n_params += ne;
         m->weight_bytes += t->size;
     }
+    if (!m->params.mem_budget && m->backend->iface->free_memory) {
+        /* No --mem-budget: the device's free memory, less room for the runtime's own
+         * allocations (BLAS workspace, captured graphs). */
+        const size_t fr = m->backend->iface->free_memory(m->backend), keep = (size_t)512 << 20;
+        if (fr) m->params.mem_budget = fr > 2 * keep ? fr - keep : fr;
+    }
     if (m->params.mem_budget && m->weight_bytes > m->params.mem_budget)
         return ob_fail(err, err_len, OB_ERR_NOMEM, "model: weights need %.1f MiB, over the memory budget of %.1f MiB",
                        m->weight_bytes / 1048576.0, m->params.mem_budget / 1048576.0);

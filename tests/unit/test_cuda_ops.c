@@ -185,10 +185,14 @@ static void round_q8(float *x, int64_t n) {
 /* The int8 matvec at a K that makes every lane loop over several blocks, on raw x (int8
  * error: ~1% relative) and on pre-rounded x (float rounding only); and two matmuls sharing
  * one x, the second reusing the first one's quantized x. */
+/* K = 256: a few lanes per row, many rows per warp; 2048: x staged in shared memory;
+ * 12288 with 8 columns: x too large for shared memory, read from global memory. */
 static void test_matmul_int8(ob_backend *be) {
-    const int64_t K = 2048, N = 37;
-    const int Ts[] = {1, 2, 8};
+    const int64_t Ks[] = {256, 2048, 12288}, N = 37;
+    const int Ts[] = {1, 2, 8, 13, 16};
+    for (size_t ki = 0; ki < OB_ARRAY_LEN(Ks); ki++)
     for (size_t ti = 0; ti < OB_ARRAY_LEN(all_types); ti++) {
+        const int64_t K = Ks[ki];
         ob_type t = all_types[ti];
         if (!int8_act_type(t)) continue;
         void *w = rand_typed(t, K * N, 0.5f), *w2 = rand_typed(t, K * N, 0.3f);

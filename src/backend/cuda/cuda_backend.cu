@@ -57,12 +57,12 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_RELU)) return false;
+        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
         if (n->op == OB_OP_SOFTMAX && ob_nrows(a) > 0x7fffffff) return false;
         return f32(a) && f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
     case OB_OP_GLU:
         return f32(a) && f32(b) && f32(n) && ob_nelements(a) == ob_nelements(b) && ob_nelements(n) == ob_nelements(a) &&
-               n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_RELU;
+               n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
     case OB_OP_ROPE: {
         const int n_rot = n->ip[0];
         return f32(a) && f32(n) && i32(b) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0] && n_rot > 0 &&
@@ -83,11 +83,13 @@ static bool supports_node(const ob_tensor *n) {
         const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         const int n_kv = n->ip[1];
         if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
-        if (n->fp[2] != 0.0f) return false; /* ALiBi: no kernel yet, so placement refuses it */
+        if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
         if (hd % 32 != 0 || hd > 256 || H > 65535 || T > 65535) return false;
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
     }
+    case OB_OP_POOL:
+        return ob_cu_supports_pool(n);
     default:
         return false;
     }
@@ -213,12 +215,13 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_ADD:
     case OB_OP_MUL: return ob_cu_op_binary(cx, n);
     case OB_OP_SCALE:
-    case OB_OP_ACT: return ob_cu_op_unary(cx, n);
+    case OB_OP_ACT: return n->ip[0] == OB_ACT_TANH ? ob_cu_op_tanh(cx, n) : ob_cu_op_unary(cx, n);
     case OB_OP_GLU: return ob_cu_op_glu(cx, n);
     case OB_OP_ROPE: return ob_cu_op_rope(cx, n);
     case OB_OP_SOFTMAX: return ob_cu_op_softmax(cx, n);
     case OB_OP_KV_STORE: return ob_cu_op_kv_store(cx, n);
     case OB_OP_ATTENTION: return ob_cu_op_attention(cx, n);
+    case OB_OP_POOL: return ob_cu_op_pool(cx, n);
     default: return false;
     }
 }
@@ -601,6 +604,16 @@ static void cu_destroy(ob_backend *be) {
     free(be);
 }
 
+static size_t cu_free_memory(ob_backend *be) {
+    (void)be;
+    size_t fr = 0, total = 0;
+    if (cudaMemGetInfo(&fr, &total) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return fr;
+}
+
 static const ob_backend_iface g_cuda_iface = {
     "cuda",
     false,
@@ -611,6 +624,7 @@ static const ob_backend_iface g_cuda_iface = {
     cu_download,
     cu_compute,
     cu_destroy,
+    cu_free_memory,
 };
 
 extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char *err, size_t err_len) {
@@ -669,6 +683,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     }
     const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
     cx->attn_split = as ? atoi(as) : 0;
+    const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");
+    cx->attn_old_pf = ao && ao[0] == '1';
     const char *ns = getenv("ONEBIT_CUDA_STAGE");
     if (ok && !(ns && ns[0] == '0')) {
         /* Without pinned staging, uploads stay plain blocking copies. */

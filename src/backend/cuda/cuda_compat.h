@@ -52,6 +52,8 @@
 #define OB_HIP 1
 #define OB_SYMBOL(s) HIP_SYMBOL(s)
 #define OB_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define OB_SHFL(v, src) __shfl((v), (src))
+#define OB_SYNCWARP() do { } while (0) /* a wavefront runs in lockstep */
 
 #ifdef ONEBIT_HIPBLAS
 #include <hipblas/hipblas.h>
@@ -143,6 +145,8 @@ static inline cublasStatus_t ob_hip_gemm_f16(cublasHandle_t h, int m, int n, int
 #include <cublas_v2.h>
 #define OB_SYMBOL(s) s
 #define OB_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define OB_SHFL(v, src) __shfl_sync(0xffffffffu, (v), (src))
+#define OB_SYNCWARP() __syncwarp()
 #endif
 
 /* Kernels assume 32-lane warps; gfx10+/gfx11 run wave32 (hipcc -mwavefrontsize32 is the

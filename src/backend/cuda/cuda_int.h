@@ -11,7 +11,7 @@ extern "C" {
 }
 
 #define OB_CU_MAX_EXEC 4
-#define OB_CU_MMVQ_MAX_T 8 /* decode matvec (int8 or f32 activations) up to this many columns */
+#define OB_CU_MMVQ_MAX_T 16 /* int8 decode matvec up to this many columns (16 parallel sequences) */
 
 /* One captured decode step: replayed while the graph's structure (ops, shapes, types,
  * data pointers, parameters) hashes to the same key, since inputs live in fixed buffers. */
@@ -47,7 +47,8 @@ typedef struct ob_cu_ctx {
     /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
-    int attn_split;            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
+    int attn_split;
+    bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
     /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
      * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
     bool prof;
@@ -162,6 +163,22 @@ static __device__ __forceinline__ void ob_cu_quant_group(float4 v, bool live, in
     if ((g & 7) == 0) dx[g / 8] = make_float2(d, d * (float)s);
 }
 #endif
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/* ALiBi slope of query head h of n_head for ATTENTION's f[2] = max_bias: graph.h's
+ * ob_alibi_slope with the same float operations, on the device. */
+static __device__ __forceinline__ float ob_cu_alibi_slope(int h, int n_head, float max_bias) {
+    int n2 = 1;
+    while (n2 * 2 <= n_head) n2 *= 2;
+    const float m0 = exp2f(-max_bias / (float)n2), m1 = exp2f(-max_bias / (float)(2 * n2));
+    return h < n2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n2) + 1));
+}
+#endif
+
+/* POOL and ACT = TANH (op_encoder.cu). */
+bool ob_cu_supports_pool(const ob_tensor *n);
+bool ob_cu_op_pool(ob_cu_ctx *cx, ob_tensor *n);
+bool ob_cu_op_tanh(ob_cu_ctx *cx, ob_tensor *n);
 
 /* Byte offset of dx (float2 [T][K/32]) after qx (int8 [T][K]) in cx->qx. */
 static inline size_t ob_cu_qx_dx_offset(int64_t K, int64_t T) { return ((size_t)(K * T) + 255) & ~(size_t)255; }

@@ -104,7 +104,7 @@ typedef struct ob_attn_args {
     int64_t hd, H, T, n_kv, cps, cells, window;
     size_t krb, vrb;
     int ktype, vtype, causal, nsplit;
-    float scale, cap;
+    float scale, cap, alibi; /* alibi: ALiBi max bias, 0 = none */
 } ob_attn_args;
 
 /* About eight blocks per SM over (split, head, token) (a block walks its cells one per
@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd, ne = hd / 32;
     const int64_t kh = h / (a.H / a.n_kv);
     const int64_t p = a.pos[t], s = a.seq[t];
+    const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
     /* Whole-sequence attention reaches the furthest position of this sequence in the batch. */
     if (threadIdx.x == 0) s_hi = (int)p;
     __syncthreads();
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
             if (i < ne) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
         for (int o = OB_WARP / 2; o > 0; o /= 2) d += OB_SHFL_XOR(d, o);
         if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
+        d -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
         if (d > m) {
             const float corr = expf(m - d);
             l *= corr;
@@ -209,6 +211,123 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
                 pp[2 + e] = v;
             }
     }
+}
+
+/* ---- prefill: one warp per (token, head), lanes over cells ----------------------------- */
+
+/* q . K row j (hd elements from hoff), q in shared memory (already scaled). */
+static __device__ __forceinline__ float q_dot_row(int type, const uint8_t *row, int64_t hoff, const float *sq, int hd) {
+    float d = 0.0f;
+    if (type == OB_TYPE_F16) {
+        /* 16-byte loads: each lane reads its own row, so every load instruction touches 32
+         * different sectors; fewer, wider loads cut those L1 transactions 4x. */
+        const uint4 *r = (const uint4 *)(row + 2 * hoff);
+#pragma unroll 4
+        for (int e = 0; e < hd / 8; e++) {
+            const uint4 u = r[e];
+            const float4 q0 = *(const float4 *)(sq + 8 * e), q1 = *(const float4 *)(sq + 8 * e + 4);
+            const float2 v0 = __half22float2(*(const __half2 *)&u.x), v1 = __half22float2(*(const __half2 *)&u.y);
+            const float2 v2 = __half22float2(*(const __half2 *)&u.z), v3 = __half22float2(*(const __half2 *)&u.w);
+            d += q0.x * v0.x + q0.y * v0.y + q0.z * v1.x + q0.w * v1.y + q1.x * v2.x + q1.y * v2.y + q1.z * v3.x + q1.w * v3.y;
+        }
+    } else if (type == OB_TYPE_F32) {
+        const float4 *r = (const float4 *)(row + 4 * hoff);
+#pragma unroll 4
+        for (int e = 0; e < hd / 4; e++) {
+            const float4 v = r[e];
+            d += sq[4 * e] * v.x + sq[4 * e + 1] * v.y + sq[4 * e + 2] * v.z + sq[4 * e + 3] * v.w;
+        }
+    } else { /* Q8_0, 34-byte blocks, hoff % 32 == 0 */
+        const uint8_t *b0 = row + (hoff / 32) * 34;
+        for (int blk = 0; blk < hd / 32; blk++) {
+            const uint8_t *b = b0 + 34 * blk;
+            const float dd = __half2float(__ushort_as_half(*(const uint16_t *)b));
+            const uint16_t *qs = (const uint16_t *)(b + 2);
+            float a = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                const uint16_t w = qs[k];
+                a += sq[32 * blk + 2 * k] * (float)(int8_t)(w & 0xff) + sq[32 * blk + 2 * k + 1] * (float)(int8_t)(w >> 8);
+            }
+            d += dd * a;
+        }
+    }
+    return d;
+}
+
+/* Prefill (T > OB_ATTN_SPLIT_T): a warp owns one (token, head); its lanes score 32 cells
+ * at a time (each lane one K row, q from shared memory), the online softmax advances once
+ * per 32 cells, and then the lanes switch to head elements to add the 32 V rows. The
+ * warps of a block take consecutive heads of one token, which share K/V rows (GQA), so
+ * those rows come from L1 after the first warp. The per-cell, per-warp reductions of
+ * k_attn made long prompts latency-bound. */
+#define OB_PF_WARPS 4
+__global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args a) {
+    __shared__ __align__(16) float s_q[OB_PF_WARPS][OB_ATTN_MAX_NE * OB_WARP];
+    const int lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
+    const int64_t item = (int64_t)blockIdx.x * OB_PF_WARPS + w;
+    const bool live = item < a.T * a.H;
+    const int64_t t = live ? item / a.H : 0, h = live ? item % a.H : 0;
+    const int hd = (int)a.hd, ne = hd / 32;
+    const int64_t kh = h / (a.H / a.n_kv);
+    const int64_t p = a.pos[t], s = a.seq[t];
+    const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
+    const float *qp = a.q + (t * a.H + h) * hd;
+    for (int e = lane; e < hd; e += OB_WARP) s_q[w][e] = qp[e] * a.scale;
+    /* Whole-sequence attention reaches the furthest position of this sequence in the batch. */
+    int64_t hi = p;
+    if (!a.causal) {
+        int m = (int)p;
+        for (int64_t u = lane; u < a.T; u += OB_WARP)
+            if (a.seq[u] == s && a.pos[u] > m) m = a.pos[u];
+        for (int o = OB_WARP / 2; o > 0; o /= 2) m = max(m, OB_SHFL_XOR(m, o));
+        hi = m;
+    }
+    OB_SYNCWARP();
+    int64_t lo = a.window > 0 ? OB_MAX((int64_t)0, p - a.window + 1) : 0;
+    if (!a.causal && a.window > 0) hi = OB_MIN(hi, p + a.window - 1);
+    const bool valid = live && p >= 0 && p < a.cps && s >= 0 && s * a.cps + a.cps <= a.cells;
+    if (!valid) hi = -1;
+    hi = OB_MIN(hi, a.cps - 1);
+    float acc[OB_ATTN_MAX_NE];
+#pragma unroll
+    for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    const int64_t cell0 = s * a.cps, hoff = kh * hd;
+    for (int64_t j0 = lo; j0 <= hi; j0 += OB_WARP) {
+        const int64_t j = j0 + lane;
+        float d = -INFINITY;
+        if (j <= hi) {
+            d = q_dot_row(a.ktype, a.kc + (size_t)(cell0 + j) * a.krb, hoff, s_q[w], hd);
+            if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
+            d -= slope * (float)(p > j ? p - j : j - p);
+        }
+        float mc = d;
+        for (int o = OB_WARP / 2; o > 0; o /= 2) mc = fmaxf(mc, OB_SHFL_XOR(mc, o));
+        const float mn = fmaxf(m, mc); /* finite: cell j0 <= hi is live */
+        const float corr = expf(m - mn);
+        const float pj = j <= hi ? expf(d - mn) : 0.0f;
+        float ps = pj;
+        for (int o = OB_WARP / 2; o > 0; o /= 2) ps += OB_SHFL_XOR(ps, o);
+        l = l * corr + ps;
+        m = mn;
+#pragma unroll
+        for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
+        const int nc = (int)OB_MIN((int64_t)OB_WARP, hi - j0 + 1);
+        for (int c = 0; c < nc; c++) {
+            const float pc = OB_SHFL(pj, c);
+            const uint8_t *vr = a.vc + (size_t)(cell0 + j0 + c) * a.vrb;
+#pragma unroll
+            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+                if (i < ne) acc[i] += pc * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+        }
+    }
+    if (!live) return;
+    float *o = a.out + (t * a.H + h) * hd;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+        if (i < ne) o[lane + 32 * i] = acc[i] * inv;
 }
 
 /* Element e of one (token, head)'s output from its splits' partials (pp), M: their max. */
@@ -280,6 +399,11 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     a.nsplit = attn_nsplit(cx, n);
     a.scale = n->fp[0];
     a.cap = n->fp[1];
+    a.alibi = n->fp[2];
+    if (a.T > OB_ATTN_SPLIT_T && !cx->attn_old_pf) {
+        k_attn_pf<<<ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, cx->stream>>>(a);
+        return OB_CU_LAUNCHED(cx);
+    }
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     k_attn<<<grid, OB_ATTN_WARPS * OB_WARP, 0, cx->stream>>>(a);
     if (!OB_CU_LAUNCHED(cx)) return false;

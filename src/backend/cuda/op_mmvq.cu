@@ -30,11 +30,23 @@ __global__ void k_quant_act(const float *__restrict__ x, int8_t *__restrict__ qx
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-/* 32 bits from a 2-byte aligned address (Q6_K, Q8_0, Q1_0, TQ2_0 blocks are 2-aligned). */
-static __device__ __forceinline__ int ld32a2(const uint8_t *p) {
-    const uint16_t *h = (const uint16_t *)p;
-    return (int)((uint32_t)h[0] | (uint32_t)h[1] << 16);
+/* Weight loads: read once per step, so they bypass L1 (which then keeps x and the block
+ * headers that neighbouring lanes share). Not volatile: the compiler may hoist them. */
+#ifdef OB_HIP
+static __device__ __forceinline__ uint4 ldw16(const uint8_t *p) { return *(const uint4 *)p; }
+static __device__ __forceinline__ uint32_t ldw2(const uint8_t *p) { return *(const uint16_t *)p; }
+#else
+static __device__ __forceinline__ uint4 ldw16(const uint8_t *p) {
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+    return r;
 }
+/* 2-byte pieces go through L1: the 2-aligned block types read a sector in several
+ * pieces (one per instruction), and L1 serves the repeats. */
+static __device__ __forceinline__ uint32_t ldw2(const uint8_t *p) { return __ldg((const unsigned short *)p); }
+#endif
+/* 32 bits from a 2-byte aligned address (Q6_K, Q8_0, Q1_0, TQ2_0 blocks are 2-aligned). */
+static __device__ __forceinline__ int ld32a2(const uint8_t *p) { return (int)(ldw2(p) | ldw2(p + 2) << 16); }
 #ifdef OB_HIP
 /* Portable forms (the HIP build is compile-checked, not tuned). */
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
@@ -65,7 +77,7 @@ static __device__ __forceinline__ void q4k_scale_min(int j, uint4 hd, int *sc, i
 
 template <int T> struct mq;
 /* slots per block, elements per block, bytes per block */
-template <> struct mq<OB_TYPE_Q4_K> { static constexpr int slots = 8, qk = 256, bytes = 144; };
+template <> struct mq<OB_TYPE_Q4_K> { static constexpr int slots = 4, qk = 256, bytes = 144; };
 template <> struct mq<OB_TYPE_Q6_K> { static constexpr int slots = 8, qk = 256, bytes = 210; };
 template <> struct mq<OB_TYPE_Q8_0> { static constexpr int slots = 2, qk = 32, bytes = 34; };
 template <> struct mq<OB_TYPE_Q1_0> { static constexpr int slots = 4, qk = 128, bytes = 18; };
@@ -78,33 +90,31 @@ template <int T, int NT>
 static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, int s, const int8_t *__restrict__ qx,
                                                 const float2 *__restrict__ dx, int64_t kx, int nt, float *acc) {
     if constexpr (T == OB_TYPE_Q4_K) {
-        /* s: 32-byte chunk c = s/2 of qs, half h = s%2 (16 bytes). Low nibbles are elements
-         * [16h, 16h+16) of sub-block 2c, high nibbles the same of sub-block 2c+1. */
-        const uint4 hd = *(const uint4 *)b; /* d, dmin, scales[12] */
-        const uint4 q = *(const uint4 *)(b + 16 + 16 * s);
-        const int c = s / 2, h = s % 2;
+        /* s: 32-byte chunk s of qs: low nibbles are sub-block 2s (elements [64s, 64s+32)),
+         * high nibbles sub-block 2s+1. The min term uses x's stored d * sum(q) (dx.y). */
+        const uint4 hd = ldw16(b); /* d, dmin, scales[12] */
+        const uint4 qa = ldw16(b + 16 + 32 * s), qb = ldw16(b + 32 + 32 * s);
         const float d = f16f((uint16_t)(hd.x & 0xffff)), dmin = f16f((uint16_t)(hd.x >> 16));
-        int sl, ml, sh, mh; /* 6-bit scale and min of sub-blocks 2c, 2c+1 */
-        q4k_scale_min(2 * c, hd, &sl, &ml);
-        q4k_scale_min(2 * c + 1, hd, &sh, &mh);
-        const int w[4] = {(int)q.x, (int)q.y, (int)q.z, (int)q.w};
-        const int64_t e0 = 64 * c + 16 * h; /* element offset in the block, low nibbles */
+        int sl, ml, sh, mh; /* 6-bit scale and min of sub-blocks 2s, 2s+1 */
+        q4k_scale_min(2 * s, hd, &sl, &ml);
+        q4k_scale_min(2 * s + 1, hd, &sh, &mh);
+        const int w[8] = {(int)qa.x, (int)qa.y, (int)qa.z, (int)qa.w, (int)qb.x, (int)qb.y, (int)qb.z, (int)qb.w};
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
-            const int4 xl = *(const int4 *)(qx + t * kx + e0), xh = *(const int4 *)(qx + t * kx + e0 + 32);
-            const int xlv[4] = {xl.x, xl.y, xl.z, xl.w}, xhv[4] = {xh.x, xh.y, xh.z, xh.w};
-            int dl = 0, dh = 0, sxl = 0, sxh = 0;
+            const int8_t *xp = qx + t * kx + 64 * s;
+            const int4 x0 = *(const int4 *)xp, x1 = *(const int4 *)(xp + 16);
+            const int4 x2 = *(const int4 *)(xp + 32), x3 = *(const int4 *)(xp + 48);
+            const int xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            const int xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+            int dl = 0, dh = 0;
 #pragma unroll
-            for (int k = 0; k < 4; k++) {
-                dl = dp4a(w[k] & 0x0f0f0f0f, xlv[k], dl);
-                dh = dp4a((w[k] >> 4) & 0x0f0f0f0f, xhv[k], dh);
-                sxl = dp4a(0x01010101, xlv[k], sxl);
-                sxh = dp4a(0x01010101, xhv[k], sxh);
+            for (int k = 0; k < 8; k++) {
+                dl = dp4a(w[k] & 0x0f0f0f0f, xl[k], dl);
+                dh = dp4a((w[k] >> 4) & 0x0f0f0f0f, xh[k], dh);
             }
-            const float2 fl = dx[t * (kx / 32) + 2 * c], fh = dx[t * (kx / 32) + 2 * c + 1];
-            acc[t] += fl.x * (d * (float)(sl * dl) - dmin * (float)(ml * sxl)) +
-                      fh.x * (d * (float)(sh * dh) - dmin * (float)(mh * sxh));
+            const float4 f = *(const float4 *)(dx + t * (kx / 32) + 2 * s); /* (d, d*sum) of both sub-blocks */
+            acc[t] += d * ((float)(sl * dl) * f.x + (float)(sh * dh) * f.z) - dmin * ((float)ml * f.y + (float)mh * f.w);
         }
     } else if constexpr (T == OB_TYPE_Q6_K) {
         /* s: half g = s/4 (128 elements), byte range j0 = 8 * (s%4). ql bytes [64g + j0, +8)
@@ -114,7 +124,7 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         const int a0 = ld32a2(b + 64 * g + j0), a1 = ld32a2(b + 64 * g + j0 + 4);
         const int b0 = ld32a2(b + 64 * g + 32 + j0), b1 = ld32a2(b + 64 * g + 32 + j0 + 4);
         const int h0 = ld32a2(b + 128 + 32 * g + j0), h1 = ld32a2(b + 128 + 32 * g + j0 + 4);
-        const float d = f16f(*(const uint16_t *)(b + 208));
+        const float d = f16f((uint16_t)ldw2(b + 208));
         const int8_t *scs = (const int8_t *)(b + 192);
         int wv[4][2]; /* sub-block r = 0..3 of this half: 8 int8 weights (q - 32) */
         wv[0][0] = vsub4((a0 & 0x0f0f0f0f) | ((h0 << 4) & 0x30303030), 0x20202020);
@@ -221,37 +231,70 @@ typedef struct ob_mmvq_set {
     int count;
 } ob_mmvq_set;
 
-/* y[t][row] for OB_MMVQ_ROWS rows per block, one warp per row. */
+#define MMVQ_R(nt) ((nt) > 1 ? 2 : 1) /* rows per lane group */
+
+/* y[t][row]: OB_MMVQ_ROWS warps per block, each warp 32 >> lsh rows with 1 << lsh lanes
+ * per row (fewer lanes when a row has fewer units than a warp). With smem, the block first
+ * copies x (qx then dx of nt columns) to shared memory: every row of the block reads all
+ * of x, and from L2 that traffic rivalled the weights' own. */
 template <int T, int NT>
 __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
-    k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx, int64_t K, int nt) {
-    const int lane = threadIdx.x % OB_WARP;
-    int m = 0;
+    k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ gqx, const float2 *__restrict__ gdx, int64_t K, int nt,
+           int lsh, int smem) {
+    extern __shared__ int4 ob_mmvq_sm[];
+    const int8_t *qx = gqx;
+    const float2 *dx = gdx;
+    if (smem) {
+        const int nq = (int)(nt * K / 16), nd = (int)(nt * K / 32);
+        for (int i = threadIdx.x; i < nq; i += blockDim.x) ob_mmvq_sm[i] = ((const int4 *)gqx)[i];
+        float2 *sd = (float2 *)(ob_mmvq_sm + nq);
+        for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = gdx[i];
+        __syncthreads();
+        qx = (const int8_t *)ob_mmvq_sm;
+        dx = sd;
+    }
+    /* The matrix of this block, chosen with constant indices only (a run-time index into
+     * the parameter struct would copy it to local memory). */
+    const uint8_t *W = set.w[0];
+    float *y = set.y[0];
+    int64_t N = set.n[0];
+    unsigned b0 = 0;
 #pragma unroll
     for (int k = 1; k < OB_MMVQ_GROUP; k++)
-        if (k < set.count && blockIdx.x >= set.b0[k]) m = k;
-    const int64_t N = set.n[m];
-    const int64_t row = (int64_t)(blockIdx.x - set.b0[m]) * OB_MMVQ_ROWS + threadIdx.x / OB_WARP;
-    if (row >= N) return;
-    const uint8_t *wr = set.w[m] + row * rb;
-    float *__restrict__ y = set.y[m];
+        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+    const int lane = threadIdx.x % OB_WARP, L = 1 << lsh, l = lane & (L - 1);
+    const int rpw = OB_WARP >> lsh;
+    /* R adjacent rows per lane group: with several columns the x reads, not the weights,
+     * dominate, and the second row reuses them (same shared-memory addresses). */
+    constexpr int R = MMVQ_R(NT);
+    const int64_t row0 = (((int64_t)(blockIdx.x - b0) * OB_MMVQ_ROWS + threadIdx.x / OB_WARP) * rpw + (lane >> lsh)) * R;
     constexpr int S = mq<T>::slots;
-    const int nu = (int)(K / mq<T>::qk) * S; /* (block, slot) units of the row */
-    float acc[NT];
+    const int nu = row0 < N ? (int)(K / mq<T>::qk) * S : 0; /* (block, slot) units of a row */
+    const uint8_t *wr[R];
 #pragma unroll
-    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
-#pragma unroll 4
-    for (int u = lane; u < nu; u += OB_WARP) {
+    for (int r = 0; r < R; r++) wr[r] = W + (row0 + r < N ? row0 + r : row0) * rb;
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
+    constexpr int UNR = T == OB_TYPE_Q6_K || R > 1 ? 2 : 4;
+#pragma unroll UNR
+    for (int u = l; u < nu; u += L) {
         const int bi = u / S, s = u % S;
-        dot_slot<T, NT>(wr + (size_t)bi * mq<T>::bytes, s, qx + (int64_t)bi * mq<T>::qk, dx + (int64_t)bi * (mq<T>::qk / 32), K,
-                        nt, acc);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            dot_slot<T, NT>(wr[r] + (size_t)bi * mq<T>::bytes, s, qx + (int64_t)bi * mq<T>::qk,
+                            dx + (int64_t)bi * (mq<T>::qk / 32), K, nt, acc[r]);
     }
 #pragma unroll
-    for (int t = 0; t < NT; t++) {
-        float s = acc[t];
-        for (int o = OB_WARP / 2; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
-        if (lane == 0 && t < nt) y[t * N + row] = s;
-    }
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            float v = acc[r][t];
+            for (int o = L / 2; o > 0; o /= 2) v += OB_SHFL_XOR(v, o);
+            if (l == 0 && row0 + r < N && t < nt) y[t * N + row0 + r] = v;
+        }
 }
 
 /* ---- host side ---------------------------------------------------------------------------- */
@@ -276,12 +319,25 @@ size_t ob_cu_mmvq_qx_size(const ob_tensor *n) {
     return ob_cu_qx_dx_offset(K, T) + (size_t)(K / 32 * T) * sizeof(float2);
 }
 
+/* Lanes per row: the fewest power of two >= the row's units, at most a warp. */
+static int mmvq_lsh(int64_t units) {
+    int lsh = 0;
+    while (lsh < 5 && ((int64_t)1 << lsh) < units) lsh++;
+    return lsh;
+}
+
 template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsigned grid, size_t rb, int64_t K, int nt,
-                                     const int8_t *qx, const float2 *dx) {
+                                     const int8_t *qx, const float2 *dx, int lsh) {
+    /* x in shared memory when it fits the default 48 KB a block may take. */
+    const size_t sm = (size_t)nt * (size_t)K + (size_t)nt * (size_t)(K / 32) * sizeof(float2);
+    const int use = sm <= 48 * 1024;
+    const size_t shm = use ? sm : 0;
     if (nt == 1)
-        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>(*set, rb, qx, dx, K, 1);
+        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, 1, lsh, use);
+    else if (nt <= 8)
+        k_mmvq<T, 8><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
     else
-        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, 0, cx->stream>>>(*set, rb, qx, dx, K, nt);
+        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
 }
 
 int ob_cu_mmvq_group_max(void) { return OB_MMVQ_GROUP; }
@@ -303,21 +359,31 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     ob_mmvq_set set;
     memset(&set, 0, sizeof(set));
     unsigned grid = 0;
+    int lsh = 5;
+    switch (w0->type) {
+    case OB_TYPE_Q4_K: lsh = mmvq_lsh(K / mq<OB_TYPE_Q4_K>::qk * mq<OB_TYPE_Q4_K>::slots); break;
+    case OB_TYPE_Q6_K: lsh = mmvq_lsh(K / mq<OB_TYPE_Q6_K>::qk * mq<OB_TYPE_Q6_K>::slots); break;
+    case OB_TYPE_Q8_0: lsh = mmvq_lsh(K / mq<OB_TYPE_Q8_0>::qk * mq<OB_TYPE_Q8_0>::slots); break;
+    case OB_TYPE_Q1_0: lsh = mmvq_lsh(K / mq<OB_TYPE_Q1_0>::qk * mq<OB_TYPE_Q1_0>::slots); break;
+    case OB_TYPE_TQ2_0: lsh = mmvq_lsh(K / mq<OB_TYPE_TQ2_0>::qk * mq<OB_TYPE_TQ2_0>::slots); break;
+    default: return false;
+    }
+    const int rows_per_block = OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T);
     for (int i = 0; i < count; i++) {
         set.w[i] = (const uint8_t *)ns[i]->src[0]->data;
         set.y[i] = (float *)ns[i]->data;
         set.n[i] = ns[i]->src[0]->ne[1];
         set.b0[i] = grid;
-        grid += ob_cu_blocks(set.n[i], OB_MMVQ_ROWS);
+        grid += ob_cu_blocks(set.n[i], rows_per_block);
     }
     set.count = count;
     const size_t rb = ob_row_size(w0->type, K);
     switch (w0->type) {
-    case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
-    case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
-    case OB_TYPE_Q8_0: launch<OB_TYPE_Q8_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
-    case OB_TYPE_Q1_0: launch<OB_TYPE_Q1_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
-    case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, &set, grid, rb, K, (int)T, qx, dx); break;
+    case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
+    case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
+    case OB_TYPE_Q8_0: launch<OB_TYPE_Q8_0>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
+    case OB_TYPE_Q1_0: launch<OB_TYPE_Q1_0>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
+    case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
     default: return false;
     }
     return OB_CU_LAUNCHED(cx);

@@ -13,7 +13,7 @@
 #include "format/quant_iq_grids.h"
 #include <stdio.h>
 
-#define OB_MMV_MAX_T OB_CU_MMVQ_MAX_T
+#define OB_MMV_MAX_T 8 /* f32-activation matvec up to this many columns */
 #define OB_SLAB_ELEMS ((int64_t)64 << 20) /* f16 weight elements staged per GEMM */
 
 bool ob_cu_tables_init(ob_cu_ctx *cx) {
@@ -160,7 +160,7 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
     }
 }
 
-bool ob_cu_matmul_uses_blas(const ob_tensor *n) { return ob_nrows(n->src[1]) > OB_MMV_MAX_T; }
+bool ob_cu_matmul_uses_blas(const ob_tensor *n) { return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !ob_cu_mmvq_applies(n); }
 
 static int64_t slab_rows(int64_t K, int64_t N) {
     int64_t r = OB_SLAB_ELEMS / K;
@@ -245,8 +245,8 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
-    if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
     if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
+    if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
     switch (n->src[0]->type) {
 #define X(tt) case tt: launch_mmv<tt>(cx, n, (int)T); break;
         OB_CU_FOR_EACH_TYPE(X)
