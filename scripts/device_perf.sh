@@ -15,10 +15,19 @@ if [ "${ONEBIT_SKIP_TEST:-0}" != 1 ]; then
     echo "test_cuda_ops rc=$? $(grep -E 'checks' "$OUT/test.log" | tail -1)"
     grep -E "CHECK failed" "$OUT/test.log" | head -5
 fi
+TOK=$B/tokenizer.json
+if [ ! -f "$TOK" ] && [ -f "$B/tokenizer.json.xz" ]; then xz -dc "$B/tokenizer.json.xz" >/tmp/tokenizer.json; TOK=/tmp/tokenizer.json; fi
+# ONEBIT_EMB=FILE.gguf: embeddings throughput (inputs of 128 and 512 tokens).
+if [ -n "${ONEBIT_EMB:-}" ]; then
+    for pn in "128 32" "512 8" "32 256"; do
+        set -- $pn
+        timeout 120 "$B/1bit" bench -m "$ONEBIT_EMB" -p "$1" -np "$2" -r 3 --device cuda 2>&1 | grep -E "^\| [^-m]|inputs/s|error|refus" | tee -a "$OUT/bench.md"
+    done
+fi
 for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
     shape=${spec%%:*} type=${spec##*:}
     f=/tmp/$shape-$type.gguf
-    [ -f "$f" ] || timeout 200 "$B/1bit" synth --fast --shape "$shape" --type "$type" --tokenizer "$B/tokenizer.json" -t "$(nproc)" -o "$f" >/dev/null 2>&1 || { echo "synth $spec failed"; continue; }
+    [ -f "$f" ] || timeout 200 "$B/1bit" synth --fast --shape "$shape" --type "$type" --tokenizer "$TOK" -t "$(nproc)" -o "$f" >/dev/null 2>&1 || { echo "synth $spec failed"; continue; }
     timeout 120 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 3 --device cuda --peak-gbs 4300 2>&1 | grep "^|" | tail -2 | tee -a "$OUT/bench.md"
     if [ -n "${ONEBIT_PROF:-}" ]; then
         ONEBIT_CUDA_PROFILE=1 timeout 60 "$B/1bit" bench -m "$f" -p 0 -n 16 -r 1 --device cuda 2>&1 | grep -A30 "cuda profile" >"$OUT/prof-$shape-$type.txt"

@@ -7,6 +7,11 @@
 #   scripts/device_vulkan.sh run    there (run tool, carry [".gl", ".dev/vulkan"]):
 #                                   unpack the Vulkan loader, list devices, run the test;
 #                                   logs land in $OUT
+#   scripts/device_vulkan.sh bench  there: the same set-up, then `1bit info` and, for each
+#                                   "shape:type" in ONEBIT_FILES, a fast synthetic file
+#                                   (tokenizer from .dev/vulkan/tokenizer.json.xz) and its
+#                                   bench; ONEBIT_VK_ENVS: extra env sets to compare
+#                                   ("A=1 B=2;C=3"), each run once more
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -28,7 +33,7 @@ prep)
   cp build-vulkan/test_vulkan_ops build-vulkan/1bit .dev/vulkan/
   du -sh .gl .dev/vulkan
   ;;
-run)
+run|bench)
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   ldconfig
@@ -54,6 +59,23 @@ run)
       /etc/vulkan/icd.d 2>&1; ldconfig -p | grep -E 'nvidia|vulkan'; } >"$out/driver.txt" 2>&1 || true
   nvidia-smi -L >"$out/gpu.txt" 2>&1 || true
   set +e
+  if [ "$mode" = bench ]; then
+    ./.dev/vulkan/1bit info 2>&1 | tail -n 6
+    [ -f /tmp/tokenizer.json ] || xz -dc .dev/vulkan/tokenizer.json.xz >/tmp/tokenizer.json
+    for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
+      shape=${spec%%:*} type=${spec##*:}
+      f=/tmp/$shape-$type.gguf
+      [ -f "$f" ] || timeout 200 ./.dev/vulkan/1bit synth --fast --shape "$shape" --type "$type" --tokenizer /tmp/tokenizer.json \
+          -t "$(nproc)" -o "$f" >/dev/null 2>&1 || { echo "synth $spec failed"; continue; }
+      timeout 150 ./.dev/vulkan/1bit bench -m "$f" -p 512 -n 128 -r 2 --device vulkan --peak-gbs 4300 2>&1 | grep -E "^\| [^-m]|vulkan: matmul" | tee -a "$out/vulkan-bench.md"
+      IFS=';' read -ra sets <<<"${ONEBIT_VK_ENVS:-}"
+      for e in "${sets[@]}"; do
+        echo "[$e]"
+        env $e timeout 150 ./.dev/vulkan/1bit bench -m "$f" -p 512 -n 64 -r 1 --device vulkan 2>&1 | grep -E "^\| [^-m]" | tee -a "$out/vulkan-bench.md"
+      done
+    done
+    exit 0
+  fi
   ./.dev/vulkan/test_vulkan_ops 2>&1 | tee "$out/test_vulkan_ops.log"
   rc=${PIPESTATUS[0]}
   echo "test_vulkan_ops exit $rc"

@@ -162,6 +162,9 @@ static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *p
         { 4096, 9, 1 }, { 256, 31, 2 }, { 768, 5, 3 }, { 512, 9, 5 }, { 1024, 7, 17 }, { 256, 13, 64 },
         { 384, 3, 6 },  /* Q1_0 and the 32-blocks: K not a multiple of 256 */
         { 37, 5, 5 },   /* float weights: K with a tail that no vector width divides */
+        /* Row tiles (8 rows, up to 8 columns): 4 and 7 columns, a partial last tile, and
+         * K = 72 blocks of 32 (9 of 256) so the decode chunks end with a short pass. */
+        { 1024, 19, 4 }, { 2304, 11, 7 }, { 96, 8, 8 },
     };
     const ob_type_traits *tr = ob_type_traits_get(t);
     if (!tr || !tr->to_float || !tr->from_float) {
@@ -251,6 +254,11 @@ static void test_act_quant(ob_rng *rng) {
         maxerr = fmax(maxerr, fabs(back - x[i]) / (q32[i / 32].d * 0.5 + 1e-30));
     }
     CHECKF(maxerr <= 1.0001, "Q8_32 round-trip error %.4f half-steps", maxerr);
+    for (int b = 0; b < 16; b++) {
+        int s = 0;
+        for (int l = 0; l < 32; l++) s += q32[b].qs[l];
+        CHECKF(s == q32[b].sum, "Q8_32 block %d: sum %d, qs add up to %d", b, (int)q32[b].sum, s);
+    }
     ob_block_q8_k qk[2];
     ob_cpu_quantize_act(OB_ACT_Q8_K, x, qk, 512);
     for (int b = 0; b < 2; b++) {

@@ -14,8 +14,11 @@ int main(void) {
 #else
 #include "backend/cpu/cpu.h"
 #include "backend/vulkan/vulkan.h"
+#include "convert/convert.h"
 #include "onebit.h"
 #include <dlfcn.h>
+#include <jansson.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,11 +217,12 @@ static void test_elementwise(void) {
         ob_graph_free(g);
         free(a);
     }
-    for (int act = OB_ACT_SILU; act <= OB_ACT_RELU; act++)
+    for (int act = OB_ACT_SILU; act <= OB_ACT_TANH; act++)
         for (int glu = 0; glu < 2; glu++) {
             ob_graph *g = ob_graph_new(4);
             float *a = rand_f32(n, 4.0f), *b = rand_f32(n, 1.0f);
             a[0] = 60.0f; a[1] = -60.0f; /* saturation must not give NaN */
+            a[2] = 1e-3f; a[3] = -0.1f; a[4] = 0.13f; /* tanh's small-|x| branch and its edge */
             ob_tensor *ta = ob_leaf(g, "gate", OB_TYPE_F32, 3, ne, a);
             ob_tensor *o = glu ? ob_glu(g, ta, ob_leaf(g, "up", OB_TYPE_F32, 3, ne, b), (ob_act)act) : ob_act_op(g, ta, (ob_act)act);
             char what[64];
@@ -313,6 +317,45 @@ static void test_matmul(void) {
     }
 }
 
+static void matmul_case(ob_type t, int64_t K, int64_t N, int64_t T) {
+    int64_t nw[2] = {K, N}, nx[2] = {K, T};
+    void *w = rand_typed(t, K, N, 1.0f);
+    float *x = rand_f32(K * T, 1.0f);
+    ob_graph *g = ob_graph_new(4);
+    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+    char what[96];
+    snprintf(what, sizeof(what), "matmul %s K=%lld N=%lld T=%lld", ob_type_name(t), (long long)K, (long long)N,
+             (long long)T);
+    check_graph(g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+    ob_graph_free(g);
+    free(w); free(x);
+}
+
+/* The matmul paths by shape: matvec.comp for T <= 8 (x staged in shared memory while
+ * T * K fits, read from global beyond), the tiled shader above. N = 37 and 70 leave
+ * partial workgroups of rows (matvec: subgroups per 128 invocations) and of 64-row tiles;
+ * T = 9 and 70 partial 64-token tiles; K = 768 and 4352 several K-quant blocks per row. */
+static void test_matmul_paths(void) {
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q4_0, OB_TYPE_Q1_0,
+                                    OB_TYPE_TQ2_0, OB_TYPE_Q5_K, OB_TYPE_Q2_K, OB_TYPE_F16, OB_TYPE_F32};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
+        for (int64_t T = 1; T <= 8; T++) matmul_case(types[ti], 768, 37, T);
+        matmul_case(types[ti], 768, 70, 9);
+        matmul_case(types[ti], 768, 70, 70);
+    }
+    /* x too large for shared memory: matvec reads it from global memory. */
+    matmul_case(OB_TYPE_Q4_K, 4352, 19, 1);
+    matmul_case(OB_TYPE_Q6_K, 4352, 19, 2);
+    matmul_case(OB_TYPE_F16, 4352, 19, 1);
+    /* Plain weights with K off any block multiple, every path. */
+    for (int64_t T = 1; T <= 9; T += 4) matmul_case(OB_TYPE_F32, 100, 13, T);
+    matmul_case(OB_TYPE_F16, 100, 70, 70);
+    /* 16-bit weights: pairs per 32-bit load for an even K, one at a time for an odd K. */
+    matmul_case(OB_TYPE_F16, 99, 13, 3);
+    matmul_case(OB_TYPE_BF16, 99, 13, 1);
+    matmul_case(OB_TYPE_BF16, 768, 37, 2);
+}
+
 static void test_cpy(void) {
     static const ob_type pairs[][2] = {
         {OB_TYPE_F32, OB_TYPE_F16}, {OB_TYPE_F16, OB_TYPE_F32}, {OB_TYPE_F32, OB_TYPE_BF16},
@@ -334,20 +377,22 @@ static void test_cpy(void) {
 }
 
 static void test_kv_store(void) {
-    static const ob_type types[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
-    int64_t row = 128, cps = 10, n_seq = 3, T = 5;
+    /* row 72 (tiny encoder heads, 6 x 12): F32/F16 rows ending in a partial 32-chunk */
+    static const ob_type types[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0, OB_TYPE_F32, OB_TYPE_F16};
+    int64_t cps = 10, n_seq = 3, T = 5;
     int32_t pos[5] = {0, 1, 2, 7, 9}, seq[5] = {0, 0, 0, 2, 1};
     for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
         ob_type t = types[ti];
+        int64_t row = ti < 3 ? 128 : 72;
         void *cache = rand_typed(t, row, cps * n_seq, 1.0f);
         float *x = rand_f32(row * T, 1.0f);
         ob_graph *g = ob_graph_new(8);
-        int64_t nx[3] = {32, 4, T}, nc[2] = {row, cps * n_seq}, nt[1] = {T};
+        int64_t nx[3] = {row / 4, 4, T}, nc[2] = {row, cps * n_seq}, nt[1] = {T};
         ob_tensor *tc = ob_leaf(g, "cache", t, 2, nc, cache);
         ob_kv_store(g, ob_leaf(g, "x", OB_TYPE_F32, 3, nx, x), tc, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
                     ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), (int)cps);
         char what[64];
-        snprintf(what, sizeof(what), "kv_store %s", ob_type_name(t));
+        snprintf(what, sizeof(what), "kv_store %s row %lld", ob_type_name(t), (long long)row);
         check_graph(g, tc, t == OB_TYPE_Q8_0 ? 0.03 : 1e-7, 1e-6, what);
         ob_graph_free(g);
         free(x); free(cache);
@@ -359,6 +404,7 @@ typedef struct attn_case {
     int hd, n_head, n_kv, window, causal;
     float softcap;
     int decode;
+    float alibi; /* ALiBi max bias, 0 = none */
 } attn_case;
 
 static void run_attention(const attn_case *ac) {
@@ -384,9 +430,12 @@ static void run_attention(const attn_case *ac) {
                                 ob_leaf(g, "v", ac->kv, 2, nc, vc), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
                                 ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), ob_leaf(g, "tok", OB_TYPE_F32, 1, n1, &tok),
                                 (int)cps, ac->n_kv, ac->window, ac->causal, 1.0f / sqrtf((float)hd), ac->softcap);
-    char what[128];
-    snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d window %d causal %d cap %g %s", ob_type_name(ac->kv),
-             ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->decode ? "decode" : "prefill");
+    o->fp[2] = ac->alibi;
+    CHECKF(g_be[0]->iface->supports(g_be[0], o), "attention alibi %g: refused", ac->alibi);
+    char what[160];
+    snprintf(what, sizeof(what), "attention %s hd %d heads %d/%d window %d causal %d cap %g alibi %g %s",
+             ob_type_name(ac->kv), ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->alibi,
+             ac->decode ? "decode" : "prefill");
     check_graph(g, o, 1e-5, 1e-4, what);
     ob_graph_free(g);
     free(q); free(kc); free(vc);
@@ -403,9 +452,44 @@ static void test_attention(void) {
                         for (int decode = 0; decode < 2; decode++) {
                             /* hd 256 in decode: two output dims per invocation */
                             int hd = kvt[k] == OB_TYPE_Q8_0 ? 64 : (decode ? (h == 1 ? 256 : 40) : 36);
-                            attn_case ac = {kvt[k], hd, heads[h][0], heads[h][1], window, causal, cap ? 1.5f : 0.0f, decode};
+                            attn_case ac = {kvt[k], hd, heads[h][0], heads[h][1], window, causal, cap ? 1.5f : 0.0f, decode, 0};
                             run_attention(&ac);
                         }
+    /* ALiBi (jina-bert-v2: encoder, whole sequence): 6 heads take both slope families
+     * (n2 = 4) at head_dim 12 as the tiny fixture; 4/2 is GQA; 16 heads, bias 8: slopes down to 2^-8. Positions reach 287
+     * in decode, so distant cells are strongly damped. */
+    static const int aheads[][2] = {{6, 6}, {4, 2}, {16, 16}};
+    for (size_t h = 0; h < OB_ARRAY_LEN(aheads); h++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int decode = 0; decode < 2; decode++) {
+                attn_case ac = {h == 1 ? OB_TYPE_F16 : OB_TYPE_F32, h == 0 ? 12 : 32, aheads[h][0], aheads[h][1], h == 2 ? 3 : 0, causal,
+                                h == 1 ? 1.5f : 0.0f, decode, h == 2 ? 8.0f : 0.5f + (float)h};
+                run_attention(&ac);
+            }
+}
+
+/* POOL: mean / first / last of each sequence's tokens, with and without L2 norm; the
+ * batch interleaves sequences with shuffled positions (the pick follows pos, not order),
+ * and sequence 3 has no token (zeros, also after normalising). n is no multiple of the
+ * workgroup. */
+static void test_pool(void) {
+    int64_t n = 1003, T = 9, n_seq = 4;
+    int32_t seq[9] = {1, 0, 2, 1, 0, 0, 2, 1, 0}, pos[9] = {4, 2, 0, 3, 0, 1, 1, 5, 7};
+    for (int type = OB_POOL_MEAN; type <= OB_POOL_LAST; type++)
+        for (int norm = 0; norm < 2; norm++) {
+            int64_t nx[2] = {n, T}, nt[1] = {T};
+            float *x = rand_f32(n * T, 1.0f);
+            for (int64_t i = 0; i < n * T; i++) x[i] += 0.25f;
+            ob_graph *g = ob_graph_new(8);
+            ob_tensor *o = ob_pool(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq),
+                                   ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), (ob_pool_type)type, norm, (int)n_seq);
+            CHECK(g_be[0]->iface->supports(g_be[0], o));
+            char what[64];
+            snprintf(what, sizeof(what), "pool type %d norm %d", type, norm);
+            check_graph(g, o, 1e-6, 1e-5, what);
+            ob_graph_free(g);
+            free(x);
+        }
 }
 
 /* Several nodes in one submission: each must see the previous node's writes. */
@@ -442,22 +526,20 @@ static void test_bad_ids(void) {
     free(tab);
 }
 
-/* A node with no kernel (POOL): supports() says no; strict compute refuses; with
- * fallback it runs on the CPU reference and matches, and a device node after it sees its
+/* A node with no kernel (CPY to Q4_0): supports() says no; strict compute refuses; with
+ * fallback it runs on the CPU reference and matches, and device nodes after it see its
  * result. */
 static void test_fallback(void) {
-    int64_t n = 64, T = 5;
-    int64_t nx[2] = {n, T}, nt[1] = {T};
+    int64_t n = 64, T = 2;
+    int64_t nx[2] = {n, T};
     float *x = rand_f32(n * T, 1.0f), got[128];
-    int32_t seq[5] = {0, 1, 0, 1, 1}, pos[5] = {0, 0, 1, 1, 2};
     ob_graph *g = ob_graph_new(8);
-    ob_tensor *o = ob_pool(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq),
-                           ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), OB_POOL_MEAN, false, 2);
+    ob_tensor *o = ob_cpy(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), OB_TYPE_Q4_0);
     CHECK(!g_be[0]->iface->supports(g_be[0], o));
-    o = ob_scale(g, o, 2.0f); /* a device node after the fallback */
+    o = ob_scale(g, ob_cpy(g, o, OB_TYPE_F32), 2.0f); /* device nodes after the fallback */
     char err[256] = "";
     CHECK(run_on(g_be[0], g, o, got, err, sizeof(err)) == OB_ERR_UNSUPPORTED);
-    CHECKF(strstr(err, ob_op_name(OB_OP_POOL)) != NULL, "%s", err);
+    CHECKF(strstr(err, ob_op_name(OB_OP_CPY)) != NULL, "%s", err);
     ob_backend *fb = ob_backend_vulkan_new(0, true, err, sizeof(err));
     CHECKF(fb != NULL, "%s", err);
     if (fb) {
@@ -465,7 +547,7 @@ static void test_fallback(void) {
         void *scratch;
         run_ref(g, &scratch);
         int64_t at = 0;
-        CHECKF(err_ratio(got, o->data, 2 * n, 1e-6, 1e-6, &at) <= 1.0, "fallback pool at %lld", (long long)at);
+        CHECKF(err_ratio(got, o->data, 2 * n, 1e-6, 1e-6, &at) <= 1.0, "fallback cpy at %lld", (long long)at);
         free(scratch);
         ob_backend_free(fb);
     }
@@ -538,6 +620,117 @@ static void test_models(void) {
         }
 }
 
+/* Encoders end to end: the HF fixtures of tests/fixtures/embed/ converted to F32 GGUF,
+ * then the pooled vectors (or rank scores) of three sequences in one batch on Vulkan,
+ * strictly placed (every node on the device: POOL, ACT tanh of the rank heads, ALiBi
+ * attention of jina-bert-v2), within 1e-3 of the CPU backend, as the decoders above.
+ * The tiny qwen3 as a Qwen3-Embedding style decoder embedder too (causal, last/mean). */
+static ob_status embed_batch(ob_context *c, json_t *seqs, char *err, size_t err_len) {
+    int32_t tok[256], pos[256], seq[256];
+    int n = 0;
+    for (size_t s = 0; s < json_array_size(seqs); s++) {
+        json_t *js = json_array_get(seqs, s);
+        for (size_t i = 0; i < json_array_size(js) && n < 256; i++, n++) {
+            tok[n] = (int32_t)json_integer_value(json_array_get(js, i));
+            pos[n] = (int32_t)i;
+            seq[n] = (int32_t)s;
+        }
+    }
+    ob_batch b = {n, tok, pos, seq, NULL};
+    return ob_decode(c, &b, err, err_len);
+}
+
+static void check_embedder(const char *name, const char *gguf, json_t *seqs) {
+    static const int pools[] = {OB_POOLING_DEFAULT, OB_POOLING_MEAN, OB_POOLING_CLS, OB_POOLING_LAST};
+    int n_seq = (int)json_array_size(seqs);
+    char err[512] = "";
+    ob_model *m[2] = {NULL, NULL};
+    for (int d = 0; d < 2; d++) {
+        ob_model_params mp = ob_model_default_params();
+        mp.device = d ? OB_DEVICE_VULKAN : OB_DEVICE_CPU;
+        mp.n_threads = 2;
+        ob_status st = ob_model_load(gguf, &mp, &m[d], err, sizeof(err));
+        CHECKF(st == OB_OK, "%s on %s: %s", name, d ? "vulkan" : "cpu", err);
+    }
+    if (m[1]) {
+        ob_model_info vi;
+        ob_model_get_info(m[1], &vi);
+        CHECK(vi.backend && !strcmp(vi.backend, "vulkan"));
+    }
+    for (size_t p = 0; p < OB_ARRAY_LEN(pools) && m[0] && m[1]; p++)
+        for (int v = 0; v < (p == 0 ? 3 : 1); v++) {
+            /* v: 0 F32 KV, 1 F16 KV, 2 normalised (not for rank scores: ignored there) */
+            ob_context *c[2] = {NULL, NULL};
+            ob_status st = OB_OK;
+            for (int d = 0; d < 2 && !st; d++) {
+                ob_context_params cp = ob_context_default_params();
+                cp.n_ctx = 64;
+                cp.n_seq = n_seq + 1; /* one sequence without tokens */
+                cp.n_batch = 128;
+                cp.type_k = cp.type_v = v == 1 ? OB_KV_F16 : OB_KV_F32;
+                cp.embeddings = true;
+                cp.pooling = pools[p];
+                cp.normalize = v == 2;
+                st = ob_context_new(m[d], &cp, &c[d], err, sizeof(err));
+                /* LAST on a model whose own head ranks may be refused on both devices alike */
+                if (st && d == 0) break;
+                CHECKF(st == OB_OK, "%s pooling %d on %s: %s", name, pools[p], d ? "vulkan" : "cpu", err);
+                if (!st) {
+                    st = embed_batch(c[d], seqs, err, sizeof(err));
+                    CHECKF(st == OB_OK, "%s pooling %d decode on %s: %s", name, pools[p], d ? "vulkan" : "cpu", err);
+                }
+            }
+            if (!st && c[0] && c[1]) {
+                int n = ob_context_n_embd(c[0]);
+                CHECK(n == ob_context_n_embd(c[1]) && n > 0);
+                double worst = 0;
+                for (int s = 0; s < n_seq; s++) {
+                    const float *e0 = ob_get_embeddings(c[0], s), *e1 = ob_get_embeddings(c[1], s);
+                    CHECK(e0 && e1);
+                    if (!e0 || !e1) continue;
+                    double md = 0, mr = 0;
+                    for (int i = 0; i < n; i++) {
+                        double dd = fabs((double)e0[i] - e1[i]);
+                        if (dd > md || dd != dd) md = dd != dd ? INFINITY : dd;
+                        if (fabs(e0[i]) > mr) mr = fabs(e0[i]);
+                    }
+                    double rel = md / (mr > 0 ? mr : 1);
+                    if (rel > worst || rel != rel) worst = rel;
+                }
+                CHECK(ob_get_embeddings(c[1], n_seq) == NULL);
+                CHECKF(worst <= 1e-3, "%s pooling %d variant %d: vulkan rel err %.3g", name, pools[p], v, worst);
+                printf("embed %s pooling %d variant %d: vulkan vs cpu max rel err %.3g\n", name, pools[p], v, worst);
+            }
+            for (int d = 0; d < 2; d++) ob_context_free(c[d]);
+        }
+    for (int d = 0; d < 2; d++) ob_model_free(m[d]);
+}
+
+static void test_encoders(void) {
+    static const char *fix[] = {"bert", "nomic-bert", "jina-bert-v2", "bert-rerank", "xlmr-rerank"};
+    for (size_t f = 0; f < OB_ARRAY_LEN(fix); f++) {
+        char dir[256], path[300], gguf[256], err[512] = "";
+        snprintf(dir, sizeof(dir), "tests/fixtures/embed/%s", fix[f]);
+        snprintf(path, sizeof(path), "%s/ref.json", dir);
+        snprintf(gguf, sizeof(gguf), "/tmp/ob_test_vulkan_%d_%s.gguf", (int)getpid(), fix[f]);
+        json_error_t je;
+        json_t *ref = json_load_file(path, 0, &je);
+        CHECKF(ref != NULL, "%s: %s", path, je.text);
+        if (!ref) continue;
+        ob_convert_opts o = {OB_TYPE_F32, NULL};
+        ob_status st = ob_convert_hf(dir, gguf, &o, err, sizeof(err));
+        CHECKF(st == OB_OK, "convert %s: %s", fix[f], err);
+        if (!st) check_embedder(fix[f], gguf, json_object_get(ref, "seqs"));
+        unlink(gguf);
+        json_decref(ref);
+    }
+    json_error_t je;
+    json_t *ref = json_load_file("tests/fixtures/embed/qwen3-embed.json", 0, &je);
+    CHECKF(ref != NULL, "qwen3-embed.json: %s", je.text);
+    if (ref) check_embedder("qwen3", "tests/fixtures/models/qwen3.gguf", json_object_get(ref, "seqs"));
+    json_decref(ref);
+}
+
 int main(void) {
     setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU */
     pin_mesa_drivers();
@@ -560,14 +753,18 @@ int main(void) {
     test_rope();
     test_get_rows();
     test_matmul();
+    test_matmul_paths();
     test_cpy();
     test_kv_store();
     test_attention();
+    test_pool();
     test_chain();
     test_bad_ids();
     test_fallback();
     printf("ops: %.1f s\n", ob_time_s() - t0);
     test_models();
+    printf("decoders: %.1f s\n", ob_time_s() - t0);
+    test_encoders();
     printf("total: %.1f s\n", ob_time_s() - t0);
     for (int b = 0; b < N_BE; b++) ob_backend_free(g_be[b]);
     return ob_test_done("test_vulkan_ops");

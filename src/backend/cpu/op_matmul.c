@@ -6,8 +6,9 @@
  * format (work buffer), then meet at a barrier; with few tokens each thread quantizes all
  * of them into its own copy instead, and there is no barrier. Phase 2: each thread takes a contiguous
  * range of output rows and walks it in tiles of rows small enough to stay in cache; for
- * each tile it sweeps the tokens OB_DOT_MAX_COLS at a time, so prefill streams the
- * weights from memory once instead of once per token. */
+ * each tile it sweeps the tokens OB_DOT_MAX_COLS at a time (OB_TILE_MAX_COLS where the
+ * kernel works on 8-row tiles), so prefill streams the weights from memory once instead
+ * of once per token. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec_dot.h"
 
@@ -107,10 +108,22 @@ typedef struct mm_rows {
     const char *w, *act;
     float *y;
     ob_vec_dot_fn dot;
+    ob_vec_tile_fn tile;
 } mm_rows;
 
-/* Output rows [r0, r1) for every token, OB_DOT_MAX_COLS tokens per weight-row pass. */
+/* Output rows [r0, r1) for every token, OB_DOT_MAX_COLS tokens per weight-row pass
+ * (OB_TILE_MAX_COLS tokens per pass over a tile of OB_TILE_ROWS rows). */
 static void mm_do_rows(const mm_rows *m, int64_t r0, int64_t r1) {
+    if (m->tile) {
+        for (int64_t c0 = 0; c0 < m->t; c0 += OB_TILE_MAX_COLS) {
+            const int nc = (int)OB_MIN((int64_t)OB_TILE_MAX_COLS, m->t - c0);
+            const char *a = m->act + (size_t)c0 * m->act_rs;
+            for (int64_t r = r0; r < r1; r += OB_TILE_ROWS)
+                m->tile(m->k, m->w + (size_t)r * m->w_rs, m->w_rs, (int)OB_MIN((int64_t)OB_TILE_ROWS, r1 - r),
+                        a, m->act_rs, nc, m->y + c0 * m->n + r, (size_t)m->n);
+        }
+        return;
+    }
     float out[OB_DOT_MAX_COLS];
     for (int64_t c0 = 0; c0 < m->t; c0 += OB_DOT_MAX_COLS) {
         const int nc = (int)OB_MIN((int64_t)OB_DOT_MAX_COLS, m->t - c0);
@@ -164,11 +177,12 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     /* Rows per tile: ~32 KiB of weights, re-read from L1/L2 for each group of tokens. */
     int64_t tile = (int64_t)(32768 / (w_rs ? w_rs : 1));
     tile = OB_MAX(tile, 1);
-    mm_rows rows = {k, n, t, w_rs, act_rs, w->data, act, dst->data, kern.dot};
+    mm_rows rows = {k, n, t, w_rs, act_rs, w->data, act, dst->data, kern.dot, kern.tile};
     const int64_t r0 = n * c->ith / c->nth, r1 = n * (c->ith + 1) / c->nth;
     /* A dynamic split (rows handed out through an atomic) measured slower here: each
      * thread streaming one contiguous range keeps the prefetchers busy. */
-    const int64_t step = t <= OB_DOT_MAX_COLS ? OB_MAX(r1 - r0, 1) : tile; /* one sweep: nothing to reuse */
+    const int64_t cols = kern.tile ? OB_TILE_MAX_COLS : OB_DOT_MAX_COLS;
+    const int64_t step = t <= cols ? OB_MAX(r1 - r0, 1) : tile; /* one sweep: nothing to reuse */
     for (int64_t rt = r0; rt < r1; rt += step) mm_do_rows(&rows, rt, OB_MIN(rt + step, r1));
 }
 

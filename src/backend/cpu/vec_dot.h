@@ -2,7 +2,10 @@
  *
  * A matmul quantizes its activations once per node into the weight type's dot partner
  * (the "act format"), then each weight row is dotted with 1..4 activation columns per
- * call, so one load of a weight row serves several tokens during prefill.
+ * call, so one load of a weight row serves several tokens during prefill. Where a level
+ * has a tile kernel for the type, 8 rows x 1..8 columns go through one call instead, with
+ * one row per SIMD lane, so the per-column cost no longer includes the weight decode and
+ * the horizontal sums (4 parallel sequences decode at far less than 4x one's cost).
  *
  * Levels: vec_dot_ref.c (plain C, every type), vec_dot_avx2.c (AVX2+FMA+F16C) and
  * vec_dot_avx512.c (AVX-512 F/BW/VL + VNNI). Both x86 levels compile the same kernel
@@ -22,9 +25,10 @@ typedef enum ob_act_fmt {
 } ob_act_fmt;
 
 /* Activation block for 32-value weight blocks. The scale is f32 (not f16 as in Q8_0) so
- * activation quantization adds only the int8 rounding error; s = d * sum(qs) serves the
- * weight types with an additive min (Q4_1, Q5_1). */
-typedef struct { float d, s; int8_t qs[32]; } ob_q8a_block;
+ * activation quantization adds only the int8 rounding error. sum = sum(qs) serves the
+ * weight types with an additive min (Q4_1, Q5_1) and the tile kernels, which dot weights
+ * stored with an offset (u8 = q + off) and take off * sum back out in integers. */
+typedef struct { float d; int32_t sum; int8_t qs[32]; } ob_q8a_block;
 
 /* out[c] = dot(weight row w of k values, activation column c), c < nc (1..OB_DOT_MAX_COLS).
  * Column c starts at (const char *)act + c * act_stride and is in the kernel's act format. */
@@ -35,10 +39,23 @@ typedef void (*ob_vec_dot_fn)(int64_t k, const void *w, const void *act, size_t 
  * ob_cpu_quantize_act (test_cpu_matmul checks), so the level never changes a result. */
 typedef void (*ob_quant_act_fn)(ob_act_fmt f, const float *x, void *y, int64_t k);
 
+/* Max weight rows and activation columns one tile call handles. */
+#define OB_TILE_ROWS 8
+#define OB_TILE_MAX_COLS 8
+
+/* out[c * out_stride + i] = dot(weight row i, activation column c) for i < nr (1..OB_TILE_ROWS),
+ * c < nc (1..OB_TILE_MAX_COLS); row i starts at (const char *)w + i * w_stride. A tile kernel
+ * puts one row per SIMD lane, so the weight decode is shared by all columns and each
+ * (row, column) result takes the same arithmetic whatever nr, nc and the row's lane are:
+ * a token's result does not depend on the batch it came in. */
+typedef void (*ob_vec_tile_fn)(int64_t k, const void *w, size_t w_stride, int nr, const void *act,
+                               size_t act_stride, int nc, float *out, size_t out_stride);
+
 typedef struct ob_vec_dot_kernel {
     ob_vec_dot_fn dot;   /* NULL: this level has no kernel for the type */
     ob_act_fmt act;
     ob_quant_act_fn quant; /* NULL: use ob_cpu_quantize_act */
+    ob_vec_tile_fn tile;   /* non-NULL: the matmul uses it instead of dot */
 } ob_vec_dot_kernel;
 
 /* Kernel for weight type t at each level; .dot is NULL where the level has none. */

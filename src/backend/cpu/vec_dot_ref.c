@@ -33,7 +33,7 @@ static void quantize_q8_32(const float *x, ob_q8a_block *y, int64_t k) {
             sum += q;
         }
         y[i].d = d;
-        y[i].s = d * (float)sum;
+        y[i].sum = sum;
     }
 }
 

@@ -231,13 +231,15 @@ typedef struct ob_mmvq_set {
     int count;
 } ob_mmvq_set;
 
-#define MMVQ_R(nt) ((nt) > 1 ? 2 : 1) /* rows per lane group */
+/* Rows per lane group: 2 for batches over long rows (the x reads dominate there), else 1
+ * (small matrices need every block they can get). */
+#define MMVQ_R(nt, K) ((nt) > 1 && (K) >= 4096 ? 2 : 1)
 
 /* y[t][row]: OB_MMVQ_ROWS warps per block, each warp 32 >> lsh rows with 1 << lsh lanes
  * per row (fewer lanes when a row has fewer units than a warp). With smem, the block first
  * copies x (qx then dx of nt columns) to shared memory: every row of the block reads all
  * of x, and from L2 that traffic rivalled the weights' own. */
-template <int T, int NT>
+template <int T, int NT, int R>
 __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
     k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ gqx, const float2 *__restrict__ gdx, int64_t K, int nt,
            int lsh, int smem) {
@@ -266,7 +268,6 @@ __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
     const int rpw = OB_WARP >> lsh;
     /* R adjacent rows per lane group: with several columns the x reads, not the weights,
      * dominate, and the second row reuses them (same shared-memory addresses). */
-    constexpr int R = MMVQ_R(NT);
     const int64_t row0 = (((int64_t)(blockIdx.x - b0) * OB_MMVQ_ROWS + threadIdx.x / OB_WARP) * rpw + (lane >> lsh)) * R;
     constexpr int S = mq<T>::slots;
     const int nu = row0 < N ? (int)(K / mq<T>::qk) * S : 0; /* (block, slot) units of a row */
@@ -332,12 +333,17 @@ template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsig
     const size_t sm = (size_t)nt * (size_t)K + (size_t)nt * (size_t)(K / 32) * sizeof(float2);
     const int use = sm <= 48 * 1024;
     const size_t shm = use ? sm : 0;
+    const bool r2 = MMVQ_R(nt, K) == 2;
     if (nt == 1)
-        k_mmvq<T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, 1, lsh, use);
+        k_mmvq<T, 1, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, 1, lsh, use);
+    else if (nt <= 8 && r2)
+        k_mmvq<T, 8, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 8)
-        k_mmvq<T, 8><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        k_mmvq<T, 8, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+    else if (r2)
+        k_mmvq<T, OB_CU_MMVQ_MAX_T, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
     else
-        k_mmvq<T, OB_CU_MMVQ_MAX_T><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        k_mmvq<T, OB_CU_MMVQ_MAX_T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
 }
 
 int ob_cu_mmvq_group_max(void) { return OB_MMVQ_GROUP; }
@@ -368,7 +374,7 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     case OB_TYPE_TQ2_0: lsh = mmvq_lsh(K / mq<OB_TYPE_TQ2_0>::qk * mq<OB_TYPE_TQ2_0>::slots); break;
     default: return false;
     }
-    const int rows_per_block = OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T);
+    const int rows_per_block = OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T, K);
     for (int i = 0; i < count; i++) {
         set.w[i] = (const uint8_t *)ns[i]->src[0]->data;
         set.y[i] = (float *)ns[i]->data;

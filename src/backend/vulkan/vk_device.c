@@ -33,7 +33,30 @@ static bool has_extension(VkPhysicalDevice p, const char *name) {
     return found;
 }
 
-static void describe(VkPhysicalDevice p, ob_vk_dev_info *d) {
+/* Whether the device's VK_NV_cooperative_matrix offers the one configuration
+ * shaders/matmul_coop.comp is written for: 16x16x16, f16 A and B, f32 C and D, subgroup
+ * scope. The query is an extension command, so it comes through the instance. */
+static bool coopmat_nv_16(VkInstance inst, VkPhysicalDevice p) {
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
+        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
+            inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
+    uint32_t n = 0;
+    if (!get || get(p, &n, NULL) != VK_SUCCESS || n == 0 || n > 256) return false;
+    VkCooperativeMatrixPropertiesNV *cp = calloc(n, sizeof(*cp));
+    if (!cp) return false;
+    for (uint32_t i = 0; i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    bool found = false;
+    if (get(p, &n, cp) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
+                    cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    cp[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(cp);
+    return found;
+}
+
+static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     memset(d, 0, sizeof(*d));
     d->phys = p;
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
@@ -52,8 +75,15 @@ static void describe(VkPhysicalDevice p, ob_vk_dev_info *d) {
     if (d->api < VK_API_VERSION_1_2) { d->unusable = "Vulkan 1.2 needed"; return; }
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f11};
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+    bool nv = has_extension(p, "VK_NV_cooperative_matrix");
+    f11.pNext = nv ? &fcm : NULL;
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vkGetPhysicalDeviceFeatures2(p, &f);
+    /* glslang declares the Vulkan memory model in every GL_NV_cooperative_matrix shader. */
+    d->coopmat_nv = nv && fcm.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel && d->subgroup == 32 &&
+                    coopmat_nv_16(inst, p);
     if (!f12.bufferDeviceAddress) d->unusable = "no bufferDeviceAddress";
     else if (!f.features.shaderInt64) d->unusable = "no shaderInt64";
     else if (!f12.storageBuffer8BitAccess || !f11.storageBuffer16BitAccess) d->unusable = "no 8/16-bit storage";
@@ -89,7 +119,7 @@ int ob_vk_enum_devices(VkInstance inst, ob_vk_dev_info *out, int cap, int *n_usa
     VkResult r = vkEnumeratePhysicalDevices(inst, &n, phys);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) return 0;
     int k = 0;
-    for (uint32_t i = 0; i < n && k < cap; i++) describe(phys[i], &out[k++]);
+    for (uint32_t i = 0; i < n && k < cap; i++) describe(inst, phys[i], &out[k++]);
     qsort(out, (size_t)k, sizeof(*out), cmp_dev);
     for (int i = 0; i < k; i++) *n_usable += out[i].unusable == NULL;
     return k;
@@ -118,9 +148,12 @@ void ob_vulkan_list_devices(FILE *f) {
     for (int i = 0; i < n; i++) {
         char idx[16];
         snprintf(idx, sizeof(idx), "%d", i);
+        /* coopmat: KHR / NV say which extensions exist; "f16" that the prefill shader can use it. */
+        const char *cm = d[i].coopmat ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16)" : "khr") :
+                         d[i].coopmat_nv ? "nv(f16 16x16x16)" : "no";
         fprintf(f, "vulkan:%s  %s (%s)  %.1f GiB  subgroup %u  coopmat %s  Vulkan %u.%u%s%s\n",
                 d[i].unusable ? "-" : idx, d[i].name, type_name(d[i].type), d[i].mem / 1073741824.0,
-                d[i].subgroup, d[i].coopmat ? "yes" : "no", VK_API_VERSION_MAJOR(d[i].api),
+                d[i].subgroup, cm, VK_API_VERSION_MAJOR(d[i].api),
                 VK_API_VERSION_MINOR(d[i].api), d[i].unusable ? "  unusable: " : "",
                 d[i].unusable ? d[i].unusable : "");
     }
@@ -192,10 +225,37 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
                                             .pNext = &f11, .bufferDeviceAddress = VK_TRUE,
                                             .storageBuffer8BitAccess = VK_TRUE};
+    /* Cooperative matrices only where matmul_coop.comp can run, and only on request
+     * (ONEBIT_VK_COOPMAT=1): on the H200's driver (2026-11-29) its results were 3-4x the
+     * op test's tolerance (the low halves of the split f16 operands are likely flushed as
+     * f16 subnormals), so the plain tiled prefill is the default until that is fixed.
+     * ONEBIT_VK_NO_COOPMAT=1 still forces it off. */
+    const char *no_cm = getenv("ONEBIT_VK_NO_COOPMAT"), *no_mv = getenv("ONEBIT_VK_NO_MATVEC");
+    const char *want_cm = getenv("ONEBIT_VK_COOPMAT");
+    vk->use_coop = vk->info.coopmat_nv && want_cm && !strcmp(want_cm, "1") && !(no_cm && !strcmp(no_cm, "1"));
+    vk->no_matvec = no_mv && !strcmp(no_mv, "1");
+    const char *cm_fast = getenv("ONEBIT_VK_COOPMAT_FAST");
+    vk->coop_fast = cm_fast && !strcmp(cm_fast, "1");
+    /* Decode knobs for measuring on a real GPU: rows per subgroup trade workgroups in
+     * flight against how many rows share one staged copy of x. */
+    const char *mv_rows = getenv("ONEBIT_VK_MATVEC_ROWS"), *mv_stage = getenv("ONEBIT_VK_MATVEC_STAGE");
+    int rps = mv_rows ? atoi(mv_rows) : 1;
+    if (rps < 1 || rps > 16) rps = 1;
+    vk->matvec_rows = (vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup) * (uint32_t)rps;
+    vk->matvec_stage = !(mv_stage && !strcmp(mv_stage, "0"));
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
+    const char *ext_cm = "VK_NV_cooperative_matrix";
+    if (vk->use_coop) {
+        f11.pNext = &fcm;
+        f12.shaderFloat16 = VK_TRUE;
+        f12.vulkanMemoryModel = VK_TRUE;
+    }
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     f.features.shaderInt64 = VK_TRUE;
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci};
+                              .pQueueCreateInfos = &qci, .enabledExtensionCount = vk->use_coop ? 1 : 0,
+                              .ppEnabledExtensionNames = &ext_cm};
     OB_VK_CHECK(vkCreateDevice(vk->info.phys, &dci, NULL, &vk->dev));
     vkGetDeviceQueue(vk->dev, vk->qfam, 0, &vk->queue);
 
@@ -217,6 +277,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
                                       .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
+        /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
+        if (s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) continue;
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                         .codeSize = ob_vk_spv_table[s].size, .pCode = ob_vk_spv_table[s].code};
         OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
@@ -225,6 +287,11 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
     }
+    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s), prefill %s",
+           vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
+           !vk->use_coop    ? "tiled f32"
+           : vk->coop_fast ? "cooperative matrix (NV, f16)"
+                           : "cooperative matrix (NV, split f16)");
     return OB_OK;
 }
 

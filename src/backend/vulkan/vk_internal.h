@@ -27,10 +27,13 @@ typedef enum ob_vk_shader {
     OB_VK_SH_SOFTMAX,
     OB_VK_SH_ROPE,
     OB_VK_SH_GET_ROWS,
-    OB_VK_SH_MATMUL,
+    OB_VK_SH_MATMUL,       /* prefill, tiled (T > 8) */
+    OB_VK_SH_MATVEC,       /* decode and small batches (T <= 8) */
+    OB_VK_SH_MATMUL_COOP,  /* prefill on cooperative matrices; module only when usable */
     OB_VK_SH_KV_STORE,
     OB_VK_SH_CPY,
     OB_VK_SH_ATTENTION,
+    OB_VK_SH_POOL,
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -62,7 +65,10 @@ typedef struct ob_vk_dev_info {
     uint32_t api;
     uint64_t mem;          /* largest device-local heap */
     uint32_t subgroup;
-    bool coopmat;
+    bool coopmat;          /* VK_KHR_cooperative_matrix is offered (listing only) */
+    bool coopmat_nv;       /* VK_NV_cooperative_matrix with 16x16x16 f16*f16->f32, subgroup
+                              32, shaderFloat16 and vulkanMemoryModel: what
+                              shaders/matmul_coop.comp needs */
     const char *unusable;  /* NULL if onebit can run on it, else why not */
 } ob_vk_dev_info;
 
@@ -87,6 +93,12 @@ typedef struct ob_vk {
     bool allow_fallback;
     uint64_t iq_tab;       /* device address of the IQ lattice tables (vk_iq.c) */
     bool faulted;          /* after a device loss every call fails */
+    bool use_coop;         /* prefill through OB_VK_SH_MATMUL_COOP (ONEBIT_VK_NO_COOPMAT=1: off) */
+    bool coop_fast;        /* ONEBIT_VK_COOPMAT_FAST=1: one f16 product, not the split hi/lo */
+    bool no_matvec;        /* ONEBIT_VK_NO_MATVEC=1: decode through the tiled shader too */
+    uint32_t matvec_rows;  /* weight rows per matvec workgroup: subgroups per 128 invocations
+                              times ONEBIT_VK_MATVEC_ROWS (rows per subgroup, default 1) */
+    bool matvec_stage;     /* matvec stages x in shared memory (ONEBIT_VK_MATVEC_STAGE=0: off) */
     uint8_t fallback_logged[OB_OP_COUNT][OB_TYPE_COUNT];
 } ob_vk;
 

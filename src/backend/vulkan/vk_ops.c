@@ -60,11 +60,11 @@ bool ob_vk_supports_node(const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_RELU)) return false;
+        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
         return is_f32(a) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
     case OB_OP_GLU:
         return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
-               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_RELU;
+               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
     case OB_OP_ROPE: {
         int n_rot = n->ip[0];
         return is_f32(a) && is_f32(n) && is_i32(b) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0] &&
@@ -75,7 +75,8 @@ bool ob_vk_supports_node(const ob_tensor *n) {
         const ob_tensor *pos = n->src[2], *seq = n->src[3];
         if (!is_f32(a) || !b || !is_kv_type(b->type) || !is_i32(pos) || !is_i32(seq) || !is_f32(n)) return false;
         int64_t row = b->ne[0];
-        if (row <= 0 || row % 32 != 0 || ob_nelements(a) % row != 0) return false;
+        /* Q8_0 writes whole blocks; F32/F16 rows may end in a partial 32-chunk (tiny heads). */
+        if (row <= 0 || (b->type == OB_TYPE_Q8_0 && row % 32 != 0) || ob_nelements(a) % row != 0) return false;
         int64_t T = ob_nelements(a) / row;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ip[0] > 0 && fits32(ob_nrows(b)) &&
                fits32(ob_nelements(a));
@@ -87,11 +88,18 @@ bool ob_vk_supports_node(const ob_tensor *n) {
         int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         int n_kv = n->ip[1];
         if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0 || hd > 512) return false;
-        if (n->fp[2] != 0.0f) return false; /* ALiBi: no shader yet, so placement refuses it */
+        if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T &&
                fits32(ob_nrows(kc)) && fits32(ob_nelements(kc));
+    }
+    case OB_OP_POOL: {
+        const ob_tensor *seq = n->src[1], *pos = n->src[2];
+        int64_t T = a ? ob_nrows(a) : 0;
+        return is_f32(a) && is_f32(n) && is_i32(seq) && is_i32(pos) && ob_nelements(seq) == T &&
+               ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] && n->ip[2] > 0 &&
+               n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST && fits32(ob_nelements(a));
     }
     case OB_OP_CPY: {
         if (!a || ob_nelements(a) != ob_nelements(n) || !weight_type_ok(a->type)) return false;
@@ -145,7 +153,16 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[1] = (uint32_t)N;
         pc.u[2] = (uint32_t)T;
         pc.u[3] = (uint32_t)ob_row_size(a->type, a->ne[0]);
-        return ob_vk_dispatch(vk, OB_VK_SH_MATMUL, a->type, &pc, N * cdiv(T, 8), err, err_len);
+        /* Up to 8 tokens (decode, small batches) W is read once by matvec.comp; beyond, the
+         * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
+        if (T <= 8 && !vk->no_matvec) {
+            pc.u[4] = vk->matvec_rows;
+            pc.u[5] = vk->matvec_stage;
+            return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, vk->matvec_rows), err, err_len);
+        }
+        pc.u[4] = vk->coop_fast;
+        return ob_vk_dispatch(vk, vk->use_coop ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL, a->type, &pc,
+                              cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
     case OB_OP_ADD:
     case OB_OP_MUL:
@@ -178,7 +195,8 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[3] = (uint32_t)n->ip[0];
         pc.u[4] = (uint32_t)ob_nrows(b);
         pc.u[5] = (uint32_t)ob_row_size(b->type, row);
-        return ob_vk_dispatch(vk, OB_VK_SH_KV_STORE, OB_TYPE_F32, &pc, cdiv((uint64_t)(T * row / 32), 64), err, err_len);
+        return ob_vk_dispatch(vk, OB_VK_SH_KV_STORE, OB_TYPE_F32, &pc, cdiv((uint64_t)T * cdiv((uint64_t)row, 32), 64), err,
+                              err_len);
     }
     case OB_OP_ATTENTION: {
         const ob_tensor *kc = n->src[1], *vc = n->src[2];
@@ -195,8 +213,15 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[9] = (uint32_t)ob_nrows(kc);
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
+        pc.f[2] = n->fp[2];
         return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
     }
+    case OB_OP_POOL:
+        pc.u[0] = (uint32_t)a->ne[0];
+        pc.u[1] = (uint32_t)ob_nrows(a);
+        pc.u[2] = (uint32_t)n->ip[0];
+        pc.u[3] = n->ip[1] != 0;
+        return ob_vk_dispatch(vk, OB_VK_SH_POOL, OB_TYPE_F32, &pc, (uint64_t)n->ip[2], err, err_len);
     case OB_OP_CPY:
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = (uint32_t)n->type;

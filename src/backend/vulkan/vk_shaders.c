@@ -20,6 +20,12 @@ static const uint32_t spv_get_rows[] = {
 static const uint32_t spv_matmul[] = {
 #include "matmul.spv.inc"
 };
+static const uint32_t spv_matvec[] = {
+#include "matvec.spv.inc"
+};
+static const uint32_t spv_matmul_coop[] = {
+#include "matmul_coop.spv.inc"
+};
 static const uint32_t spv_kv_store[] = {
 #include "kv_store.spv.inc"
 };
@@ -29,6 +35,9 @@ static const uint32_t spv_cpy[] = {
 static const uint32_t spv_attention[] = {
 #include "attention.spv.inc"
 };
+static const uint32_t spv_pool[] = {
+#include "pool.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -37,7 +46,10 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_ROPE] = {spv_rope, sizeof(spv_rope), "rope"},
     [OB_VK_SH_GET_ROWS] = {spv_get_rows, sizeof(spv_get_rows), "get_rows"},
     [OB_VK_SH_MATMUL] = {spv_matmul, sizeof(spv_matmul), "matmul"},
+    [OB_VK_SH_MATVEC] = {spv_matvec, sizeof(spv_matvec), "matvec"},
+    [OB_VK_SH_MATMUL_COOP] = {spv_matmul_coop, sizeof(spv_matmul_coop), "matmul_coop"},
     [OB_VK_SH_KV_STORE] = {spv_kv_store, sizeof(spv_kv_store), "kv_store"},
     [OB_VK_SH_CPY] = {spv_cpy, sizeof(spv_cpy), "cpy"},
     [OB_VK_SH_ATTENTION] = {spv_attention, sizeof(spv_attention), "attention"},
+    [OB_VK_SH_POOL] = {spv_pool, sizeof(spv_pool), "pool"},
 };

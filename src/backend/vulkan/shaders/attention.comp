@@ -5,7 +5,8 @@
 // a q F32 [hd, H, T], b K cache, c V cache ([hd*n_kv, cells] of F32/F16/Q8_0),
 // d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T].
 // u[0] hd, u[1] H, u[2] T, u[3] n_kv, u[4] cells per seq, u[5] window, u[6] causal,
-// u[7] K type, u[8] V type, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap.
+// u[7] K type, u[8] V type, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap,
+// f[2] ALiBi max bias (0 = none; slopes as ob_alibi_slope in src/graph/graph.h).
 #include "common.glsl"
 #define WG 128
 #define MAXD 4 // output dims per invocation: head_dim <= 4 * WG
@@ -52,6 +53,12 @@ void main() {
     for (uint e = tid; e < hd; e += WG) qs[e] = q.v[e] * pc.f[0];
     barrier();
     uint64_t cell0 = uint64_t(s) * cps;
+    // ALiBi: head h's slope; n2 is the largest power of two <= H.
+    float slope = 0.0;
+    if (pc.f[2] > 0.0) {
+        float n2 = float(1u << findMSB(H));
+        slope = float(h) < n2 ? exp2(-pc.f[2] / n2 * float(h + 1u)) : exp2(-pc.f[2] / (2.0 * n2) * (2.0 * (float(h) - n2) + 1.0));
+    }
     float m = -1.0 / 0.0, l = 0.0, acc[MAXD];
     for (uint k = 0; k < MAXD; k++) acc[k] = 0.0;
     for (int j0 = lo; j0 <= hi; j0 += WG) {
@@ -62,6 +69,7 @@ void main() {
             uint64_t r = cell0 + uint64_t(j);
             for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
             if (pc.f[1] > 0.0) x = pc.f[1] * tanh(x / pc.f[1]);
+            x -= slope * float(abs(p - j));
         }
         float mt = wg_max(x);
         float mn = max(m, mt);

@@ -29,25 +29,32 @@ const uint TS = TYPE == T_F32 ? 4 : TYPE == T_F16 || TYPE == T_BF16 ? 2 :
                 TYPE == T_IQ3_XXS ? 98 : TYPE == T_IQ3_S ? 110 : TYPE == T_IQ1_S ? 50 :
                 TYPE == T_IQ1_M ? 56 : 0;
 
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer BU32 { uint v[]; };
+
+// Wide loads. Weight rows start at 256-byte aligned tensors and blocks are whole, so a
+// block starts 4-aligned when its size is a multiple of 4 and 2-aligned otherwise (every
+// type decoded through these has an even block size). One 32-bit load per 4 bytes where
+// that alignment allows, else two 16-bit loads; the byte loads of common.glsl cost one
+// load instruction per byte.
+const bool W4 = TS % 4 == 0;
+uint ld_w(uint64_t p) {
+    if (W4) return BU32(p).v[0];
+    BU16 h = BU16(p);
+    return uint(h.v[0]) | (uint(h.v[1]) << 16);
+}
+float ld_h(uint64_t p) { return unpackHalf2x16(uint(BU16(p).v[0])).x; }
+// Byte i (unsigned / signed) of little-endian words w.
+#define WB(w, i) ((w[(i) >> 2] >> (8u * ((i) & 3u))) & 255u)
+#define WSB(w, i) bitfieldExtract(int(w[(i) >> 2]), int(8u * ((i) & 3u)), 8)
+
 const int IQ4NL[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 const int MXFP4V[16] = int[16](0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
 const uint POW3[5] = uint[5](1, 3, 9, 27, 81);
 
 float dq_elem(uint64_t row, uint i) {
-    if (TYPE == T_F32) return uintBitsToFloat(ld_u32(row + 4ul * i));
-    if (TYPE == T_F16) return ld_f16(row + 2ul * i);
-    return ld_bf16(row + 2ul * i);
-}
-
-// 6-bit scale and min of sub-block j of Q4_K / Q5_K (12 packed bytes at s).
-void k4_scale_min(uint64_t s, uint j, out float sc, out float m) {
-    if (j < 4) {
-        sc = float(ld_u8(s + j) & 63u);
-        m = float(ld_u8(s + j + 4) & 63u);
-    } else {
-        sc = float((ld_u8(s + j + 4) & 15u) | ((ld_u8(s + j - 4) >> 6) << 4));
-        m = float((ld_u8(s + j + 4) >> 4) | ((ld_u8(s + j) >> 6) << 4));
-    }
+    if (TYPE == T_F32) return BF32(row).v[i];
+    uint h = uint(BU16(row).v[i]);
+    return TYPE == T_F16 ? unpackHalf2x16(h).x : uintBitsToFloat(h << 16);
 }
 
 // IQ lattices. vk_iq.c packs the tables of src/format/quant_iq_grids.h into one device
@@ -64,7 +71,6 @@ const uint IQ_TAB_N = TYPE == T_IQ2_XXS ? 512 : TYPE == T_IQ2_XS ? 1024 : TYPE =
 const uint IQ_TAB_OFF = TYPE == T_IQ2_XXS ? 0 : TYPE == T_IQ2_XS ? 512 : TYPE == T_IQ2_S ? 1536 :
                         TYPE == T_IQ3_XXS ? 3584 : TYPE == T_IQ3_S ? 3840 : 4352; // words
 shared uint iq_tab[IQ_TAB_N];
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer BU32 { uint v[]; };
 
 // Every invocation of the workgroup must call this before dq_chunk (it has a barrier).
 void iq_init(uint tid, uint nthreads) {
@@ -91,9 +97,11 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
     uint64_t blk = row + uint64_t(c / per) * TS;
     uint s = c % per; // 32-element sub-block inside the block
     if (TYPE == T_Q4_0 || TYPE == T_IQ4_NL) {
-        float d = ld_f16(blk);
+        float d = ld_h(blk);
+        uint w[4];
+        for (uint i = 0; i < 4; i++) w[i] = ld_w(blk + 2 + 4 * i);
         for (uint j = 0; j < 16; j++) {
-            uint q = ld_u8(blk + 2 + j);
+            uint q = WB(w, j);
             if (TYPE == T_Q4_0) { v[j] = d * float(int(q & 15u) - 8); v[j + 16] = d * float(int(q >> 4) - 8); }
             else { v[j] = d * float(IQ4NL[q & 15u]); v[j + 16] = d * float(IQ4NL[q >> 4]); }
         }
@@ -116,19 +124,25 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             else { v[j] = d * float(int(lo) - 16); v[j + 16] = d * float(int(hi) - 16); }
         }
     } else if (TYPE == T_Q8_0 || TYPE == T_Q8_1) {
-        float d = ld_f16(blk);
+        float d = ld_h(blk);
         uint64_t qs = blk + (TYPE == T_Q8_0 ? 2 : 4);
-        for (uint j = 0; j < 32; j++) v[j] = d * float(ld_i8(qs + j));
+        uint w[8];
+        for (uint i = 0; i < 8; i++) w[i] = ld_w(qs + 4 * i);
+        for (uint j = 0; j < 32; j++) v[j] = d * float(WSB(w, j));
     } else if (TYPE == T_Q8_K) {
         float d = uintBitsToFloat(ld_u32(blk));
         for (uint j = 0; j < 32; j++) v[j] = d * float(ld_i8(blk + 4 + 32 * s + j));
     } else if (TYPE == T_Q2_K) {
-        float d = ld_f16(blk + 80), dmin = ld_f16(blk + 82);
+        vec2 dm = unpackHalf2x16(ld_w(blk + 80));
+        float d = dm.x, dmin = dm.y;
+        uint w[8];
+        for (uint i = 0; i < 8; i++) w[i] = ld_w(blk + 16 + (s / 4) * 32 + 4 * i);
+        uint scw = ld_w(blk + 4 * (s / 2)) >> (16 * (s % 2));
         for (uint h = 0; h < 2; h++) {
-            uint sc = ld_u8(blk + 2 * s + h);
+            uint sc = (scw >> (8 * h)) & 255u;
             float dl = d * float(sc & 15u), ml = dmin * float(sc >> 4);
             for (uint j = 16 * h; j < 16 * h + 16; j++) {
-                uint q = (ld_u8(blk + 16 + (s / 4) * 32 + j) >> (2 * (s % 4))) & 3u;
+                uint q = (WB(w, j) >> (2 * (s % 4))) & 3u;
                 v[j] = dl * float(q) - ml;
             }
         }
@@ -147,23 +161,40 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
         }
     } else if (TYPE == T_Q4_K || TYPE == T_Q5_K) {
         bool five = TYPE == T_Q5_K;
-        float d = ld_f16(blk), dmin = ld_f16(blk + 2), sc, m;
-        k4_scale_min(blk + 4, s, sc, m);
-        float dl = d * sc, ml = dmin * m;
-        uint64_t qs = blk + (five ? 48 : 16);
+        vec2 dm = unpackHalf2x16(ld_w(blk));
+        uint sw[3];
+        for (uint i = 0; i < 3; i++) sw[i] = ld_w(blk + 4 + 4 * i);
+        // 6-bit scale and min of sub-block s from the 12 packed bytes
+        float sc, m;
+        if (s < 4) {
+            sc = float(WB(sw, s) & 63u);
+            m = float(WB(sw, s + 4) & 63u);
+        } else {
+            sc = float((WB(sw, s + 4) & 15u) | ((WB(sw, s - 4) >> 6) << 4));
+            m = float((WB(sw, s + 4) >> 4) | ((WB(sw, s) >> 6) << 4));
+        }
+        float dl = dm.x * sc, ml = dm.y * m;
+        uint64_t qs = blk + (five ? 48 : 16) + (s / 2) * 32;
+        uint w[8], hw[8];
+        for (uint i = 0; i < 8; i++) w[i] = ld_w(qs + 4 * i);
+        if (five) for (uint i = 0; i < 8; i++) hw[i] = ld_w(blk + 16 + 4 * i);
         for (uint j = 0; j < 32; j++) {
-            uint q = (ld_u8(qs + (s / 2) * 32 + j) >> (4 * (s % 2))) & 15u;
-            if (five) q |= ((ld_u8(blk + 16 + j) >> s) & 1u) << 4;
+            uint q = (WB(w, j) >> (4 * (s % 2))) & 15u;
+            if (five) q |= ((WB(hw, j) >> s) & 1u) << 4;
             v[j] = dl * float(q) - ml;
         }
     } else if (TYPE == T_Q6_K) {
-        float d = ld_f16(blk + 208);
-        uint g = s / 4;
+        // sub-block s: low nibbles from 32 bytes of ql, 2 high bits from 32 bytes of qh
+        float d = ld_h(blk + 208);
+        uint g = s / 4, lw[8], hw[8];
+        for (uint i = 0; i < 8; i++) lw[i] = ld_w(blk + 64 * g + 32 * (s % 2) + 4 * i);
+        for (uint i = 0; i < 8; i++) hw[i] = ld_w(blk + 128 + 32 * g + 4 * i);
+        uint scw = uint(BU16(blk + 192 + 2 * s).v[0]);
+        float d0 = d * float(bitfieldExtract(int(scw), 0, 8)), d1 = d * float(bitfieldExtract(int(scw), 8, 8));
         for (uint j = 0; j < 32; j++) {
-            uint r = 32 * (s % 4) + j;
-            uint lo = (ld_u8(blk + 64 * g + r % 64) >> (4 * (r / 64))) & 15u;
-            uint hi = (ld_u8(blk + 128 + 32 * g + r % 32) >> (2 * (r / 32))) & 3u;
-            v[j] = d * float(ld_i8(blk + 192 + 2 * s + j / 16)) * float(int(lo | (hi << 4)) - 32);
+            uint lo = (WB(lw, j) >> (4 * ((s % 4) / 2))) & 15u;
+            uint hi = (WB(hw, j) >> (2 * (s % 4))) & 3u;
+            v[j] = (j < 16 ? d0 : d1) * float(int(lo | (hi << 4)) - 32);
         }
     } else if (TYPE == T_IQ4_XS) {
         float d = ld_f16(blk);
@@ -185,17 +216,17 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             v[j] = d * float(int(t) - 1);
         }
     } else if (TYPE == T_TQ2_0) {
-        float d = ld_f16(blk + 64);
+        float d = ld_h(blk + 64);
+        uint w[8];
+        for (uint i = 0; i < 8; i++) w[i] = ld_w(blk + 32 * (s / 4) + 4 * i);
         for (uint j = 0; j < 32; j++) {
-            uint q = (ld_u8(blk + 32 * (s / 4) + j) >> (2 * (s % 4))) & 3u;
+            uint q = (WB(w, j) >> (2 * (s % 4))) & 3u;
             v[j] = d * float(int(q) - 1);
         }
     } else if (TYPE == T_Q1_0) {
-        float d = ld_f16(blk);
-        for (uint j = 0; j < 32; j++) {
-            uint e = 32 * s + j;
-            v[j] = ((ld_u8(blk + 2 + e / 8) >> (e % 8)) & 1u) != 0u ? d : -d;
-        }
+        float d = ld_h(blk);
+        uint bits = ld_w(blk + 2 + 4 * s);
+        for (uint j = 0; j < 32; j++) v[j] = ((bits >> j) & 1u) != 0u ? d : -d;
     } else if (TYPE == T_MXFP4) {
         uint e = ld_u8(blk);
         float d = uintBitsToFloat(e < 2u ? (0x00200000u << e) : ((e - 1u) << 23));

@@ -1,7 +1,7 @@
 #version 450
 // ADD, MUL, SCALE, ACT, GLU: one invocation per output element.
 // a src0, b src1 (ADD/MUL: broadcast over u[2] elements; GLU: up), o dst;
-// u[0] n, u[1] op (0 add, 1 mul, 2 scale, 3 act, 4 glu), u[3] ob_act; f[0] scale.
+// u[0] n, u[1] op (0 add, 1 mul, 2 scale, 3 act, 4 glu), u[3] ob_act (0 silu, 1 gelu tanh, 2 gelu erf, 3 relu, 4 tanh); f[0] scale.
 #include "common.glsl"
 layout(local_size_x = 256) in;
 
@@ -19,6 +19,14 @@ float act(uint kind, float x) {
         float t = 1.0 / (1.0 + 0.3275911 * z);
         float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-z * z);
         return 0.5 * x * (1.0 + sign(x) * y);
+    }
+    if (kind == 4u) {
+        // The same exp(-2|x|) form as GELU's tanh (the builtin may overflow to inf/inf);
+        // near 0 it cancels, so small |x| takes the odd Taylor series (error < 1e-9 rel).
+        float x2 = x * x;
+        if (abs(x) < 0.125) return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))));
+        float t = exp(-2.0 * abs(x));
+        return sign(x) * (1.0 - t) / (1.0 + t);
     }
     return max(x, 0.0);
 }

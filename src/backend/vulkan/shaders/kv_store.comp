@@ -1,15 +1,16 @@
 #version 450
 // KV_STORE: a x F32 [row, T] -> cache b (type u[2]: F32, F16, Q8_0) at cell
 // seq*cps + pos; c pos I32 [T], d seq I32 [T], o the 1-element ordering token.
-// u[0] row (multiple of 32), u[1] T, u[3] cells per sequence, u[4] cache cells,
-// u[5] cache row bytes. A token outside the cache is skipped, never written wild.
+// u[0] row (a multiple of 32 for Q8_0; F32/F16 rows may end in a partial 32-chunk),
+// u[1] T, u[3] cells per sequence, u[4] cache cells, u[5] cache row bytes. One invocation
+// per 32-chunk of a token's row. A token outside the cache is skipped, never written wild.
 #include "common.glsl"
 #include "store.glsl"
 layout(local_size_x = 64) in;
 
 void main() {
     uint idx = group_id() * 64 + gl_LocalInvocationID.x;
-    uint row = pc.u[0], per_row = row / 32;
+    uint row = pc.u[0], per_row = (row + 31) / 32;
     uint t = idx / per_row, c = idx % per_row;
     if (idx == 0u) BF32(pc.o).v[0] = 0.0;
     if (t >= pc.u[1]) return;
@@ -17,8 +18,9 @@ void main() {
     uint cps = pc.u[3];
     if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[4])) return;
     uint64_t cell = uint64_t(s) * cps + uint64_t(p);
+    uint nvalid = min(32u, row - 32 * c);
     float v[32];
     BF32 x = BF32(pc.a + (uint64_t(t) * row + 32 * c) * 4);
-    for (uint j = 0; j < 32; j++) v[j] = x.v[j];
-    store_chunk(pc.u[2], pc.b + cell * pc.u[5], c, v, 32);
+    for (uint j = 0; j < 32; j++) v[j] = j < nvalid ? x.v[j] : 0.0;
+    store_chunk(pc.u[2], pc.b + cell * pc.u[5], c, v, nvalid);
 }
