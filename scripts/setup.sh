@@ -38,3 +38,6 @@ if [ "${ONEBIT_WITH_HIP:-0}" = 1 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${hip_missing[@]}"
   fi
 fi
+# Unigram tokenizer tests: SentencePiece trains a model with a real nmt_nfkc precompiled
+# charsmap (the XLM-R layout), a second reference beside HF tokenizers.
+$PY -m pip install -q --disable-pip-version-check sentencepiece

@@ -1,5 +1,5 @@
 /* Tokenizer of a Hugging Face folder -> tokenizer.ggml.* metadata, as llama.cpp's converter
- * writes it. WordPiece (BERT family) from tokenizer.json or vocab.txt: words are stored
+ * writes it. SentencePiece Unigram (XLM-RoBERTa) becomes "t5" (see convert_unigram). WordPiece (BERT family) from tokenizer.json or vocab.txt: words are stored
  * as "▁word", "##cont" continuations bare, bracketed specials as they are; special tokens
  * get type 3 (control). */
 #include "convert/convert.h"
@@ -163,12 +163,183 @@ static ob_status from_vocab_txt(vocab *v, const char *path, char *err, size_t er
     return st;
 }
 
+/* ---- SentencePiece Unigram (XLM-RoBERTa, T5) -------------------------------------------- */
+
+static int b64_val(int c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Standard base64 (padding optional) -> malloc'd bytes; NULL if malformed or on OOM. */
+static uint8_t *b64_decode(const char *s, size_t *out_len) {
+    size_t n = strlen(s), k = 0;
+    uint8_t *o = malloc(n / 4 * 3 + 3);
+    if (!o) return NULL;
+    uint32_t acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n && s[i] != '='; i++) {
+        int v = b64_val((unsigned char)s[i]);
+        if (v < 0) { free(o); return NULL; }
+        acc = (acc << 6) | (uint32_t)v;
+        if ((bits += 6) >= 8) { bits -= 8; o[k++] = (uint8_t)(acc >> bits); }
+    }
+    *out_len = k;
+    return o;
+}
+
+/* Walks the normalizer: the Precompiled charsmap (if any) and whether spaces are trimmed
+ * and runs collapsed (SentencePiece's remove_extra_whitespaces). */
+static void unigram_normalizer(json_t *n, const char **charsmap, bool *remove_ws) {
+    const char *ty = json_string_value(json_object_get(n, "type"));
+    if (!ty) return;
+    if (!strcmp(ty, "Sequence")) {
+        json_t *e;
+        size_t i;
+        json_array_foreach(json_object_get(n, "normalizers"), i, e) unigram_normalizer(e, charsmap, remove_ws);
+    } else if (!strcmp(ty, "Precompiled")) {
+        *charsmap = json_string_value(json_object_get(n, "precompiled_charsmap"));
+    } else if (!strcmp(ty, "Replace")) {
+        const char *re = json_string_value(json_object_get(json_object_get(n, "pattern"), "Regex"));
+        if (re && (!strcmp(re, " {2,}") || !strcmp(re, "\\A +| +\\z"))) *remove_ws = true;
+    }
+}
+
+/* Metaspace prepend scheme anywhere in the pre-tokenizer: false only for "never". */
+static bool unigram_prefix(json_t *p) {
+    const char *ty = json_string_value(json_object_get(p, "type"));
+    if (!ty) return true;
+    if (!strcmp(ty, "Sequence")) {
+        json_t *e;
+        size_t i;
+        json_array_foreach(json_object_get(p, "pretokenizers"), i, e) if (!unigram_prefix(e)) return false;
+        return true;
+    }
+    if (strcmp(ty, "Metaspace")) return true;
+    const char *ps = json_string_value(json_object_get(p, "prepend_scheme"));
+    if (ps) return strcmp(ps, "never") != 0;
+    json_t *aps = json_object_get(p, "add_prefix_space");
+    return !json_is_false(aps);
+}
+
+/* tokenizer.ggml.model "t5", as llama.cpp writes XLM-RoBERTa: pieces with their scores,
+ * types (unknown / control / user-defined / byte), the charsmap, the whitespace flags and
+ * the special ids of the post-processor template. */
+static ob_status convert_unigram(ob_gguf_writer *w, json_t *j, const char *path, int type_vocab_size, int64_t *n_vocab,
+                                 char *err, size_t err_len) {
+    json_t *model = json_object_get(j, "model"), *jv = json_object_get(model, "vocab"), *val;
+    json_t *added = json_object_get(j, "added_tokens");
+    size_t nv = json_array_size(jv), i;
+    if (!json_is_array(jv) || nv == 0 || nv > OB_VOCAB_MAX) return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: Unigram model.vocab missing or empty", path);
+    int64_t n = (int64_t)nv;
+    json_array_foreach(added, i, val) {
+        json_int_t id = json_integer_value(json_object_get(val, "id"));
+        if (id < 0 || id >= OB_VOCAB_MAX || !json_is_string(json_object_get(val, "content")))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "%s: added token %zu is malformed", path, i);
+        if (id + 1 > n) n = id + 1;
+    }
+    vocab v = {0};
+    float *scores = malloc(sizeof(float) * (size_t)n);
+    uint8_t *cmap = NULL;
+    ob_status st = vocab_alloc(&v, n, err, err_len);
+    if (!st && !scores) st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+    if (st) goto done;
+    bool byte_fallback = json_is_true(json_object_get(model, "byte_fallback"));
+    json_array_foreach(jv, i, val) {
+        json_t *piece = json_array_get(val, 0), *score = json_array_get(val, 1);
+        if (!json_is_string(piece) || !json_is_number(score)) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: vocab entry %zu is not [piece, score]", path, i); goto done; }
+        if (!(v.tok[i] = strdup(json_string_value(piece)))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+        scores[i] = (float)json_number_value(score);
+        const char *p = v.tok[i];
+        unsigned hx;
+        if (byte_fallback && strlen(p) == 6 && !strncmp(p, "<0x", 3) && p[5] == '>' && sscanf(p + 3, "%2x", &hx) == 1) v.type[i] = 6;
+    }
+    for (int64_t k = (int64_t)nv; k < n; k++) scores[k] = 0.0f;
+    json_array_foreach(added, i, val) {
+        int64_t id = json_integer_value(json_object_get(val, "id"));
+        if (!v.tok[id] && !(v.tok[id] = strdup(json_string_value(json_object_get(val, "content"))))) {
+            st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+            goto done;
+        }
+        v.type[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
+    }
+    for (int64_t k = 0; k < n; k++) {
+        if (v.tok[k]) continue;
+        char ph[40];
+        snprintf(ph, sizeof(ph), "[PAD%lld]", (long long)k);
+        if (!(v.tok[k] = strdup(ph))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+        v.type[k] = 5; /* unused */
+        scores[k] = -10000.0f;
+    }
+    json_t *unk = json_object_get(model, "unk_id");
+    if (json_is_integer(unk) && json_integer_value(unk) >= 0 && json_integer_value(unk) < n) {
+        v.type[json_integer_value(unk)] = 2; /* unknown */
+        ob_gguf_set_u32(w, "tokenizer.ggml.unknown_token_id", (uint32_t)json_integer_value(unk));
+    }
+    const char *charsmap = NULL;
+    bool remove_ws = false;
+    unigram_normalizer(json_object_get(j, "normalizer"), &charsmap, &remove_ws);
+    ob_gguf_set_str(w, "tokenizer.ggml.model", "t5");
+    ob_gguf_set_str(w, "tokenizer.ggml.pre", "default");
+    ob_gguf_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, NULL, (uint64_t)n);
+    ob_gguf_set_arr(w, "tokenizer.ggml.scores", OB_GGUF_FLOAT32, scores, (uint64_t)n);
+    ob_gguf_set_arr(w, "tokenizer.ggml.token_type", OB_GGUF_INT32, v.type, (uint64_t)n);
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_space_prefix", unigram_prefix(json_object_get(j, "pre_tokenizer")));
+    ob_gguf_set_bool(w, "tokenizer.ggml.remove_extra_whitespaces", remove_ws);
+    if (type_vocab_size > 0) ob_gguf_set_u32(w, "tokenizer.ggml.token_type_count", (uint32_t)type_vocab_size);
+    if (charsmap) {
+        size_t cl = 0;
+        if (!(cmap = b64_decode(charsmap, &cl))) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "%s: precompiled_charsmap is not base64", path); goto done; }
+        ob_gguf_set_arr(w, "tokenizer.ggml.precompiled_charsmap", OB_GGUF_UINT8, cmap, (uint64_t)cl);
+    }
+    /* bos/eos: the specials before and after $A in the single-sequence template. */
+    int64_t bos = -1, eos = -1;
+    json_t *post = json_object_get(j, "post_processor"), *single = json_object_get(post, "single");
+    json_t *tspec = json_object_get(post, "special_tokens");
+    bool seen_seq = false;
+    json_array_foreach(single, i, val) {
+        if (json_object_get(val, "Sequence")) { seen_seq = true; continue; }
+        const char *name = json_string_value(json_object_get(json_object_get(val, "SpecialToken"), "id"));
+        json_t *ids = json_object_get(json_object_get(tspec, name ? name : ""), "ids");
+        json_int_t id = json_integer_value(json_array_get(ids, 0));
+        if (!json_is_integer(json_array_get(ids, 0)) || id < 0 || id >= n) continue;
+        if (!seen_seq) bos = id; else eos = id;
+    }
+    static const struct { const char *tok, *key; } named[] = {
+        {"<s>", "tokenizer.ggml.bos_token_id"}, {"</s>", "tokenizer.ggml.eos_token_id"},
+        {"<pad>", "tokenizer.ggml.padding_token_id"}, {"<mask>", "tokenizer.ggml.mask_token_id"},
+    };
+    for (size_t k = 0; k < OB_ARRAY_LEN(named); k++) {
+        int64_t id = k == 0 && bos >= 0 ? bos : k == 1 && eos >= 0 ? eos : find_tok(&v, named[k].tok);
+        if (id >= 0) ob_gguf_set_u32(w, named[k].key, (uint32_t)id);
+        if (id >= 0 && k == 0) ob_gguf_set_u32(w, "tokenizer.ggml.cls_token_id", (uint32_t)id);
+        if (id >= 0 && k == 1) ob_gguf_set_u32(w, "tokenizer.ggml.seperator_token_id", (uint32_t)id);
+    }
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_bos_token", bos >= 0);
+    ob_gguf_set_bool(w, "tokenizer.ggml.add_eos_token", eos >= 0);
+    *n_vocab = n;
+done:
+    free(scores);
+    free(cmap);
+    vocab_free(&v);
+    return st;
+}
+
 ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_size, int64_t *n_vocab,
                            char *err, size_t err_len) {
     char path[4096];
     vocab v = {0};
     ob_status st;
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+    json_t *tj = access(path, R_OK) == 0 ? json_load_file(path, 0, NULL) : NULL;
+    const char *tty = json_string_value(json_object_get(json_object_get(tj, "model"), "type"));
+    if (tty && !strcmp(tty, "Unigram")) {
+        st = convert_unigram(w, tj, path, type_vocab_size, n_vocab, err, err_len);
+        json_decref(tj);
+        return st;
+    }
+    json_decref(tj);
     if (access(path, R_OK) == 0) st = from_tokenizer_json(&v, path, err, err_len);
     else {
         snprintf(path, sizeof(path), "%s/vocab.txt", dir);

@@ -1,6 +1,7 @@
 /* Loader for the tokenizer.ggml.* metadata of a GGUF file: "gpt2" (byte-level BPE with
  * merges; tokenizer.ggml.pre picks the pre-tokenizer), "llama" (SentencePiece BPE by
- * score with byte fallback; Gemma 3 too), "bert" (WordPiece). Token types follow
+ * score with byte fallback; Gemma 3 too), "bert" (WordPiece), "t5" (SentencePiece
+ * Unigram: T5, XLM-RoBERTa / bge-reranker; byte fallback when it has byte tokens). Token types follow
  * llama.cpp: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte. */
 #include <stdlib.h>
 #include "tokenizer/tok_internal.h"
@@ -54,7 +55,7 @@ static ob_status load(ob_tokenizer *t, const ob_gguf *g, char *err, size_t err_l
     t->bos = get_id(g, "tokenizer.ggml.bos_token_id", n);
     t->eos = get_id(g, "tokenizer.ggml.eos_token_id", n);
     t->pad = get_id(g, "tokenizer.ggml.padding_token_id", n);
-    bool spm = !strcmp(model, "llama");
+    bool spm = !strcmp(model, "llama"), ugm = !strcmp(model, "t5");
     if (!strcmp(model, "gpt2")) {
         t->model = OB_TOK_BPE; t->merge_mode = OB_TOK_MERGE_RANK; t->byte_level = true; t->dec = OB_TOK_DEC_BYTELEVEL;
         t->add_bos = false;
@@ -79,6 +80,42 @@ static ob_status load(ob_tokenizer *t, const ob_gguf *g, char *err, size_t err_l
         t->score = malloc((size_t)n * sizeof(float));
         if (!t->score) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
         for (int32_t i = 0; i < n; i++) if (!ob_gguf_arr_f32(scores, (uint64_t)i, &t->score[i])) t->score[i] = 0;
+    } else if (ugm) {
+        /* SentencePiece Unigram as llama.cpp writes it for T5 and XLM-R; the normalizer is
+         * modelled, not read from the charsmap; Metaspace split into "▁words" as HF does. */
+        t->model = OB_TOK_UNIGRAM; t->dec = OB_TOK_DEC_SPM;
+        t->add_bos = false; t->add_eos = true; /* llama.cpp's defaults for "t5" */
+        if (!scores || scores->arr_type != OB_GGUF_FLOAT32) { st = ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: tokenizer.ggml.scores missing for a t5 tokenizer"); goto done; }
+        t->ugm_score = malloc((size_t)n * sizeof(double));
+        bool *normal = malloc((size_t)n * sizeof(bool));
+        if (!t->ugm_score || !normal) { free(normal); st = ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
+        for (int32_t i = 0; i < n; i++) {
+            float f = 0;
+            if (!ob_gguf_arr_f32(scores, (uint64_t)i, &f)) f = 0;
+            t->ugm_score[i] = f;
+            normal[i] = tt[i] == TT_NORMAL;
+            t->byte_fallback |= tt[i] == TT_BYTE;
+        }
+        /* Every piece but the unused placeholders is in the lattice (HF's Unigram holds the
+         * specials too); the unknown score counts normal pieces only, as llama.cpp does. */
+        bool any_normal = false;
+        for (int32_t i = 0; i < n; i++) any_normal |= normal[i];
+        bool *in = malloc((size_t)n * sizeof(bool));
+        if (!in) { free(normal); st = ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
+        for (int32_t i = 0; i < n; i++) in[i] = tt[i] != TT_UNUSED;
+        st = ob_tok_unigram_init(t, in, any_normal ? normal : NULL, err, err_len);
+        free(in); free(normal);
+        if (st) goto done;
+        bool rm = false, pre = true;
+        ob_gguf_get_bool(g, "tokenizer.ggml.remove_extra_whitespaces", &rm);
+        ob_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &pre);
+        /* A charsmap is nmt_nfkc's (the SentencePiece default) as far as we model it; a
+         * file without one came from a tokenizer.json whose normalizer was plain NFKC. */
+        const ob_gguf_kv *cm = ob_gguf_find_kv(g, "tokenizer.ggml.precompiled_charsmap");
+        int norm = cm && cm->type == OB_GGUF_ARRAY && cm->n > 0 ? OB_TOK_UGM_NMT_NFKC : OB_TOK_UGM_NFKC;
+        if ((st = ob_tok_unigram_add_norm(t, norm, err, err_len))) goto done;
+        if (rm && (st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_SPM_WS, err, err_len))) goto done;
+        t->ugm_metaspace = true; t->ugm_split = true; t->ugm_prepend = pre ? 2 : 0;
     } else if (bert) {
         t->model = OB_TOK_WORDPIECE; t->dec = OB_TOK_DEC_WORDPIECE; t->norm = OB_TOK_NORM_BERT; t->bert_pretok = true;
         t->bert_clean = t->bert_chinese = t->bert_lower = t->bert_strip_accents = true;
@@ -99,9 +136,11 @@ static ob_status load(ob_tokenizer *t, const ob_gguf *g, char *err, size_t err_l
      * raw text (Gemma's runs of spaces, tabs and newlines are user-defined tokens: matching
      * them first gives what HF's merges, which rank whitespace runs first, give). */
     for (int32_t i = 0; i < n && !st; i++) {
-        if (tt[i] != TT_CONTROL && tt[i] != TT_USER) continue;
+        /* Unigram: HF splits <unk> off as an added token too. */
+        bool unk_tok = ugm && tt[i] == TT_UNKNOWN;
+        if (tt[i] != TT_CONTROL && tt[i] != TT_USER && !unk_tok) continue;
         const char *s = t->tok[i]; size_t l = t->tok_len[i];
-        st = ob_tok_add_added(t, s, l, i, tt[i] == TT_CONTROL, false, false, err, err_len);
+        st = ob_tok_add_added(t, s, l, i, tt[i] != TT_USER, false, false, err, err_len);
         if (!st && tt[i] == TT_USER && spm && memchr(s, ' ', l)) {
             /* HF's tokenizer.json spells these with "▁" and matches that spelling too. */
             char *e = malloc(l * 3 + 1);

@@ -1,4 +1,4 @@
-/* Loader for Hugging Face tokenizer.json (model BPE or WordPiece), plus the
+/* Loader for Hugging Face tokenizer.json (model BPE, WordPiece or Unigram), plus the
  * tokenizer_config.json beside it for the bos/eos tokens.
  *
  * Added tokens are all matched on the raw text; the "normalized" flag is not honoured
@@ -18,6 +18,31 @@ static bool jbool(const json_t *o, const char *key, bool def) {
 }
 static bool streq(const char *a, const char *b) { return a && b && !strcmp(a, b); }
 
+/* Unigram models (XLM-R, T5) run their normalizers as an ordered list of steps; the
+ * SentencePiece Precompiled charsmap is approximated by nmt_nfkc (see unigram.c). */
+static ob_status load_unigram_normalizer(ob_tokenizer *t, const json_t *n, const char *ty, char *err, size_t err_len) {
+    int step = 0;
+    if (streq(ty, "NFC")) step = OB_TOK_UGM_NFC;
+    else if (streq(ty, "NFKC")) step = OB_TOK_UGM_NFKC;
+    else if (streq(ty, "Precompiled")) step = OB_TOK_UGM_NMT_NFKC;
+    else if (streq(ty, "Strip")) {
+        ob_status st = OB_OK;
+        if (jbool(n, "strip_left", false)) st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_STRIP_LEFT, err, err_len);
+        if (!st && jbool(n, "strip_right", false)) st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_STRIP_RIGHT, err, err_len);
+        return st;
+    } else if (streq(ty, "Replace")) {
+        const json_t *pat = json_object_get(n, "pattern");
+        const char *re = jstr(pat, "Regex"), *lit = jstr(pat, "String"), *c = jstr(n, "content");
+        if (streq(re, " {2,}") && streq(c, " ")) step = OB_TOK_UGM_RUNS_TO_SPACE;
+        else if (streq(re, " {2,}") && streq(c, "\xE2\x96\x81")) step = OB_TOK_UGM_RUNS_TO_LOWBAR;
+        else if (streq(lit, " ") && streq(c, "\xE2\x96\x81")) step = OB_TOK_UGM_SPACE_TO_LOWBAR;
+        else if (streq(re, "\\A +| +\\z") && streq(c, "")) step = OB_TOK_UGM_SPM_WS; /* runs fold later */
+        else return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "tokenizer.json: unsupported Replace normalizer for a Unigram model");
+    }
+    if (!step) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "tokenizer.json: unsupported normalizer '%s'", ty ? ty : "?");
+    return ob_tok_unigram_add_norm(t, step, err, err_len);
+}
+
 static ob_status load_normalizer(ob_tokenizer *t, const json_t *n, char *err, size_t err_len) {
     if (!n || json_is_null(n)) return OB_OK;
     const char *ty = jstr(n, "type");
@@ -30,6 +55,7 @@ static ob_status load_normalizer(ob_tokenizer *t, const json_t *n, char *err, si
         }
         return OB_OK;
     }
+    if (t->model == OB_TOK_UNIGRAM) return load_unigram_normalizer(t, n, ty, err, err_len);
     if (streq(ty, "NFC")) { t->norm = OB_TOK_NORM_NFC; return OB_OK; }
     if (streq(ty, "Replace")) {
         const json_t *pat = json_object_get(n, "pattern");
@@ -61,6 +87,16 @@ static ob_status load_pretok(ob_tokenizer *t, const json_t *p, char *err, size_t
         json_array_foreach(arr, i, v) if ((st = load_pretok(t, v, err, err_len))) return st;
         return OB_OK;
     }
+    if (streq(ty, "Metaspace") && t->model == OB_TOK_UNIGRAM) {
+        const char *ps = jstr(p, "prepend_scheme"), *rep = jstr(p, "replacement");
+        if (rep && !streq(rep, "\xE2\x96\x81")) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "tokenizer.json: Metaspace replacement other than U+2581");
+        t->ugm_metaspace = true;
+        t->ugm_prepend = streq(ps, "first") ? 1 : streq(ps, "never") ? 0 : ps ? 2 : jbool(p, "add_prefix_space", true) ? 2 : 0;
+        t->ugm_split = jbool(p, "split", true);
+        return OB_OK;
+    }
+    if (t->model == OB_TOK_UNIGRAM)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "tokenizer.json: pre_tokenizer '%s' with a Unigram model", ty ? ty : "?");
     if (streq(ty, "ByteLevel")) {
         t->byte_level = true;
         t->bl_add_prefix_space = jbool(p, "add_prefix_space", false);
@@ -133,11 +169,80 @@ static int32_t config_token(const ob_tokenizer *t, const json_t *cfg, const char
     return s ? ob_tok_find(t, s, strlen(s)) : -1;
 }
 
+static ob_status add_added_tokens(ob_tokenizer *t, const json_t *added, char *err, size_t err_len) {
+    size_t i; const json_t *v;
+    json_array_foreach(added, i, v) {
+        const char *c = jstr(v, "content");
+        ob_status st = ob_tok_add_added(t, c, json_string_length(json_object_get(v, "content")),
+                                        (int32_t)json_integer_value(json_object_get(v, "id")), jbool(v, "special", false),
+                                        jbool(v, "lstrip", false), jbool(v, "rstrip", false), err, err_len);
+        if (st) return st;
+    }
+    return OB_OK;
+}
+
+/* model.vocab is [[piece, score], ...] (id = index); added tokens may extend the id space. */
+static ob_status load_unigram(ob_tokenizer *t, const json_t *root, const json_t *model, char *err, size_t err_len) {
+    const json_t *vocab = json_object_get(model, "vocab"), *added = json_object_get(root, "added_tokens");
+    size_t nv = json_array_size(vocab), i;
+    if (!json_is_array(vocab) || nv == 0 || nv >= (1u << 26))
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "tokenizer.json: Unigram model.vocab missing or not a list");
+    int64_t max_id = (int64_t)nv - 1;
+    const json_t *v;
+    json_array_foreach(added, i, v) {
+        const json_t *id = json_object_get(v, "id");
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= (1 << 26) || !jstr(v, "content"))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "tokenizer.json: bad added token %zu", i);
+        if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
+    }
+    int32_t n = (int32_t)max_id + 1;
+    const char **strs = calloc((size_t)n, sizeof(char *));
+    uint32_t *lens = calloc((size_t)n, sizeof(uint32_t));
+    t->ugm_score = calloc((size_t)n, sizeof(double));
+    ob_status st = OB_OK;
+    if (!strs || !lens || !t->ugm_score) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
+    json_array_foreach(vocab, i, v) {
+        const json_t *piece = json_array_get(v, 0), *score = json_array_get(v, 1);
+        if (!json_is_array(v) || !json_is_string(piece) || !json_is_number(score)) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "tokenizer.json: Unigram vocab entry %zu is not [piece, score]", i);
+            goto done;
+        }
+        strs[i] = json_string_value(piece); lens[i] = (uint32_t)json_string_length(piece);
+        t->ugm_score[i] = json_number_value(score);
+    }
+    json_array_foreach(added, i, v) {
+        int32_t id = (int32_t)json_integer_value(json_object_get(v, "id"));
+        if (!strs[id]) { strs[id] = jstr(v, "content"); lens[id] = (uint32_t)json_string_length(json_object_get(v, "content")); }
+    }
+    /* Ids past the vocab list that no added token names: empty strings, never matched. */
+    for (int32_t k = 0; k < n; k++) if (!strs[k]) strs[k] = "";
+    if ((st = ob_tok_set_vocab(t, n, strs, lens, err, err_len))) goto done;
+    /* Only model.vocab pieces are in the lattice (and in the minimum score). */
+    bool *in = calloc((size_t)n, sizeof(bool));
+    if (!in) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
+    for (size_t k = 0; k < nv; k++) in[k] = true;
+    st = ob_tok_unigram_init(t, in, in, err, err_len);
+    free(in);
+    if (st) goto done;
+    const json_t *unk = json_object_get(model, "unk_id");
+    if (json_is_integer(unk) && json_integer_value(unk) >= 0 && json_integer_value(unk) < n) t->unk_id = (int32_t)json_integer_value(unk);
+    t->byte_fallback = jbool(model, "byte_fallback", false);
+    if ((st = load_normalizer(t, json_object_get(root, "normalizer"), err, err_len))) goto done;
+    if ((st = load_pretok(t, json_object_get(root, "pre_tokenizer"), err, err_len))) goto done;
+    if ((st = add_added_tokens(t, added, err, err_len))) goto done;
+    load_post(t, json_object_get(root, "post_processor"));
+    t->dec = OB_TOK_DEC_SPM;
+done:
+    free(strs); free(lens);
+    return st;
+}
+
 static ob_status load_json(ob_tokenizer *t, const json_t *root, char *err, size_t err_len) {
     const json_t *model = json_object_get(root, "model");
     const char *mty = jstr(model, "type");
     const json_t *vocab = json_object_get(model, "vocab");
     const json_t *added = json_object_get(root, "added_tokens");
+    if (streq(mty, "Unigram")) { t->model = OB_TOK_UNIGRAM; return load_unigram(t, root, model, err, err_len); }
     if (!json_is_object(vocab)) return ob_fail(err, err_len, OB_ERR_FORMAT, "tokenizer.json: model.vocab missing or not an object");
     if (!streq(mty, "BPE") && !streq(mty, "WordPiece")) {
         /* BPE files from older writers omit the type. */
@@ -217,12 +322,7 @@ static ob_status load_json(ob_tokenizer *t, const json_t *root, char *err, size_
         const json_t *mx = json_object_get(model, "max_input_chars_per_word");
         if (json_is_integer(mx)) t->wp_max_chars = (int)OB_MIN(json_integer_value(mx), 1 << 20);
     }
-    json_array_foreach(added, i, v) {
-        const char *c = jstr(v, "content");
-        if ((st = ob_tok_add_added(t, c, json_string_length(json_object_get(v, "content")),
-                                   (int32_t)json_integer_value(json_object_get(v, "id")), jbool(v, "special", false),
-                                   jbool(v, "lstrip", false), jbool(v, "rstrip", false), err, err_len))) return st;
-    }
+    if ((st = add_added_tokens(t, added, err, err_len))) return st;
     load_post(t, json_object_get(root, "post_processor"));
     /* decoder */
     if (t->model == OB_TOK_WORDPIECE) t->dec = OB_TOK_DEC_WORDPIECE;

@@ -7,7 +7,7 @@
 #include <pcre2.h>
 #include "tokenizer/tokenizer.h"
 
-enum ob_tok_model { OB_TOK_BPE = 0, OB_TOK_WORDPIECE = 1 };
+enum ob_tok_model { OB_TOK_BPE = 0, OB_TOK_WORDPIECE = 1, OB_TOK_UNIGRAM = 2 };
 /* How a BPE picks the next merge: by rank in a merges list, or by the score of the
  * merged token (SentencePiece vocabularies from GGUF, which carry no merges). */
 enum ob_tok_merge_mode { OB_TOK_MERGE_RANK = 0, OB_TOK_MERGE_SCORE = 1 };
@@ -17,6 +17,11 @@ enum ob_tok_dec { OB_TOK_DEC_RAW = 0, OB_TOK_DEC_BYTELEVEL = 1, OB_TOK_DEC_SPM =
                   OB_TOK_DEC_WORDPIECE = 3 };
 
 #define OB_TOK_MAX_RE 4
+/* Unigram normalizer steps, applied in the order of the tokenizer.json Sequence. */
+enum ob_tok_ugm_norm { OB_TOK_UGM_NFC = 1, OB_TOK_UGM_NFKC, OB_TOK_UGM_STRIP_LEFT, OB_TOK_UGM_STRIP_RIGHT,
+                       OB_TOK_UGM_RUNS_TO_SPACE, OB_TOK_UGM_RUNS_TO_LOWBAR, OB_TOK_UGM_SPACE_TO_LOWBAR,
+                       OB_TOK_UGM_SPM_WS, OB_TOK_UGM_NMT_NFKC };
+#define OB_TOK_UGM_MAX_NORM 8
 
 typedef struct ob_tok_added {
     char *text; uint32_t len;
@@ -62,6 +67,15 @@ struct ob_tokenizer {
     ob_tok_added *added; int n_added;
     ob_tok_trie_node *trie; int n_trie, cap_trie;
     bool *is_added;                    /* [n_vocab] */
+    /* Unigram (unigram.c): Viterbi over vocabulary pieces scored by log-probability */
+    double *ugm_score;                 /* [n_vocab] piece scores (f64, as HF keeps them) */
+    double ugm_unk_score;              /* cost of one unknown character: min score - 10 */
+    ob_tok_trie_node *ugm_trie; int32_t n_ugm_trie, cap_ugm_trie; /* .added = vocab id */
+    int32_t ugm_root[256];             /* root's child per first byte (-1 none) */
+    uint8_t ugm_norm[OB_TOK_UGM_MAX_NORM]; int n_ugm_norm;
+    bool ugm_metaspace;                /* Metaspace pre-tokenizer: " " -> "▁" */
+    int ugm_prepend;                   /* Metaspace prepend scheme: 0 never, 1 first, 2 always */
+    bool ugm_split;                    /* Metaspace split: one Viterbi per "▁word" */
     /* Special ids and flags (-1 = none) */
     int32_t bos, eos, pad, sep;
     bool add_bos, add_eos;
@@ -118,6 +132,17 @@ int ob_tok_cp_to_byte(uint32_t cp);
 /* ---- wordpiece.c ---- */
 void ob_tok_wordpiece_segment(const ob_tokenizer *t, ob_tok_scratch *s, const char *text,
                               size_t len, ob_tok_ids *out);
+
+/* ---- unigram.c ---- */
+/* Builds the piece trie and the unknown score once vocab and ugm_score are set; only the
+ * pieces with in_lattice[id] (NULL = all) may be matched, and min_from[id] (NULL = all)
+ * says which pieces count for the minimum score. */
+ob_status ob_tok_unigram_init(ob_tokenizer *t, const bool *in_lattice, const bool *min_from, char *err, size_t err_len);
+ob_status ob_tok_unigram_add_norm(ob_tokenizer *t, int step, char *err, size_t err_len);
+/* Normalizes, pre-tokenizes (Metaspace) and segments one stretch without added tokens. */
+void ob_tok_unigram_segment(const ob_tokenizer *t, ob_tok_scratch *s, const char *text, size_t len, bool first,
+                            ob_tok_ids *out);
+void ob_tok_unigram_free(ob_tokenizer *t);
 
 /* ---- utf-8 helpers (tokenizer.c) ---- */
 /* Length of a valid UTF-8 sequence at p (n bytes left), 0 if invalid or truncated. */

@@ -152,7 +152,7 @@ ob_tokenizer *ob_tok_new(void) {
     t->bos = t->eos = t->pad = t->sep = t->unk_id = -1;
     t->wp_max_chars = 100;
     memcpy(t->wp_prefix, "##", 3);
-    for (int i = 0; i < 256; i++) t->byte_id[i] = -1;
+    for (int i = 0; i < 256; i++) t->byte_id[i] = t->ugm_root[i] = -1;
     return t;
 }
 
@@ -365,6 +365,7 @@ void ob_tokenizer_free(ob_tokenizer *t) {
     for (int i = 0; i < t->n_re; i++) pcre2_code_free(t->re[i]);
     for (int i = 0; i < t->n_added; i++) free(t->added[i].text);
     free(t->added); free(t->trie);
+    ob_tok_unigram_free(t);
     free(t);
 }
 
@@ -397,6 +398,7 @@ static void encode_segment(const ob_tokenizer *t, ob_tok_scratch *s, const char 
                            bool first, ob_tok_ids *out) {
     if (len == 0) return;
     if (t->model == OB_TOK_WORDPIECE) { ob_tok_wordpiece_segment(t, s, text, len, out); return; }
+    if (t->model == OB_TOK_UNIGRAM) { ob_tok_unigram_segment(t, s, text, len, first, out); return; }
     if (t->norm == OB_TOK_NORM_NFC) {
         text = normalize_nfc(s, text, len, &len);
     } else if (t->norm == OB_TOK_NORM_SPACE_TO_LOWBAR) {
@@ -496,7 +498,7 @@ int64_t ob_tokenize_batch(const ob_tokenizer *t, int n_texts, const char *const 
         out.n = 0;
         int n = encode_common(t, &s, texts[i], lens[i], add_special, parse_special, &out);
         if (n < 0) { total = -1; break; }
-        if (ids && total + n <= cap) memcpy(ids + total, out.v, (size_t)n * sizeof(int32_t));
+        if (ids && n > 0 && total + n <= cap) memcpy(ids + total, out.v, (size_t)n * sizeof(int32_t));
         total += n;
         offsets[i + 1] = total;
     }

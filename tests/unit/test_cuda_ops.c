@@ -189,7 +189,7 @@ static void round_q8(float *x, int64_t n) {
  * 12288 with 8 columns: x too large for shared memory, read from global memory. */
 static void test_matmul_int8(ob_backend *be) {
     const int64_t Ks[] = {256, 2048, 12288}, N = 37;
-    const int Ts[] = {1, 2, 8, 13, 16};
+    const int Ts[] = {1, 2, 4, 8, 13, 16};
     for (size_t ki = 0; ki < OB_ARRAY_LEN(Ks); ki++)
     for (size_t ti = 0; ti < OB_ARRAY_LEN(all_types); ti++) {
         const int64_t K = Ks[ki];

@@ -154,7 +154,10 @@ static void test_bad_files(void) {
         { "{\"model\": ", OB_ERR_FORMAT },
         { "[1, 2]", OB_ERR_FORMAT },
         { "{}", OB_ERR_FORMAT },
-        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": {\"a\": 0}}}", OB_ERR_UNSUPPORTED },
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": {\"a\": 0}}}", OB_ERR_FORMAT }, /* vocab must be a list */
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", \"x\"]]}}", OB_ERR_FORMAT },
+        { "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]},"
+          " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}", OB_ERR_UNSUPPORTED },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -4}, \"merges\": []}}", OB_ERR_FORMAT },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", OB_ERR_FORMAT },
         { "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"ab\"]},"

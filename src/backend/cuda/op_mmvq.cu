@@ -336,6 +336,10 @@ template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsig
     const bool r2 = MMVQ_R(nt, K) == 2;
     if (nt == 1)
         k_mmvq<T, 1, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, 1, lsh, use);
+    else if (nt <= 4 && r2) /* 4 sequences: no dead column slots in the unrolled loops */
+        k_mmvq<T, 4, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+    else if (nt <= 4)
+        k_mmvq<T, 4, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 8 && r2)
         k_mmvq<T, 8, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 8)
