@@ -114,7 +114,10 @@ static ob_status load(ob_tokenizer *t, const ob_gguf *g, char *err, size_t err_l
         const ob_gguf_kv *cm = ob_gguf_find_kv(g, "tokenizer.ggml.precompiled_charsmap");
         int norm = cm && cm->type == OB_GGUF_ARRAY && cm->n > 0 ? OB_TOK_UGM_NMT_NFKC : OB_TOK_UGM_NFKC;
         if ((st = ob_tok_unigram_add_norm(t, norm, err, err_len))) goto done;
-        if (rm && (st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_SPM_WS, err, err_len))) goto done;
+        /* remove_extra_whitespaces as HF's converted tokenizer.json does it: Strip(right) of
+         * all Unicode whitespace, then runs of spaces folded (and leading ones dropped). */
+        if (rm && ((st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_STRIP_RIGHT, err, err_len)) ||
+                   (st = ob_tok_unigram_add_norm(t, OB_TOK_UGM_SPM_WS, err, err_len)))) goto done;
         t->ugm_metaspace = true; t->ugm_split = true; t->ugm_prepend = pre ? 2 : 0;
     } else if (bert) {
         t->model = OB_TOK_WORDPIECE; t->dec = OB_TOK_DEC_WORDPIECE; t->norm = OB_TOK_NORM_BERT; t->bert_pretok = true;

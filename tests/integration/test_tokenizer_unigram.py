@@ -338,3 +338,94 @@ def test_unigram_gguf_cli(trained, tmp_path):
     r = subprocess.run([BIN, "tokenize", "-m", out, "--ids", text], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == _ref(trained).encode(text).ids
+
+
+# ---- a real precompiled charsmap (SentencePiece nmt_nfkc), XLM-R's tokenizer.json layout ----
+
+def _pb_fields(buf):
+    """(field, value) pairs of one protobuf message (wire types 0, 1, 2, 5)."""
+    i = 0
+
+    def varint():
+        nonlocal i
+        v = sh = 0
+        while True:
+            b = buf[i]
+            i += 1
+            v |= (b & 0x7F) << sh
+            sh += 7
+            if b < 0x80:
+                return v
+    while i < len(buf):
+        key = varint()
+        f, wt = key >> 3, key & 7
+        if wt == 0:
+            yield f, varint()
+        elif wt == 2:
+            n = varint()
+            yield f, buf[i:i + n]
+            i += n
+        elif wt in (1, 5):
+            n = 8 if wt == 1 else 4
+            yield f, buf[i:i + n]
+            i += n
+        else:
+            raise ValueError(f"wire type {wt}")
+
+
+@pytest.fixture(scope="module")
+def spm_xlmr(tmp_path_factory):
+    """A SentencePiece Unigram model (nmt_nfkc, so it carries a precompiled charsmap)
+    rebuilt as XLMRobertaConverter lays it out: <s> <pad> </s> <unk>, the pieces, <mask>;
+    Precompiled + Strip(right) + Replace(" {2,}" -> "▁"); Metaspace; "<s> $A </s>"."""
+    spm = pytest.importorskip("sentencepiece")
+    from tokenizers import AddedToken
+    d = tmp_path_factory.mktemp("spm")
+    with open(d / "train.txt", "w", encoding="utf-8") as f:
+        f.write("\n".join(train_corpus()) + "\n")
+    spm.SentencePieceTrainer.train(input=str(d / "train.txt"), model_prefix=str(d / "m"), vocab_size=2500,
+                                   model_type="unigram", normalization_rule_name="nmt_nfkc",
+                                   character_coverage=0.9995, num_threads=1, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(d / "m.model"))
+    norm_spec = [v for f, v in _pb_fields(open(d / "m.model", "rb").read()) if f == 3][0]
+    charsmap = [v for f, v in _pb_fields(norm_spec) if f == 2][0]
+    assert sp.id_to_piece(0) == "<unk>" and sp.id_to_piece(1) == "<s>" and sp.id_to_piece(2) == "</s>"
+    vocab = [("<s>", 0.0), ("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0)]
+    vocab += [(sp.id_to_piece(i), sp.get_score(i)) for i in range(3, sp.get_piece_size())] + [("<mask>", 0.0)]
+    tok = Tokenizer(models.Unigram(vocab, unk_id=3, byte_fallback=False))
+    tok.normalizer = normalizers.Sequence([normalizers.Precompiled(charsmap),
+                                           normalizers.Strip(left=False, right=True),
+                                           normalizers.Replace(tokenizers.Regex(" {2,}"), "\u2581")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always")
+    tok.add_special_tokens(["<s>", "<pad>", "</s>", "<unk>", AddedToken("<mask>", lstrip=True, special=True)])
+    _post(tok)
+    path = str(d / "tokenizer.json")
+    tok.save(path)
+    return path, charsmap
+
+
+def test_precompiled_stand_in(spm_xlmr):
+    """Where the stand-in for the charsmap (nmt_nfkc rules + NFKC) and the real charsmap
+    agree, ids are identical: on the whole test corpus, whitespace and control characters
+    included (the nmt rules map them as the charsmap does)."""
+    path, charsmap = spm_xlmr
+    P = normalizers.Precompiled(charsmap)
+    texts = TEXTS + tc.corpus(n=1200)
+    differs = [s for s in texts if P.normalize_str(s) != unicodedata.normalize("NFKC", s)]
+    assert len(differs) >= 100  # plain NFKC alone would not do: "\n", "\t", U+200B, U+2581 ...
+    compare(path, path, texts)
+
+
+def test_precompiled_gguf_roundtrip(spm_xlmr, tmp_path):
+    """The XLM-R layout through `1bit convert`: the charsmap bytes and the whitespace flag
+    land in the GGUF as llama.cpp writes them, and the GGUF tokenizes like HF."""
+    gguf = pytest.importorskip("gguf")
+    path, charsmap = spm_xlmr
+    out, n_vocab = _convert(path, tmp_path)
+    f = gguf.GGUFReader(out).fields
+    assert f["tokenizer.ggml.model"].contents() == "t5"
+    assert bytes(f["tokenizer.ggml.precompiled_charsmap"].contents()) == charsmap
+    assert f["tokenizer.ggml.remove_extra_whitespaces"].contents() is True
+    assert f["tokenizer.ggml.token_type"].contents()[3] == 2  # <unk>
+    compare(out, path, TEXTS + tc.corpus(n=1200))

@@ -3,6 +3,7 @@
  * refusal, and the model fixtures end to end (logits within 1e-3 of the CPU backend, same
  * greedy tokens through captured decode steps). Needs a GPU; built only with ONEBIT_CUDA. */
 #include "testutil.h"
+#include "testutil_embed.h"
 #ifndef ONEBIT_CUDA
 int main(void) {
     printf("skipped: no CUDA build\n");
@@ -365,9 +366,11 @@ static void test_elementwise(ob_backend *be) {
 }
 
 /* KV_STORE of T new tokens into caches holding random history, then ATTENTION. */
+static int g_attn_hd = 64; /* head size of attn_case_at (encoders: 12, 16) */
+
 static void attn_case_at(ob_backend *be, ob_type kt, ob_type vt, int T, int n_seq, int cps, bool causal, int window,
                          float cap, int start) {
-    const int64_t hd = 64, H = 4, n_kv = 2, row = hd * n_kv, cells = (int64_t)cps * n_seq;
+    const int64_t hd = g_attn_hd, H = 4, n_kv = 2, row = hd * n_kv, cells = (int64_t)cps * n_seq;
     float *q = rand_f32(hd * H * T, 1.0f), *k = rand_f32(row * T, 1.0f), *v = rand_f32(row * T, 1.0f);
     void *kc = rand_typed(kt, row * cells, 1.0f), *vc = rand_typed(vt, row * cells, 1.0f);
     int32_t pos[64], seq[64];
@@ -409,6 +412,15 @@ static void test_attention(ob_backend *be) {
     attn_case(be, OB_TYPE_F32, OB_TYPE_F32, 12, 1, 64, false, 0, 0);      /* encoder */
     attn_case(be, OB_TYPE_F16, OB_TYPE_F32, 12, 2, 64, false, 3, 30.0f);  /* encoder, window, soft-cap */
     attn_case(be, OB_TYPE_F32, OB_TYPE_F32, 2, 1, 1000, true, 100, 20.0f);
+    /* small encoder heads (not multiples of 32: element-wise paths), decode and prefill */
+    for (int k = 0; k < 2; k++) {
+        g_attn_hd = k ? 12 : 16;
+        attn_case(be, OB_TYPE_F32, OB_TYPE_F32, 12, 1, 64, false, 0, 0);
+        attn_case(be, OB_TYPE_F16, OB_TYPE_F16, 12, 2, 64, false, 0, 0);
+        attn_case(be, OB_TYPE_F16, OB_TYPE_F32, 1, 1, 300, true, 0, 0);
+        attn_case(be, OB_TYPE_F32, OB_TYPE_F16, 3, 1, 300, true, 0, 0);
+    }
+    g_attn_hd = 64;
     /* Decode early in a large cache: splits share the few used cells, most get none. */
     for (int p0 = 0; p0 < 40; p0 += 13) attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 1, 1, 4096, true, 0, 0, p0);
     attn_case_at(be, OB_TYPE_F32, OB_TYPE_F16, 4, 2, 2048, true, 0, 0, 300);
@@ -624,6 +636,11 @@ int main(void) {
         test_fallback();
     }
     ob_backend_free(be);
+    /* The tiny jina-bert-v2 fixture has hidden size 72: CUDA's GET_ROWS and matvecs take
+     * rows in 32-element chunks, so strict placement must refuse it (real jina models
+     * have 512 or 768). */
+    static const char *const cuda_refuses[] = {"jina-bert-v2", NULL};
+    ob_test_encoders_on(OB_DEVICE_CUDA, "cuda", cuda_refuses);
     const char *arches[] = {"llama", "qwen2", "qwen3", "gemma3"};
     for (int i = 0; i < 4; i++) {
         test_fixture(arches[i], OB_KV_F32);

@@ -84,7 +84,10 @@ static bool supports_node(const ob_tensor *n) {
         const int n_kv = n->ip[1];
         if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
-        if (hd % 32 != 0 || hd > 256 || H > 65535 || T > 65535) return false;
+        /* any head size that is a multiple of 4 up to 256 (encoders use 12, 16, ...); a
+         * q8_0 cache keeps each head in whole 32-element blocks */
+        if (hd % 4 != 0 || hd > 256 || H > 65535 || T > 65535) return false;
+        if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
     }

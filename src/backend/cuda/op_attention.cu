@@ -14,7 +14,7 @@
 #include <math.h>
 
 #define OB_ATTN_WARPS 4
-#define OB_ATTN_MAX_NE 8      /* hd / 32: head sizes up to 256 */
+#define OB_ATTN_MAX_NE 8      /* ceil(hd / 32): head sizes up to 256 (any multiple of 4) */
 #define OB_ATTN_MIN_CHUNK 16  /* fewest cells per split when the whole cache is in use */
 #define OB_ATTN_MAX_SPLIT 256
 #define OB_ATTN_SPLIT_T 8
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
     __shared__ int s_hi;
     const int sp = blockIdx.x, lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
-    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd, ne = hd / 32;
+    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd;
     const int64_t kh = h / (a.H / a.n_kv);
     const int64_t p = a.pos[t], s = a.seq[t];
     const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     float qv[OB_ATTN_MAX_NE], acc[OB_ATTN_MAX_NE];
     const float *qp = a.q + (t * a.H + h) * hd;
 #pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = i < ne ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
+    for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
     float m = -INFINITY, l = 0.0f;
     const int64_t cell0 = s * a.cps, hoff = kh * hd;
     for (int64_t j = lo + w; j <= hi; j += OB_ATTN_WARPS) {
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
         float d = 0.0f;
 #pragma unroll
         for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-            if (i < ne) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
+            if (lane + 32 * i < hd) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
         for (int o = OB_WARP / 2; o > 0; o /= 2) d += OB_SHFL_XOR(d, o);
         if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
         d -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
@@ -182,12 +182,12 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
         l += pj;
 #pragma unroll
         for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-            if (i < ne) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+            if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
     }
     if (lane == 0) { s_m[w] = m; s_l[w] = l; }
 #pragma unroll
     for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-        if (i < ne) s_acc[w][lane + 32 * i] = acc[i];
+        if (lane + 32 * i < hd) s_acc[w][lane + 32 * i] = acc[i];
     __syncthreads();
     float M = -INFINITY;
     for (int k = 0; k < OB_ATTN_WARPS; k++) if (s_l[k] > 0.0f) M = fmaxf(M, s_m[k]);
@@ -218,7 +218,9 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
 /* q . K row j (hd elements from hoff), q in shared memory (already scaled). */
 static __device__ __forceinline__ float q_dot_row(int type, const uint8_t *row, int64_t hoff, const float *sq, int hd) {
     float d = 0.0f;
-    if (type == OB_TYPE_F16) {
+    if (hd % 8 != 0 && type != OB_TYPE_Q8_0) { /* small encoder heads (hd 12, 20, ...): element by element */
+        for (int e = 0; e < hd; e++) d += sq[e] * kv_at(type, row, hoff + e);
+    } else if (type == OB_TYPE_F16) {
         /* 16-byte loads: each lane reads its own row, so every load instruction touches 32
          * different sectors; fewer, wider loads cut those L1 transactions 4x. */
         const uint4 *r = (const uint4 *)(row + 2 * hoff);
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
     const int64_t item = (int64_t)blockIdx.x * OB_PF_WARPS + w;
     const bool live = item < a.T * a.H;
     const int64_t t = live ? item / a.H : 0, h = live ? item % a.H : 0;
-    const int hd = (int)a.hd, ne = hd / 32;
+    const int hd = (int)a.hd;
     const int64_t kh = h / (a.H / a.n_kv);
     const int64_t p = a.pos[t], s = a.seq[t];
     const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
             const uint8_t *vr = a.vc + (size_t)(cell0 + j0 + c) * a.vrb;
 #pragma unroll
             for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                if (i < ne) acc[i] += pc * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+                if (lane + 32 * i < hd) acc[i] += pc * kv_at(a.vtype, vr, hoff + lane + 32 * i);
         }
     }
     if (!live) return;
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
     for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-        if (i < ne) o[lane + 32 * i] = acc[i] * inv;
+        if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
 }
 
 /* Element e of one (token, head)'s output from its splits' partials (pp), M: their max. */
@@ -372,7 +374,8 @@ __global__ void k_attn_merge(const float *__restrict__ partial, float *__restric
     }
 }
 
-bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1; }
+/* The merge quantizes 32-element blocks of one head: only for head sizes that are 32-multiples. */
+bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && n->src[0]->ne[0] % 32 == 0; }
 
 bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];

@@ -1,0 +1,8 @@
+/* Encoder (and decoder-embedder) fixtures end to end on a device against the CPU backend. */
+#ifndef OB_TESTUTIL_EMBED_H
+#define OB_TESTUTIL_EMBED_H
+#include "onebit.h"
+/* dname: the backend's name as ob_model_get_info reports it ("cuda", "vulkan");
+ * refused: NULL-terminated fixture names the device must refuse at placement (or NULL). */
+void ob_test_encoders_on(ob_device_kind dev, const char *dname, const char *const *refused);
+#endif
