@@ -15,6 +15,7 @@ int main(void) {
 #else
 #include "backend/cpu/cpu.h"
 #include "backend/vulkan/vulkan.h"
+#include "backend/vulkan/vk_internal.h"
 #include "convert/convert.h"
 #include "onebit.h"
 #include <dlfcn.h>
@@ -556,6 +557,91 @@ static void test_fallback(void) {
     free(x);
 }
 
+/* ONEBIT_VK_PROFILE=1: a device node chain and a graph with a CPU fallback node run
+ * right, and the profile has every device node once per step with a finite,
+ * non-negative time, the host sides measured and the fallback apart. */
+static void test_profile(void) {
+    int64_t K = 256, N = 96, T = 4, nx[2] = {K, T}, nw[2] = {K, N};
+    float *x = rand_f32(K * T, 1.0f), *nw_ = rand_f32(K, 1.0f), got[256 * 4];
+    void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+    ob_graph *g = ob_graph_new(16);
+    ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nw_), 1e-6f);
+    h = ob_softmax(g, ob_scale(g, ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), h), 0.5f));
+    ob_graph *gf = ob_graph_new(8);
+    ob_tensor *f = ob_cpy(gf, ob_leaf(gf, "x", OB_TYPE_F32, 2, nx, x), OB_TYPE_Q4_0); /* no kernel: CPU */
+    f = ob_scale(gf, ob_cpy(gf, f, OB_TYPE_F32), 2.0f);
+    char err[256] = "";
+    const char *was = getenv("ONEBIT_VK_PROFILE");
+    char keep[8] = "";
+    if (was) snprintf(keep, sizeof(keep), "%s", was);
+    setenv("ONEBIT_VK_PROFILE", "1", 1);
+    ob_backend *be = ob_backend_vulkan_new(0, true, err, sizeof(err));
+    if (was) setenv("ONEBIT_VK_PROFILE", keep, 1);
+    else unsetenv("ONEBIT_VK_PROFILE");
+    CHECKF(be != NULL, "%s", err);
+    if (be) {
+        ob_vk *vk = be->ctx;
+        CHECKF(vk->prof.on, "profiling off on %s", vk->info.name);
+        CHECKF(run_on(be, g, h, got, err, sizeof(err)) == OB_OK, "%s", err);
+        void *scratch;
+        run_ref(g, &scratch);
+        int64_t at = 0;
+        CHECKF(err_ratio(got, h->data, N * T, 1e-6, 1e-3, &at) <= 1.0, "profiled chain at %lld", (long long)at);
+        free(scratch);
+        const ob_vk_prof *pr = &vk->prof;
+        CHECK(pr->steps == 1 && pr->dispatches == 4 && pr->barriers >= 4 && pr->submits == 1);
+        CHECK(pr->node_count[OB_OP_RMS_NORM] == 1 && pr->node_count[OB_OP_SCALE] == 1 &&
+              pr->node_count[OB_OP_SOFTMAX] == 1 && pr->node_count[OB_OP_COUNT + OB_TYPE_Q4_K] == 1);
+        double sum = 0;
+        int bad = 0;
+        for (int k = 0; k < OB_VK_PROF_KEYS; k++) {
+            bad += !(pr->node_ms[k] >= 0 && pr->node_ms[k] < 1e4) || (pr->node_count[k] == 0 && pr->node_ms[k] != 0);
+            sum += pr->node_ms[k];
+        }
+        CHECKF(bad == 0 && sum > 0, "per-op times: %d bad, sum %g ms", bad, sum);
+        CHECK(pr->gpu_span_ms >= 0 && pr->record_ms >= 0 && pr->submit_ms > 0 && pr->fallback_ms == 0);
+        /* The CPU node comes first (nothing recorded yet: no extra submit); its time is the
+         * fallback's, its device successors are timed as usual. */
+        CHECKF(run_on(be, gf, f, got, err, sizeof(err)) == OB_OK, "%s", err);
+        run_ref(gf, &scratch);
+        CHECKF(err_ratio(got, f->data, K * T, 1e-6, 1e-6, &at) <= 1.0, "profiled fallback at %lld", (long long)at);
+        free(scratch);
+        CHECK(pr->steps == 2 && pr->submits == 2 && pr->node_count[OB_OP_CPY] == 1 && pr->node_count[OB_OP_SCALE] == 2);
+        CHECK(pr->fallback_ms > 0);
+        ob_backend_free(be);
+    }
+    ob_graph_free(g);
+    ob_graph_free(gf);
+    free(x); free(nw_); free(w);
+}
+
+/* The default memory budget: the device-local heap's free bytes. Without
+ * VK_EXT_memory_budget that is the heap less our buffers, so a 64 MiB buffer shows. */
+static void test_free_memory(void) {
+    ob_backend *be = g_be[0];
+    CHECK(be->iface->free_memory != NULL);
+    if (!be->iface->free_memory) return;
+    size_t before = be->iface->free_memory(be);
+    ob_vk *vk = be->ctx;
+    CHECKF(before > 0, "free_memory 0 on %s", vk->info.name);
+    uint32_t n = 0;
+    bool budget = false;
+    vkEnumerateDeviceExtensionProperties(vk->info.phys, NULL, &n, NULL);
+    VkExtensionProperties *e = calloc(n ? n : 1, sizeof(*e));
+    if (e && vkEnumerateDeviceExtensionProperties(vk->info.phys, NULL, &n, e) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n; i++) budget |= !strcmp(e[i].extensionName, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    free(e);
+    const size_t mb64 = (size_t)64 << 20;
+    void *p = be->iface->alloc(be, mb64);
+    CHECK(p != NULL);
+    size_t after = be->iface->free_memory(be);
+    printf("free_memory: %.1f MiB, %.1f MiB with 64 MiB more allocated (%s)\n", before / 1048576.0,
+           after / 1048576.0, budget ? "VK_EXT_memory_budget" : "heap less our buffers");
+    if (!budget) CHECKF(after + mb64 <= before, "free %zu -> %zu after 64 MiB", before, after);
+    be->iface->free_buf(be, p);
+    if (!budget) CHECK(be->iface->free_memory(be) == before);
+}
+
 /* ---- models ---------------------------------------------------------------------------- */
 
 static void test_models(void) {
@@ -651,6 +737,8 @@ int main(void) {
     test_chain();
     test_bad_ids();
     test_fallback();
+    test_profile();
+    test_free_memory();
     printf("ops: %.1f s\n", ob_time_s() - t0);
     test_models();
     printf("decoders: %.1f s\n", ob_time_s() - t0);

@@ -15,15 +15,85 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     OB_VK_CHECK(vkBeginCommandBuffer(vk->cmd, &bi));
     vk->recording = true;
+    if (vk->prof.pool) {
+        /* Queries must be reset before they are written, and a command buffer's first
+         * command is the one place no earlier write can race the reset. */
+        vkCmdResetQueryPool(vk->cmd, vk->prof.pool, 0, vk->prof.cap);
+        vk->prof.n = 0;
+    }
     return OB_OK;
 }
 
 static void barrier(ob_vk *vk, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    if (vk->prof.in_step) vk->prof.barriers++;
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = dst_access};
     vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage, 0,
                          1, &mb, 0, NULL, 0, NULL);
+}
+
+/* ---- profiling (ONEBIT_VK_PROFILE=1) --------------------------------------------------- */
+
+static int prof_key(const ob_tensor *n) {
+    return n->op == OB_OP_MATMUL && n->src[0] ? OB_OP_COUNT + (int)n->src[0]->type : (int)n->op;
+}
+
+/* One timestamp of a dispatch's pair (recording has begun). The start mark, after the
+ * previous barrier, is taken at TOP_OF_PIPE and the end mark, before this dispatch's
+ * barrier, at BOTTOM_OF_PIPE: the pair spans the dispatch from the moment the command
+ * processor reaches it to its last invocation, and the time from one end to the next
+ * start is the barrier and command processing between them. With start_waits the start
+ * mark also waits for the earlier work's compute stage. */
+static void prof_mark(ob_vk *vk, bool start) {
+    ob_vk_prof *pr = &vk->prof;
+    if (!pr->pool || (start ? pr->n % 2 != 0 || pr->n + 2 > pr->cap : pr->n % 2 != 1)) return;
+    if (start) pr->key[pr->n / 2] = pr->key_now;
+    VkPipelineStageFlagBits stage = !start             ? VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+                                    : pr->start_waits ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
+                                                      : VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT;
+    vkCmdWriteTimestamp(vk->cmd, stage, pr->pool, pr->n++);
+}
+
+/* After the fence: the pairs of the finished command buffer into the per-op sums. */
+static void prof_collect(ob_vk *vk) {
+    ob_vk_prof *pr = &vk->prof;
+    uint32_t n = pr->n - pr->n % 2;
+    pr->n = 0;
+    if (n < 2) return;
+    VkResult r = vkGetQueryPoolResults(vk->dev, pr->pool, 0, n, sizeof(uint64_t) * n, pr->ts, sizeof(uint64_t),
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (r != VK_SUCCESS) return;
+    const double ms_per_tick = pr->ns_per_tick * 1e-6;
+    for (uint32_t k = 0; k < n; k += 2) {
+        int key = pr->key[k / 2];
+        pr->node_ms[key] += (double)((pr->ts[k + 1] - pr->ts[k]) & pr->mask) * ms_per_tick;
+        pr->node_count[key]++;
+    }
+    pr->gpu_span_ms += (double)((pr->ts[n - 1] - pr->ts[0]) & pr->mask) * ms_per_tick;
+}
+
+static void prof_print(const ob_vk *vk) {
+    const ob_vk_prof *pr = &vk->prof;
+    double total = 0;
+    for (int k = 0; k < OB_VK_PROF_KEYS; k++) total += pr->node_ms[k];
+    if (!pr->steps) return;
+    const double s = (double)pr->steps;
+    fprintf(stderr,
+            "vulkan profile: %lld steps on %s; per step: %.1f dispatches, %.1f barriers, %.1f submits\n"
+            "  host: %.3f ms recording, %.3f ms submit-to-fence (%.3f ms of it outside the gpu span),"
+            " %.3f ms CPU fallback per step (and %.1f ms building pipelines in all)\n"
+            "  gpu:  %.3f ms in dispatches, %.3f ms first start to last end, %.3f ms between dispatches per step\n",
+            (long long)pr->steps, vk->info.name, pr->dispatches / s, pr->barriers / s, pr->submits / s,
+            pr->record_ms / s, pr->submit_ms / s, (pr->submit_ms - pr->gpu_span_ms) / s, pr->fallback_ms / s, pr->pipeline_ms, total / s, pr->gpu_span_ms / s,
+            (pr->gpu_span_ms - total) / s);
+    if (total <= 0) return;
+    for (int k = 0; k < OB_VK_PROF_KEYS; k++)
+        if (pr->node_count[k])
+            fprintf(stderr, "  %-10s %-7s %8lld launches %10.3f ms/step %5.1f%% %9.2f us/launch\n",
+                    k < OB_OP_COUNT ? ob_op_name((ob_op)k) : "MATMUL",
+                    k < OB_OP_COUNT ? "" : ob_type_name((ob_type)(k - OB_OP_COUNT)), (long long)pr->node_count[k],
+                    pr->node_ms[k] / s, 100.0 * pr->node_ms[k] / total, 1e3 * pr->node_ms[k] / (double)pr->node_count[k]);
 }
 
 ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
@@ -32,6 +102,7 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     /* Device writes must reach the host domain before mapped reads after the fence. */
     barrier(vk, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
+    double t_sub = vk->prof.in_step ? ob_time_s() : 0;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
     VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
     if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
@@ -42,6 +113,16 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
         if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
         return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)",
                        vk->info.name, (int)r);
+    }
+    if (vk->prof.in_step) {
+        ob_vk_prof *pr = &vk->prof;
+        double t_done = ob_time_s();
+        pr->record_ms += 1e3 * (t_sub - pr->t_step) - (pr->pipeline_ms - pr->pipeline_seen_ms);
+        pr->pipeline_seen_ms = pr->pipeline_ms;
+        pr->submit_ms += 1e3 * (t_done - t_sub);
+        pr->submits++;
+        prof_collect(vk);
+        pr->t_step = ob_time_s(); /* recording resumes (after a CPU fallback) from here */
     }
     return OB_OK;
 }
@@ -56,7 +137,11 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
         .layout = vk->layout};
+    double t0 = vk->prof.in_step ? ob_time_s() : 0;
     OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, &vk->pipes[sh][type]));
+    /* First use compiles inside a step's recording: kept apart so it does not read as a
+     * per-step recording cost. */
+    if (vk->prof.in_step) vk->prof.pipeline_ms += 1e3 * (ob_time_s() - t0);
     *out = vk->pipes[sh][type];
     return OB_OK;
 }
@@ -75,9 +160,14 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
     if (st) return st;
     st = ob_vk_begin(vk, err, err_len);
     if (st) return st;
+    if (vk->prof.in_step) prof_mark(vk, true);
     vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(*pc), pc);
     vkCmdDispatch(vk->cmd, (uint32_t)gx, (uint32_t)gy, 1);
+    if (vk->prof.in_step) {
+        prof_mark(vk, false);
+        vk->prof.dispatches++;
+    }
     /* Nodes mostly read what the previous one wrote; one global barrier per dispatch is
      * simple and cheap next to the kernels. */
     barrier(vk, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -176,20 +266,38 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     ob_vk *vk = be->ctx;
     if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s was lost", vk->info.name);
     ob_status st = OB_OK;
+    ob_vk_prof *pr = &vk->prof;
+    /* Anything recorded before this graph (none today) is finished first, so the pool
+     * can grow and the step's times are the graph's alone. */
+    const bool prof = pr->on && ob_vk_submit_wait(vk, err, err_len) == OB_OK && ob_vk_prof_reserve(vk, g->n);
+    if (prof) {
+        pr->in_step = true;
+        pr->t_step = ob_time_s();
+    }
     for (int64_t i = 0; i < g->n && !st; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
         if (ob_vk_supports_node(n)) {
+            pr->key_now = prof_key(n); /* the dispatches of this node time under its key */
             st = ob_vk_record_node(vk, n, err, err_len);
         } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
             st = ob_vk_submit_wait(vk, err, err_len);
+            /* The fallback's own copies (staging path) are its cost, not the step's submits. */
+            double t0 = prof ? ob_time_s() : 0;
+            pr->in_step = false;
             if (!st) st = cpu_fallback(vk, n, err, err_len);
+            if (prof) {
+                pr->in_step = true;
+                pr->fallback_ms += 1e3 * (ob_time_s() - t0);
+                pr->t_step = ob_time_s();
+            }
         } else {
             st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: node %s (%s, %s) has no kernel", n->name,
                          ob_op_name(n->op), n->src[0] ? ob_type_name(n->src[0]->type) : "-");
         }
     }
     if (st) {
+        pr->in_step = false;
         /* Drop what was recorded: a half graph must not run later. */
         if (vk->recording) {
             vkEndCommandBuffer(vk->cmd);
@@ -197,18 +305,26 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         }
         return st;
     }
-    return ob_vk_submit_wait(vk, err, err_len);
+    st = ob_vk_submit_wait(vk, err, err_len);
+    if (prof) {
+        pr->in_step = false;
+        if (!st) pr->steps++;
+    }
+    return st;
 }
 
 static void vk_destroy(ob_backend *be) {
     if (!be) return;
     ob_vk *vk = be->ctx;
     if (vk) {
+        if (vk->prof.on) prof_print(vk);
         ob_vk_device_free(vk);
         free(vk);
     }
     free(be);
 }
+
+static size_t vk_free_memory(ob_backend *be) { return ob_vk_free_memory(be->ctx); }
 
 static const ob_backend_iface g_vk_iface = {
     .name = "vulkan",
@@ -220,6 +336,7 @@ static const ob_backend_iface g_vk_iface = {
     .download = vk_download,
     .compute = vk_compute,
     .destroy = vk_destroy,
+    .free_memory = vk_free_memory,
 };
 
 ob_backend *ob_backend_vulkan_new(int device, bool allow_fallback, char *err, size_t err_len) {

@@ -216,6 +216,25 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
     if (fam < 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", vk->info.name);
     vk->qfam = (uint32_t)fam;
+    const char *pf = getenv("ONEBIT_VK_PROFILE");
+    if (pf && (pf[0] == '1' || pf[0] == '2')) {
+        VkPhysicalDeviceProperties pp;
+        vkGetPhysicalDeviceProperties(vk->info.phys, &pp);
+        uint32_t bits = qf[fam].timestampValidBits;
+        /* timestampComputeAndGraphics only promises what bits != 0 already tells for our
+         * family; a zero period would make every time zero. */
+        if (bits == 0 || !(pp.limits.timestampPeriod > 0)) {
+            ob_log(OB_LOG_WARN, "vulkan: ONEBIT_VK_PROFILE: %s has no timestamps on its compute queue; profiling off",
+                   vk->info.name);
+        } else {
+            vk->prof.on = true;
+            vk->prof.start_waits = pf[0] == '2';
+            vk->prof.ns_per_tick = pp.limits.timestampPeriod;
+            vk->prof.mask = bits >= 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
+            ob_log(OB_LOG_INFO, "vulkan: profiling: %u-bit timestamps, %.3f ns per tick%s", bits,
+                   pp.limits.timestampPeriod, pp.limits.timestampComputeAndGraphics ? "" : " (queue family only)");
+        }
+    }
 
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = vk->qfam,
@@ -308,10 +327,59 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->layout) vkDestroyPipelineLayout(vk->dev, vk->layout, NULL);
         if (vk->fence) vkDestroyFence(vk->dev, vk->fence, NULL);
         if (vk->cpool) vkDestroyCommandPool(vk->dev, vk->cpool, NULL);
+        if (vk->prof.pool) vkDestroyQueryPool(vk->dev, vk->prof.pool, NULL);
         vkDestroyDevice(vk->dev, NULL);
     }
     if (vk->inst) vkDestroyInstance(vk->inst, NULL);
     free(vk->allocs);
+    free(vk->prof.key);
+    free(vk->prof.ts);
+}
+
+bool ob_vk_prof_reserve(ob_vk *vk, int64_t n) {
+    if (!vk->prof.on) return false;
+    if (n < 1) n = 1;
+    if (n > (1 << 20)) return false; /* a graph that large: skip this step, keep profiling */
+    uint32_t want = 2 * (uint32_t)n;
+    if (want <= vk->prof.cap) return true;
+    /* Called outside recording: every earlier use of the pool has passed its fence. */
+    if (vk->recording) return false;
+    int *key = realloc(vk->prof.key, sizeof(int) * (want / 2));
+    if (key) vk->prof.key = key;
+    uint64_t *ts = key ? realloc(vk->prof.ts, sizeof(uint64_t) * want) : NULL;
+    if (ts) vk->prof.ts = ts;
+    if (!key || !ts) { vk->prof.on = false; return false; }
+    if (vk->prof.pool) vkDestroyQueryPool(vk->dev, vk->prof.pool, NULL);
+    vk->prof.pool = VK_NULL_HANDLE;
+    vk->prof.cap = 0;
+    VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                 .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = want};
+    if (vkCreateQueryPool(vk->dev, &qci, NULL, &vk->prof.pool) != VK_SUCCESS) {
+        ob_log(OB_LOG_WARN, "vulkan: ONEBIT_VK_PROFILE: cannot create a query pool of %u; profiling off", want);
+        vk->prof.pool = VK_NULL_HANDLE;
+        vk->prof.on = false;
+        return false;
+    }
+    vk->prof.cap = want;
+    return true;
+}
+
+size_t ob_vk_free_memory(ob_vk *vk) {
+    if (!vk->dev || vk->faulted) return 0;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT bp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    bool ext = has_extension(vk->info.phys, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+    VkPhysicalDeviceMemoryProperties2 mp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                            .pNext = ext ? &bp : NULL};
+    vkGetPhysicalDeviceMemoryProperties2(vk->info.phys, &mp);
+    if (vk->mem_type >= mp.memoryProperties.memoryTypeCount) return 0;
+    uint32_t heap = mp.memoryProperties.memoryTypes[vk->mem_type].heapIndex;
+    if (heap >= mp.memoryProperties.memoryHeapCount) return 0;
+    /* The budget counts every process on the device (and our own buffers in usage). */
+    if (ext && bp.heapBudget[heap] > 0)
+        return bp.heapBudget[heap] > bp.heapUsage[heap] ? (size_t)(bp.heapBudget[heap] - bp.heapUsage[heap]) : 0;
+    uint64_t used = 0, size = mp.memoryProperties.memoryHeaps[heap].size;
+    for (int i = 0; i < vk->n_allocs; i++) used += vk->allocs[i].size;
+    return size > used ? (size_t)(size - used) : 0;
 }
 
 /* ---- buffers --------------------------------------------------------------------------- */

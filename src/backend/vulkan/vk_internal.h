@@ -72,6 +72,37 @@ typedef struct ob_vk_dev_info {
     const char *unusable;  /* NULL if onebit can run on it, else why not */
 } ob_vk_dev_info;
 
+/* ONEBIT_VK_PROFILE=1: a timestamp pair around every dispatch of a graph, read back after the
+ * fence and summed per op (MATMUL per weight type), printed to stderr at destroy. The
+ * host sides (recording, submit-to-fence) sit next to the GPU sides so a fixed cost per
+ * dispatch shows where it lives: in the nodes, between them (barriers), or outside. */
+#define OB_VK_PROF_KEYS (OB_OP_COUNT + OB_TYPE_COUNT) /* op, or OB_OP_COUNT + weight type */
+typedef struct ob_vk_prof {
+    bool on;
+    VkQueryPool pool;
+    uint32_t cap;           /* queries in the pool: two per node of the largest graph so far */
+    uint32_t n;             /* queries written into the command buffer being recorded */
+    int *key;               /* [cap / 2] the key of each recorded pair */
+    int key_now;            /* the key of the node being recorded */
+    uint64_t *ts;           /* [cap] query results */
+    bool start_waits;       /* ONEBIT_VK_PROFILE=2: a node's start mark waits for the work
+                               before it (COMPUTE_SHADER stage), not TOP_OF_PIPE */
+    double ns_per_tick;     /* timestampPeriod */
+    uint64_t mask;          /* timestampValidBits as a mask: tick differences wrap there */
+    bool in_step;           /* inside compute: submits and barriers count for the step */
+    double t_step;          /* ob_time_s() when the step's recording (re)started */
+    /* totals over all steps, in ms unless named otherwise */
+    double node_ms[OB_VK_PROF_KEYS];
+    int64_t node_count[OB_VK_PROF_KEYS];
+    double gpu_span_ms;     /* first node start to last node end, per submit, summed */
+    double record_ms;       /* host: recording the command buffer (incl. vkEndCommandBuffer) */
+    double submit_ms;       /* host: vkQueueSubmit to the fence's return */
+    double fallback_ms;     /* host: nodes run on the CPU reference, with their copies */
+    double pipeline_ms;     /* host: pipelines built on first use during recording */
+    double pipeline_seen_ms;/* pipeline_ms already taken out of record_ms */
+    int64_t steps, submits, barriers, dispatches;
+} ob_vk_prof;
+
 typedef struct ob_vk {
     VkInstance inst;
     ob_vk_dev_info info;
@@ -100,6 +131,7 @@ typedef struct ob_vk {
                               times ONEBIT_VK_MATVEC_ROWS (rows per subgroup, default 1) */
     bool matvec_stage;     /* matvec stages x in shared memory (ONEBIT_VK_MATVEC_STAGE=0: off) */
     uint8_t fallback_logged[OB_OP_COUNT][OB_TYPE_COUNT];
+    ob_vk_prof prof;
 } ob_vk;
 
 /* vk_device.c */
@@ -115,6 +147,13 @@ void ob_vk_buffer_free(ob_vk *vk, ob_vk_alloc *a);
 /* The allocation holding [addr, addr + size), or NULL. */
 ob_vk_alloc *ob_vk_find(ob_vk *vk, uint64_t addr, size_t size);
 ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to_device, char *err, size_t err_len);
+
+/* Device-local heap free now (the seam's free_memory): VK_EXT_memory_budget's budget
+ * less usage where offered, else the heap's size less what this backend allocated. */
+size_t ob_vk_free_memory(ob_vk *vk);
+/* ONEBIT_VK_PROFILE=1 (vk_device.c checks the queue's timestamps at init): query pool
+ * with room for two timestamps per node of an n-node graph; false drops profiling. */
+bool ob_vk_prof_reserve(ob_vk *vk, int64_t n);
 
 /* Command recording (vk_backend.c). */
 ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len);
