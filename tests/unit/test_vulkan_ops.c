@@ -36,8 +36,11 @@ static void pin_mesa_drivers(void) {
     for (size_t i = 0; i < OB_ARRAY_LEN(libs); i++) (void)dlopen(libs[i], RTLD_LAZY | RTLD_NODELETE);
 }
 
-#define N_BE 2
-static ob_backend *g_be[N_BE]; /* 0: mapped memory, 1: staging copies */
+#define N_BE 3
+/* 0: mapped memory, 1: staging copies, 2: mapped writes with staged reads (as on a
+ * discrete GPU whose device memory maps uncached) */
+static ob_backend *g_be[N_BE];
+static const char *const g_be_name[N_BE] = {"mapped", "staging", "staged reads"};
 static ob_rng g_rng;
 
 static float *rand_f32(int64_t n, float scale) {
@@ -163,12 +166,12 @@ static void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol,
     float *ref = malloc(sizeof(float) * (size_t)n), *gf = malloc(sizeof(float) * (size_t)n);
     ob_dequantize(check->type, check->data, ref, n);
     for (int b = 0; b < N_BE; b++) {
-        CHECKF(st[b] == OB_OK, "%s [%s]: run failed: %s", what, b ? "staging" : "mapped", err[b]);
+        CHECKF(st[b] == OB_OK, "%s [%s]: run failed: %s", what, g_be_name[b], err[b]);
         if (st[b] == OB_OK) {
             ob_dequantize(check->type, got[b], gf, n);
             int64_t at = 0;
             double e = err_ratio(gf, ref, n, atol, rtol, &at);
-            CHECKF(e <= 1.0, "%s [%s]: err ratio %g at %lld: got %g want %g", what, b ? "staging" : "mapped", e,
+            CHECKF(e <= 1.0, "%s [%s]: err ratio %g at %lld: got %g want %g", what, g_be_name[b], e,
                    (long long)at, gf[at], ref[at]);
         }
         free(got[b]);
@@ -722,6 +725,11 @@ int main(void) {
     unsetenv("ONEBIT_VULKAN_STAGING");
     CHECKF(g_be[1] != NULL, "staging backend: %s", err);
     if (!g_be[1]) return ob_test_done("test_vulkan_ops");
+    setenv("ONEBIT_VULKAN_STAGED_READS", "1", 1);
+    g_be[2] = ob_backend_vulkan_new(0, false, err, sizeof(err));
+    unsetenv("ONEBIT_VULKAN_STAGED_READS");
+    CHECKF(g_be[2] != NULL, "staged-reads backend: %s", err);
+    if (!g_be[2]) return ob_test_done("test_vulkan_ops");
     ob_rng_seed(&g_rng, 0x5eed0bu);
     double t0 = ob_time_s();
     test_norms();

@@ -356,7 +356,8 @@ ob_backend *ob_backend_vulkan_new(int device, bool allow_fallback, char *err, si
         return NULL;
     }
     ob_log(OB_LOG_INFO, "vulkan: using %s (%.1f GiB, subgroup %u%s)", vk->info.name, vk->info.mem / 1073741824.0,
-           vk->info.subgroup, vk->host_visible ? ", host-visible memory" : "");
+           vk->info.subgroup,
+           !vk->host_visible ? "" : vk->staged_reads ? ", host-visible memory, staged reads" : ", host-visible memory");
     be->iface = &g_vk_iface;
     be->ctx = vk;
     if (ob_vk_iq_tables_init(be, err, err_len) != OB_OK) {

@@ -178,13 +178,21 @@ static bool pick_memory(ob_vk *vk, VkPhysicalDeviceMemoryProperties *mp) {
         VkMemoryPropertyFlags fl = mp->memoryTypes[i].propertyFlags;
         if ((int)mp->memoryTypes[i].heapIndex != heap || !(fl & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
         bool mappable = (fl & hv) == hv && !no_map;
-        if (best < 0 || (mappable && !vk->host_visible)) {
+        /* among mappable types, one the CPU also reads through its caches is better */
+        bool better = mappable && (!vk->host_visible || ((fl & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) &&
+                                                         !(mp->memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT)));
+        if (best < 0 || better) {
             best = (int)i;
             vk->host_visible = mappable;
         }
     }
     if (best < 0) return false;
     vk->mem_type = (uint32_t)best;
+    /* The H200's Vulkan decode spent ~30 ms a step reading 600 KB of logits through the
+     * uncached BAR mapping; a GPU copy into cached host memory takes microseconds. */
+    const char *sr = getenv("ONEBIT_VULKAN_STAGED_READS");
+    vk->staged_reads = vk->host_visible && (!(mp->memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ||
+                                            (sr && !strcmp(sr, "1")));
     return true;
 }
 
@@ -302,7 +310,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
                                         .codeSize = ob_vk_spv_table[s].size, .pCode = ob_vk_spv_table[s].code};
         OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
     }
-    if (!vk->host_visible) {
+    if (!vk->host_visible || vk->staged_reads) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
     }
@@ -405,9 +413,10 @@ ob_status ob_vk_buffer_new(ob_vk *vk, size_t size, bool host, ob_vk_alloc *out, 
     OB_VK_CHECK(vkCreateBuffer(vk->dev, &bci, NULL, &out->buf));
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(vk->dev, out->buf, &req);
-    int32_t mt = host ? find_type(vk, req.memoryTypeBits,
-                                  VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT)
+    const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    int32_t mt = host ? find_type(vk, req.memoryTypeBits, hv | VK_MEMORY_PROPERTY_HOST_CACHED_BIT) /* fast reads */
                       : ((req.memoryTypeBits >> vk->mem_type) & 1) ? (int32_t)vk->mem_type : -1;
+    if (host && mt < 0) mt = find_type(vk, req.memoryTypeBits, hv);
     if (mt < 0) {
         vkDestroyBuffer(vk->dev, out->buf, NULL);
         out->buf = VK_NULL_HANDLE;
@@ -457,7 +466,9 @@ ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to
     ob_vk_alloc *a = ob_vk_find(vk, dev, size);
     if (!a) return ob_fail(err, err_len, OB_ERR_ARG, "vulkan: copy of %zu bytes outside any buffer", size);
     size_t off = (size_t)(dev - a->addr);
-    if (a->map) {
+    /* Mapped memory: writes stream through write-combining at bus speed; reads only where
+     * the mapping is cached (or tiny), else through staging. */
+    if (a->map && (to_device || !vk->staged_reads || size <= 256)) {
         if (to_device) memcpy((char *)a->map + off, src, size);
         else memcpy(dst, (const char *)a->map + off, size);
         return OB_OK;

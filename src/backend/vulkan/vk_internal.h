@@ -118,9 +118,14 @@ typedef struct ob_vk {
     VkPipeline pipes[OB_VK_SH_COUNT][OB_TYPE_COUNT]; /* built on first use */
     uint32_t mem_type;
     bool host_visible;     /* device buffers are mapped: upload/download by memcpy */
+    /* Reads of the mapping are slow (device memory without HOST_CACHED: a discrete GPU's
+     * BAR, read uncached over the bus): downloads go through the cached staging buffer.
+     * ONEBIT_VULKAN_STAGED_READS=1 forces it (tests). */
+    bool staged_reads;
     ob_vk_alloc *allocs;
     int n_allocs, cap_allocs;
-    ob_vk_alloc staging;   /* host-visible bounce buffer when device memory is not mappable */
+    ob_vk_alloc staging;   /* host bounce buffer (cached if the device offers it): uploads when
+                            * device memory is not mappable, downloads when staged_reads */
     bool allow_fallback;
     uint64_t iq_tab;       /* device address of the IQ lattice tables (vk_iq.c) */
     bool faulted;          /* after a device loss every call fails */
