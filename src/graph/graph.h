@@ -92,6 +92,11 @@ void ob_graph_reset(ob_graph *g);
 int64_t ob_nelements(const ob_tensor *t);
 size_t ob_nbytes(const ob_tensor *t);
 int64_t ob_nrows(const ob_tensor *t); /* elements / ne[0] */
+/* The F32 types and shapes every backend needs for the row and element ops (RMS_NORM,
+ * LAYER_NORM, ADD, MUL, SCALE, ACT, SOFTMAX, GLU, ROPE): one definition of a well-formed
+ * node, on top of which a backend's supports() adds only its own limits. False for
+ * other ops. */
+bool ob_node_f32_shapes_ok(const ob_tensor *n);
 
 /* Builders. Each returns the new node (never NULL: capacity is an internal invariant). */
 ob_tensor *ob_leaf(ob_graph *g, const char *name, ob_type type, int n_dims, const int64_t *ne, void *data);

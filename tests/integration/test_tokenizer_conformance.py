@@ -11,7 +11,6 @@ exactly those code points are replaced by "x".
 import os
 import subprocess
 import sys
-import unicodedata
 
 import pytest
 
@@ -24,15 +23,7 @@ CORPUS = tc.corpus()
 CASES = tc.cases()
 
 
-def _lib_available():
-    try:
-        tc.Tok.lib()
-        return True
-    except (OSError, FileNotFoundError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _lib_available(), reason="libonebit.so not built (ONEBIT_BUILD)")
+pytestmark = pytest.mark.skipif(not tc.lib_available(), reason="libonebit.so not built (ONEBIT_BUILD)")
 
 
 def _ref(path):
@@ -40,11 +31,6 @@ def _ref(path):
     h.no_padding()
     h.no_truncation()
     return h
-
-
-def _drift_free(s):
-    return "".join("x" if unicodedata.ucd_3_2_0.category(c) == "Cn" and unicodedata.category(c) != "Cn" else c
-                   for c in s)
 
 
 def test_corpus_size_and_variety():
@@ -66,7 +52,7 @@ def test_ids_identical(name, ours, ref):
             a, b = list(ids[offs[i]:offs[i + 1]]), refs[i].ids
             if a == b:
                 continue
-            d = _drift_free(s)
+            d = tc.drift_free(s)
             if d != s and T.encode(d, add_special) == H.encode(d, add_special_tokens=add_special).ids:
                 drift += 1
                 continue
@@ -88,7 +74,7 @@ def test_roundtrip(name, ours, ref):
         if name == "minilm":  # pieces are " word"; HF drops the first space
             got = got[1:] if got.startswith(" ") else got
         if got != s:  # only a Unicode-version difference may excuse it
-            d = _drift_free(s)
+            d = tc.drift_free(s)
             assert d != s and T.decode(T.encode(d)) == d, f"{name}: {s!r}"
     if name != "minilm":  # WordPiece lower-cases and drops spaces: it never round-trips
         assert n_rt >= len(CORPUS) // 2
@@ -150,5 +136,5 @@ def test_gguf_bpe_presets(name, pre, tmp_path):
     ids, offs = T.encode_batch(CORPUS, add_special=True)
     refs = H.encode_batch(CORPUS, add_special_tokens=False)
     bad = [s for i, s in enumerate(CORPUS) if list(ids[offs[i]:offs[i + 1]]) != refs[i].ids
-           and not (_drift_free(s) != s and T.encode(_drift_free(s)) == H.encode(_drift_free(s), add_special_tokens=False).ids)]
+           and not (tc.drift_free(s) != s and T.encode(tc.drift_free(s)) == H.encode(tc.drift_free(s), add_special_tokens=False).ids)]
     assert not bad, f"{name}: {len(bad)} mismatches, first {bad[0]!r}"

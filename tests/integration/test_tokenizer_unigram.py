@@ -97,20 +97,7 @@ def make_texts(seed=11, n=700):
 TEXTS = make_texts()
 
 
-def _lib_available():
-    try:
-        tc.Tok.lib()
-        return True
-    except (OSError, FileNotFoundError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _lib_available(), reason="libonebit.so not built (ONEBIT_BUILD)")
-
-
-def _drift_free(s):
-    return "".join("x" if unicodedata.ucd_3_2_0.category(c) == "Cn" and unicodedata.category(c) != "Cn" else c
-                   for c in s)
+pytestmark = pytest.mark.skipif(not tc.lib_available(), reason="libonebit.so not built (ONEBIT_BUILD)")
 
 
 def _post(tok):
@@ -197,7 +184,7 @@ def compare(ours, ref, texts=TEXTS):
             n_unk += unk in b
             if a == b:
                 continue
-            d = _drift_free(s)
+            d = tc.drift_free(s)
             if d != s and T.encode(d, add_special) == H.encode(d, add_special_tokens=add_special).ids:
                 drift += 1
                 continue

@@ -8,6 +8,7 @@ import json
 import os
 import random
 import sys
+import unicodedata
 
 # ../shared beside the checkout (as CI lays it out), or ONEBIT_SHARED
 DATA = os.path.join(os.environ.get("ONEBIT_SHARED", os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../shared")),
@@ -253,3 +254,20 @@ if __name__ == "__main__":
     ap.add_argument("--n", type=int, default=2400)
     a = ap.parse_args()
     json.dump(corpus(a.seed, a.n), sys.stdout, ensure_ascii=False, indent=0)
+
+
+def lib_available():
+    """Whether libonebit.so (ONEBIT_BUILD) loads: the ctypes tokenizer tests skip without it."""
+    try:
+        Tok.lib()
+        return True
+    except (OSError, FileNotFoundError):
+        return False
+
+
+def drift_free(s):
+    """s with every character that Unicode 3.2 leaves unassigned but today's Python knows
+    replaced by 'x': where ids differ only there, the difference is the Unicode version
+    of the normaliser tables, not the tokenizer."""
+    return "".join("x" if unicodedata.ucd_3_2_0.category(c) == "Cn" and unicodedata.category(c) != "Cn" else c
+                   for c in s)

@@ -6,6 +6,7 @@
 #include "convert/convert.h"
 #include "rag/rag.h"
 #include "testutil.h"
+#include "testutil_embed.h"
 #include "onebit.h"
 #include <jansson.h>
 #include <math.h>
@@ -46,22 +47,6 @@ static ob_model *convert_load(const char *name, ob_type type, char *gguf, size_t
     return m;
 }
 
-/* All of the fixture's sequences in one batch, seq i = sequence i. */
-static ob_status decode_all(ob_context *c, json_t *seqs, char *err, size_t err_len) {
-    int32_t tok[256], pos[256], seq[256];
-    int n = 0;
-    for (size_t s = 0; s < json_array_size(seqs); s++) {
-        json_t *js = json_array_get(seqs, s);
-        for (size_t i = 0; i < json_array_size(js) && n < 256; i++, n++) {
-            tok[n] = (int32_t)json_integer_value(json_array_get(js, i));
-            pos[n] = (int32_t)i;
-            seq[n] = (int32_t)s;
-        }
-    }
-    ob_batch b = {n, tok, pos, seq, NULL};
-    return ob_decode(c, &b, err, err_len);
-}
-
 /* name: the HF folder to convert; ref_name: the folder whose ref.json it must match. */
 static void check_encoder_ref(const char *name, const char *ref_name, ob_type type, double tol) {
     char gguf[256], path[256], err[512] = "";
@@ -92,7 +77,7 @@ static void check_encoder_ref(const char *name, const char *ref_name, ob_type ty
         if (st) continue;
         /* Twice: the second call must start the sequences afresh. */
         for (int rep = 0; rep < 2 && !st; rep++) {
-            st = decode_all(c, seqs, err, sizeof(err));
+            st = ob_test_decode_seqs(c, seqs, err, sizeof(err));
             CHECKF(st == OB_OK, "%s %s: %s", name, pools[p].key, err);
         }
         int n = ob_context_n_embd(c);
@@ -120,7 +105,7 @@ static void check_encoder_ref(const char *name, const char *ref_name, ob_type ty
         cp.n_ctx = 64; cp.n_seq = n_seq; cp.n_batch = 128; cp.embeddings = true; cp.pooling = OB_POOLING_MEAN;
         cp.type_k = cp.type_v = OB_KV_F32;
         ob_context *c = NULL;
-        if (ob_context_new(m, &cp, &c, err, sizeof(err)) == OB_OK && decode_all(c, seqs, err, sizeof(err)) == OB_OK) {
+        if (ob_context_new(m, &cp, &c, err, sizeof(err)) == OB_OK && ob_test_decode_seqs(c, seqs, err, sizeof(err)) == OB_OK) {
             const float *e = ob_get_embeddings(c, 1);
             double nn = 0;
             for (int i = 0; e && i < ob_context_n_embd(c); i++) nn += (double)e[i] * e[i];
@@ -216,7 +201,7 @@ static void check_decoder_embed(void) {
         cp.normalize = false;
         cp.type_k = cp.type_v = OB_KV_F32;
         ob_context *c = NULL;
-        if ((st = ob_context_new(m, &cp, &c, err, sizeof(err))) || (st = decode_all(c, seqs, err, sizeof(err)))) {
+        if ((st = ob_context_new(m, &cp, &c, err, sizeof(err))) || (st = ob_test_decode_seqs(c, seqs, err, sizeof(err)))) {
             CHECKF(0, "qwen3 %s: %s", pools[p].key, err);
             ob_context_free(c);
             break;

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static ob_status embed_batch(ob_context *c, json_t *seqs, char *err, size_t err_len) {
+ob_status ob_test_decode_seqs(ob_context *c, json_t *seqs, char *err, size_t err_len) {
     int32_t tok[256], pos[256], seq[256];
     int n = 0;
     for (size_t s = 0; s < json_array_size(seqs); s++) {
@@ -65,7 +65,7 @@ static void check_embedder(const char *name, const char *gguf, json_t *seqs, ob_
                 if (st && d == 0) break;
                 CHECKF(st == OB_OK, "%s pooling %d on %s: %s", name, pools[p], d ? dname : "cpu", err);
                 if (!st) {
-                    st = embed_batch(c[d], seqs, err, sizeof(err));
+                    st = ob_test_decode_seqs(c[d], seqs, err, sizeof(err));
                     CHECKF(st == OB_OK, "%s pooling %d decode on %s: %s", name, pools[p], d ? dname : "cpu", err);
                 }
             }

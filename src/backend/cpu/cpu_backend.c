@@ -65,32 +65,19 @@ static bool supports_node(const ob_tensor *n) {
                is_f32(n) && n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
     case OB_OP_RMS_NORM:
     case OB_OP_LAYER_NORM:
-        if (!is_f32(a) || !is_f32(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
-        for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
-            if (n->src[s] && (!is_f32(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
-        return true;
+        return ob_node_f32_shapes_ok(n);
     case OB_OP_MATMUL:
         return a && has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && is_f32(b) && is_f32(n) &&
                b->ne[0] == a->ne[0] && n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
     case OB_OP_ADD:
     case OB_OP_MUL:
-        return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(n) == ob_nelements(a) &&
-               b->ne[0] == a->ne[0] && n->ne[0] == a->ne[0] &&
-               (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
-        return is_f32(a) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
     case OB_OP_GLU:
-        return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
-               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
-    case OB_OP_ROPE: {
-        int n_rot = n->ip[0];
-        return is_f32(a) && is_f32(n) && is_i32(b) && ob_nelements(n) == ob_nelements(a) &&
-               n->ne[0] == a->ne[0] && n_rot > 0 && n_rot % 2 == 0 && n_rot <= a->ne[0] && n_rot <= 1024 &&
-               (n->ip[1] == 0 || n->ip[1] == 2) && ob_nelements(b) == a->ne[2] * a->ne[3];
-    }
+        return ob_node_f32_shapes_ok(n);
+    case OB_OP_ROPE:
+        return ob_node_f32_shapes_ok(n) && n->ip[0] <= 1024;
     case OB_OP_KV_STORE: {
         const ob_tensor *pos = n->src[2], *seq = n->src[3];
         if (!is_f32(a) || !b || !is_kv_type(b->type) || !is_i32(pos) || !is_i32(seq)) return false;

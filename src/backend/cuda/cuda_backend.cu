@@ -45,30 +45,16 @@ static bool supports_node(const ob_tensor *n) {
         return ob_cu_supports_quant_op(n);
     case OB_OP_RMS_NORM:
     case OB_OP_LAYER_NORM:
-        if (!f32(a) || !f32(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
-        if (ob_nrows(a) > 0x7fffffff) return false;
-        for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
-            if (n->src[s] && (!f32(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
-        return true;
+        return ob_node_f32_shapes_ok(n) && ob_nrows(a) <= 0x7fffffff;
+    case OB_OP_SOFTMAX:
+        return ob_node_f32_shapes_ok(n) && ob_nrows(a) <= 0x7fffffff;
     case OB_OP_ADD:
     case OB_OP_MUL:
-        return f32(a) && f32(b) && f32(n) && ob_nelements(n) == ob_nelements(a) && b->ne[0] == a->ne[0] &&
-               n->ne[0] == a->ne[0] && (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
     case OB_OP_SCALE:
     case OB_OP_ACT:
-    case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
-        if (n->op == OB_OP_SOFTMAX && ob_nrows(a) > 0x7fffffff) return false;
-        return f32(a) && f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
     case OB_OP_GLU:
-        return f32(a) && f32(b) && f32(n) && ob_nelements(a) == ob_nelements(b) && ob_nelements(n) == ob_nelements(a) &&
-               n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
-    case OB_OP_ROPE: {
-        const int n_rot = n->ip[0];
-        return f32(a) && f32(n) && i32(b) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0] && n_rot > 0 &&
-               n_rot % 2 == 0 && n_rot <= a->ne[0] && (n->ip[1] == 0 || n->ip[1] == 2) &&
-               ob_nelements(b) == a->ne[2] * a->ne[3];
-    }
+    case OB_OP_ROPE:
+        return ob_node_f32_shapes_ok(n);
     case OB_OP_KV_STORE: {
         const ob_tensor *pos = n->src[2], *seq = n->src[3];
         if (!f32(a) || !b || !kv_type(b->type) || !i32(pos) || !i32(seq) || !f32(n)) return false;
