@@ -39,3 +39,19 @@ double ob_time_s(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int ob_argmax_f32(const float *w, int n) {
+    if (n <= 0 || w[0] != w[0]) return 0;
+    /* eight running maxima without a loop-carried index, then the first index holding it */
+    float m8[8];
+    for (int k = 0; k < 8; k++) m8[k] = w[0];
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) m8[k] = w[i + k] > m8[k] ? w[i + k] : m8[k];
+    float m = w[0];
+    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
+    for (; i < n; i++) m = w[i] > m ? w[i] : m;
+    for (i = 0; i < n; i++)
+        if (w[i] == m) return i;
+    return 0;
+}

@@ -72,5 +72,9 @@ static inline uint16_t ob_f32_to_bf16(float f) {
 
 /* Monotonic clock in seconds. */
 double ob_time_s(void);
+/* Index of the first largest of w[0..n), as the plain scan `if (w[i] > w[best]) best = i`
+ * from best = 0 finds it (a NaN at 0 wins, NaNs elsewhere never do), but vectorizable:
+ * greedy sampling and speculative drafts run it over a whole vocabulary every token. */
+int ob_argmax_f32(const float *w, int n);
 
 #endif

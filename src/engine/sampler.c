@@ -113,30 +113,12 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
     return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, stable results */
 }
 
-/* Index of the first maximum (NaNs never win), as a plain scan finds it, but in two passes
- * the compiler can vectorize: eight running maxima without a loop-carried index, then the
- * first index holding that value. A 262k vocabulary (Gemma) made the scan a tenth of a
- * batched server step. */
-static int argmax_first(const float *w, int n) {
-    float m8[8];
-    for (int k = 0; k < 8; k++) m8[k] = -INFINITY;
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) m8[k] = w[i + k] > m8[k] ? w[i + k] : m8[k];
-    float m = -INFINITY;
-    for (int k = 0; k < 8; k++) m = m8[k] > m ? m8[k] : m;
-    for (; i < n; i++) m = w[i] > m ? w[i] : m;
-    for (i = 0; i < n; i++)
-        if (w[i] == m) return i;
-    return 0; /* every logit NaN */
-}
-
 int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
     const ob_sampler_params *p = &s->p;
     int n = s->n_vocab;
     bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
     if (p->temperature <= 0 && p->n_logit_bias == 0 && !(pen && s->hist_n > 0)) {
-        const int best = argmax_first(logits, n); /* greedy, nothing to adjust: no copy */
+        const int best = ob_argmax_f32(logits, n); /* greedy, nothing to adjust: no copy */
         ob_sampler_accept(s, best);
         return best;
     }
@@ -162,7 +144,7 @@ int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
         }
     }
     if (p->temperature <= 0) {
-        const int best = argmax_first(w, n);
+        const int best = ob_argmax_f32(w, n);
         ob_sampler_accept(s, best);
         return best;
     }

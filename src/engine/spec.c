@@ -144,8 +144,7 @@ static int32_t full_tok(const ob_spec_seq *q, int j) { return j < q->n_hist ? q-
 /* Takes the draft's greedy choice from a logits row; false when it is not confident
  * enough (p_min) to be worth proposing. */
 static bool pick(const ob_spec *s, const float *logits, int32_t *tok) {
-    int n = s->n_vocab, best = 0;
-    for (int i = 1; i < n; i++) if (logits[i] > logits[best]) best = i;
+    const int n = s->n_vocab, best = ob_argmax_f32(logits, n);
     *tok = best;
     if (!(logits[best] == logits[best])) return false;
     if (s->p.p_min <= 0) return true;

@@ -3,6 +3,7 @@
  * llama.cpp documents them. */
 #include "testutil.h"
 #include "onebit.h"
+#include "core/common.h"
 #include <math.h>
 #include <string.h>
 
@@ -15,7 +16,26 @@ static void softmax(const float *l, double *p, int n, float temp) {
     for (int i = 0; i < n; i++) p[i] /= s;
 }
 
+/* ob_argmax_f32 against the plain first-max scan it replaces: random rows with ties, NaNs
+ * (one at index 0 in some rows) and infinities, lengths around the 8-wide blocks. */
+static void test_argmax(void) {
+    ob_rng r;
+    ob_rng_seed(&r, 77);
+    float w[103];
+    for (int rep = 0; rep < 400; rep++) {
+        const int n = 1 + (int)(ob_rng_u64(&r) % 103);
+        for (int i = 0; i < n; i++) {
+            const uint64_t k = ob_rng_u64(&r) % 16;
+            w[i] = k == 0 ? NAN : k == 1 ? -INFINITY : k == 2 ? INFINITY * (rep % 3 == 0) : (float)(ob_rng_u64(&r) % 7);
+        }
+        int best = 0;
+        for (int i = 1; i < n; i++) if (w[i] > w[best]) best = i;
+        CHECKF(ob_argmax_f32(w, n) == best, "argmax rep %d n %d: %d vs scan %d", rep, n, ob_argmax_f32(w, n), best);
+    }
+}
+
 int main(void) {
+    test_argmax();
     ob_rng r;
     ob_rng_seed(&r, 11);
     float logits[V];
