@@ -37,6 +37,15 @@ for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
         ONEBIT_CUDA_PROFILE=1 timeout 60 "$B/1bit" bench -m "$f" -p 512 -n 0 -r 1 --device cuda 2>&1 | grep -A30 "cuda profile" >"$OUT/pprof-$shape-$type.txt"
         cat "$OUT/pprof-$shape-$type.txt"
     fi
+    # ONEBIT_NSYS=1: Nsight Systems timeline of 32 decode steps (graph nodes traced):
+    # kernel time per step against wall time shows the GPU's idle gaps.
+    if [ -n "${ONEBIT_NSYS:-}" ] && command -v nsys >/dev/null; then
+        timeout 120 nsys profile -q -f true -o "$OUT/nsys-$shape-$type" --cuda-graph-trace=node -t cuda \
+            "$B/1bit" bench -m "$f" -p 0 -n 32 -r 1 --device cuda >/dev/null 2>&1
+        timeout 120 nsys stats -q -f csv --report cuda_gpu_kern_sum "$OUT/nsys-$shape-$type.nsys-rep" 2>/dev/null |
+            cut -d, -f1-4,9 | head -25 >"$OUT/nsys-$shape-$type.txt"
+        cat "$OUT/nsys-$shape-$type.txt"; rm -f "$OUT/nsys-$shape-$type.sqlite"
+    fi
     for np in ${ONEBIT_NP:-}; do
         timeout 120 "$B/1bit" bench -m "$f" -p 0 -n 64 -r 2 -np "$np" --device cuda 2>&1 | grep "^|" | tail -1 | tee -a "$OUT/bench.md"
     done
