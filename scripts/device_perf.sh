@@ -13,7 +13,13 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; d
 if [ "${ONEBIT_SKIP_TEST:-0}" != 1 ]; then
     timeout 200 "$B/test_cuda_ops" >"$OUT/test.log" 2>&1
     echo "test_cuda_ops rc=$? $(grep -E 'checks' "$OUT/test.log" | tail -1)"
-    grep -E "CHECK failed" "$OUT/test.log" | head -5
+    grep -iE "CHECK failed|FAILED" "$OUT/test.log" | head -${ONEBIT_FAIL_LINES:-5}
+    # ONEBIT_TEST_ENVS="A=1;B=0": the op test again under each env set (counts only)
+    IFS=';' read -ra tsets <<<"${ONEBIT_TEST_ENVS:-}"
+    for e in "${tsets[@]}"; do
+        env $e timeout 200 "$B/test_cuda_ops" >"$OUT/test-${e//[^A-Za-z0-9_]/_}.log" 2>&1
+        echo "[$e] test_cuda_ops rc=$? $(grep -E 'checks' "$OUT/test-${e//[^A-Za-z0-9_]/_}.log" | tail -1)"
+    done
 fi
 TOK=$B/tokenizer.json
 if [ ! -f "$TOK" ] && [ -f "$B/tokenizer.json.xz" ]; then xz -dc "$B/tokenizer.json.xz" >/tmp/tokenizer.json; TOK=/tmp/tokenizer.json; fi
@@ -48,5 +54,15 @@ for spec in ${ONEBIT_FILES:-qwen3-0.6b:Q4_K_M}; do
     fi
     for np in ${ONEBIT_NP:-}; do
         timeout 120 "$B/1bit" bench -m "$f" -p 0 -n 64 -r 2 -np "$np" --device cuda 2>&1 | grep "^|" | tail -1 | tee -a "$OUT/bench.md"
+    done
+    # ONEBIT_ENVS="A=1 B=2;C=3": the bench again under each env set (switch comparisons);
+    # ONEBIT_ENV_NP: parallel sequences for those runs too
+    IFS=';' read -ra sets <<<"${ONEBIT_ENVS:-}"
+    for e in "${sets[@]}"; do
+        echo "[$e]" | tee -a "$OUT/bench.md"
+        env $e timeout 120 "$B/1bit" bench -m "$f" -p 512 -n 128 -r 2 --device cuda --peak-gbs 4300 2>&1 | grep -E "^\| [^-m]|cuda timing|step" | tee -a "$OUT/bench.md"
+        for np in ${ONEBIT_ENV_NP:-}; do
+            env $e timeout 120 "$B/1bit" bench -m "$f" -p 0 -n 64 -r 2 -np "$np" --device cuda 2>&1 | grep "^|" | tail -1 | tee -a "$OUT/bench.md"
+        done
     done
 done

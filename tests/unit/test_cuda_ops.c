@@ -12,6 +12,7 @@ int main(void) {
 #else
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda_stats.h"
 #include "format/quant.h"
 #include "onebit.h"
 #include <jansson.h>
@@ -128,9 +129,11 @@ static const ob_type all_types[] = {
     OB_TYPE_IQ4_XS, OB_TYPE_TQ1_0, OB_TYPE_TQ2_0, OB_TYPE_Q1_0, OB_TYPE_MXFP4,
 };
 
-/* Types whose decode matvec (T <= 8) quantizes x to int8 per 32-element block. */
+/* Types whose matmul quantizes x to int8 per 32-element block: the decode matvec (T <= 16)
+ * and the tensor-core MMQ path (T >= 2; op_mmq.cu also takes Q4_0 and Q5_K). */
 static bool int8_act_type(ob_type t) {
-    return t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
+    return t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0 ||
+           t == OB_TYPE_Q4_0 || t == OB_TYPE_Q5_K;
 }
 
 static void test_matmul_get_rows(ob_backend *be) {
@@ -151,7 +154,7 @@ static void test_matmul_get_rows(ob_backend *be) {
             snprintf(what, sizeof(what), "matmul %s T=%d", ob_type_name(t), T);
             /* T > 8 multiplies f16-rounded weights and activations (tensor cores); T <= 8
              * on int8 types quantizes x per 32 elements (test_matmul_int8 bounds it tightly). */
-            double tol = T > 8 && t != OB_TYPE_F32 ? 4e-3 : int8_act_type(t) ? 5e-2 : 2e-5;
+            double tol = int8_act_type(t) ? 5e-2 : T > 8 && t != OB_TYPE_F32 ? 4e-3 : 2e-5;
             run_both(be, g, y, NULL, tol, what);
             ob_graph_free(g);
             free(x);
@@ -218,6 +221,59 @@ static void test_matmul_int8(ob_backend *be) {
         free(w);
         free(w2);
     }
+}
+
+/* The int8 tensor-core matmul (op_mmq.cu) for every type it takes, at K with one and with
+ * many 512-element stages, N not a multiple of any row tile, and T across the decode tiles
+ * (8 and 16 columns) and the prefill tiles (32 and 64 columns), T not a multiple of 8
+ * included: raw x (int8 rounding of x, ~1%) and x pre-rounded to what the device quantizes
+ * it to, where only float rounding remains, so a wrong fragment layout, scale, min, element
+ * order or unwritten output fails at 1e-4. Also 4100 rows (enough row tiles that K is not
+ * split across blocks) and K = 1152 for the 32/128-element block types (nine 128-element
+ * stages split over blocks unevenly). The largest shapes are skipped to keep the CPU
+ * reference quick. */
+static void test_matmul_mmq(ob_backend *be) {
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q4_0, OB_TYPE_Q5_K, OB_TYPE_Q1_0,
+                                    OB_TYPE_TQ2_0};
+    const int64_t Ks[] = {256, 4096, 12288, 1152}, Ns[] = {37, 300, 4100};
+    const int Ts[] = {2, 4, 5, 8, 13, 16, 17, 64, 130, 512};
+    int cases = 0;
+    for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++)
+    for (size_t ki = 0; ki < OB_ARRAY_LEN(Ks); ki++)
+    for (size_t ni = 0; ni < OB_ARRAY_LEN(Ns); ni++) {
+        const ob_type t = types[ty];
+        const int64_t K = Ks[ki], N = Ns[ni];
+        if (K == 12288 && (t != OB_TYPE_Q4_K || N != 37)) continue;
+        if (K == 1152 && (ob_type_block_size(t) > 128 || N != 37)) continue;
+        if (N == 4100 && (K != 256 || (t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K))) continue;
+        void *w = rand_typed(t, K * N, 0.5f);
+        for (size_t k = 0; k < OB_ARRAY_LEN(Ts); k++) {
+            const int T = Ts[k];
+            if (K == 4096 && N == 300 && T > 64) continue;
+            if (K == 12288 && T != 4 && T != 16 && T != 130) continue;
+            if (N == 4100 && T != 13 && T != 512) continue;
+            for (int pre = 0; pre < 2; pre++) {
+                ob_graph *g = ob_graph_new(8);
+                float *x = rand_f32(K * T, 1.0f);
+                if (pre) round_q8(x, K * T);
+                int64_t new[2] = {K, N}, nex[2] = {K, T};
+                ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+                ob_tensor *y = ob_matmul(g, W, X);
+                char what[96];
+                snprintf(what, sizeof(what), "mmq %s K=%lld N=%lld T=%d %s", ob_type_name(t), (long long)K, (long long)N, T,
+                         pre ? "rounded x" : "raw x");
+                const double tol = pre ? 1e-4 : 5e-2;
+                const int before = ob_test_failures;
+                run_both(be, g, y, NULL, tol, what);
+                printf("%s: %s (tol %.0e)\n", what, ob_test_failures == before ? "ok" : "FAILED", tol);
+                cases++;
+                ob_graph_free(g);
+                free(x);
+            }
+        }
+        free(w);
+    }
+    printf("mmq: %d cases\n", cases);
 }
 
 /* The node chains the backend fuses in decode (residual ADD + RMS_NORM + quantize, RMS_NORM
@@ -305,6 +361,144 @@ static void test_fused(ob_backend *be, ob_backend *plain) {
         if (got[0] && got[1]) CHECKF(rel_err(got[0], got[1], N * T) <= 1e-5, "attention -> matvec T=%d: fused vs unfused", T);
         free(got[0]); free(got[1]); free(q); free(kx); free(vx); free(kc); free(vc); free(wo);
     }
+}
+
+/* A decode layer's q/k/v tail: [RMS_NORM ->] ROPE of q and of k, KV_STORE of both, then
+ * the split decode ATTENTION, with q, k, v made by bias ADDs so the planner places (and
+ * reuses) their bytes as in a model. The fused backend must take the one-launch path
+ * (OB_CU_FUSE_QKV, checked through its counter) and the last-block merge
+ * (OB_CU_FUSE_ATTN_ONE), and agree with the CPU and, to rounding, with fusion off. */
+static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t hd, ob_type kt, ob_type vt, int T, int mode,
+                       bool extra_reader) {
+    const int64_t H = 4, Hk = 2, cps = 64, cells = 2 * cps, row = hd * Hk;
+    float *xq = rand_f32(hd * H * T, 1.0f), *bq = rand_f32(hd * H, 0.5f), *xk = rand_f32(row * T, 1.0f);
+    float *bk = rand_f32(row, 0.5f), *xv = rand_f32(row * T, 1.0f), *bv = rand_f32(row, 0.5f);
+    float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
+    void *kc = rand_typed(kt, row * cells, 1.0f), *vc = rand_typed(vt, row * cells, 1.0f);
+    int32_t pos[8], seq[8];
+    for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = 40 + 7 * (t % 2) + t / 2; }
+    float *got[2] = {NULL, NULL};
+    char what[160];
+    /* pass 0: fused, cache K checked; 1: fused, cache V checked; 2: fusion off */
+    for (int pass = 0; pass < 3; pass++) {
+        ob_backend *b = pass == 2 ? plain : be;
+        ob_graph *g = ob_graph_new(40);
+        int64_t nq[2] = {hd * H, T}, nk[2] = {row, T}, nbq[1] = {hd * H}, nbk[1] = {row}, nw[1] = {hd};
+        int64_t nc[2] = {row, cells}, nt[1] = {T}, q3[3] = {hd, H, T}, k3[3] = {hd, Hk, T};
+        ob_tensor *q = ob_add(g, ob_leaf(g, "xq", OB_TYPE_F32, 2, nq, xq), ob_leaf(g, "bq", OB_TYPE_F32, 1, nbq, bq));
+        ob_tensor *k = ob_add(g, ob_leaf(g, "xk", OB_TYPE_F32, 2, nk, xk), ob_leaf(g, "bk", OB_TYPE_F32, 1, nbk, bk));
+        ob_tensor *v = ob_add(g, ob_leaf(g, "xv", OB_TYPE_F32, 2, nk, xv), ob_leaf(g, "bv", OB_TYPE_F32, 1, nbk, bv));
+        ob_tensor *KC = ob_leaf(g, "kc", kt, 2, nc, kc), *VC = ob_leaf(g, "vc", vt, 2, nc, vc);
+        ob_tensor *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), *S = ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq);
+        q = ob_view(g, q, 3, q3);
+        k = ob_view(g, k, 3, k3);
+        if (qk_norm) q = ob_rms_norm(g, q, ob_leaf(g, "wq", OB_TYPE_F32, 1, nw, wq), 1e-6f);
+        ob_tensor *qn = q;
+        q = ob_rope(g, q, P, (int)hd, mode, 10000.0f, 1.0f);
+        if (qk_norm) k = ob_rms_norm(g, k, ob_leaf(g, "wk", OB_TYPE_F32, 1, nw, wk), 1e-6f);
+        k = ob_rope(g, k, P, (int)hd, mode, 10000.0f, 1.0f);
+        ob_tensor *ks = ob_kv_store(g, k, KC, P, S, (int)cps), *vs = ob_kv_store(g, v, VC, P, S, (int)cps);
+        vs->src[4] = ks;
+        ob_tensor *a = ob_attention(g, q, KC, VC, P, S, vs, (int)cps, (int)Hk, 0, true, 0.125f, 0);
+        /* extra_reader: the q norm's output is also read later, so it must be written and
+         * the one-launch tail (which keeps it in shared memory) must not be taken */
+        if (extra_reader) a = ob_add(g, a, ob_view(g, qn, 2, nq));
+        snprintf(what, sizeof(what), "q/k/v tail %s hd=%lld K %s V %s T=%d rope mode %d%s (%s, %s cache checked)",
+                 qk_norm ? "qwen3 (q/k norm)" : "llama (no norm)", (long long)hd, ob_type_name(kt), ob_type_name(vt), T, mode,
+                 extra_reader ? ", q norm read again" : "", pass == 2 ? "unfused" : "fused", pass == 1 ? "V" : "K");
+        const int64_t qkv0 = ob_backend_cuda_stat(b, OB_CU_STAT_QKV), one0 = ob_backend_cuda_stat(b, OB_CU_STAT_ATTN_ONE);
+        /* A Q8_0 K cache of normed rows: the GPU's rsqrtf may move a block's f16 scale by an
+         * ulp against the CPU's, so that cache is compared through the attention output
+         * (looser) and, exactly, fused against unfused. */
+        const bool k8 = kt == OB_TYPE_Q8_0 && qk_norm;
+        ob_tensor *wr = pass == 1 ? VC : k8 ? NULL : KC;
+        run_both_keep(b, g, a, wr, k8 ? 1e-3 : 2e-5, what, pass == 1 ? NULL : &got[pass ? 1 : 0]);
+        const int64_t dq = ob_backend_cuda_stat(b, OB_CU_STAT_QKV) - qkv0, d1 = ob_backend_cuda_stat(b, OB_CU_STAT_ATTN_ONE) - one0;
+        const int wq_ = pass == 2 || extra_reader ? 0 : 1;
+        CHECKF(dq == wq_, "%s: %lld one-launch q/k/v tails, want %d", what, (long long)dq, wq_);
+        CHECKF(d1 == (pass == 2 ? 0 : 1), "%s: %lld last-block attention merges, want %d", what, (long long)d1, pass == 2 ? 0 : 1);
+        printf("checked %s: vs CPU, fused launches q/k/v %lld, attention merge-in-block %lld\n", what, (long long)dq, (long long)d1);
+        ob_graph_free(g);
+    }
+    if (got[0] && got[1]) {
+        const double e = rel_err(got[0], got[1], hd * H * T);
+        CHECKF(e <= 1e-6, "q/k/v tail norm=%d hd=%lld T=%d: fused vs unfused rel err %.3g", qk_norm, (long long)hd, T, e);
+    }
+    free(got[0]); free(got[1]);
+    free(xq); free(bq); free(xk); free(bk); free(xv); free(bv); free(wq); free(wk); free(kc); free(vc);
+}
+
+static void qkv_case(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t hd, ob_type kt, ob_type vt, int T, int mode) {
+    qkv_case_x(be, plain, qk_norm, hd, kt, vt, T, mode, false);
+}
+
+/* The split decode attention's arrival counters must be back at zero after every launch:
+ * the same step computed five times (the second is captured, the rest replay the CUDA
+ * graph) gives the CPU's output every time. */
+static void attn_replay_case(ob_backend *be, ob_type kt, int T, int cps, int p0) {
+    const int64_t hd = 64, H = 8, n_kv = 2, row = hd * n_kv;
+    float *q = rand_f32(hd * H * T, 1.0f);
+    void *kc = rand_typed(kt, row * cps, 1.0f), *vc = rand_typed(OB_TYPE_F16, row * cps, 1.0f);
+    int32_t pos[8], seq[8];
+    for (int t = 0; t < T; t++) { pos[t] = p0 + t; seq[t] = 0; }
+    ob_graph *g = ob_graph_new(16);
+    int64_t nq[3] = {hd, H, T}, nc[2] = {row, cps}, nt[1] = {T};
+    ob_tensor *Q = ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q);
+    ob_tensor *KC = ob_leaf(g, "kc", kt, 2, nc, kc), *VC = ob_leaf(g, "vc", OB_TYPE_F16, 2, nc, vc);
+    ob_tensor *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), *S = ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq);
+    ob_tensor *y = ob_attention(g, Q, KC, VC, P, S, NULL, cps, (int)n_kv, 0, true, 0.125f, 0);
+    ob_graph_plan(g);
+    void *hs = malloc(g->scratch_size + 64);
+    ob_graph_bind(g, hs);
+    for (int64_t i = 0; i < g->n; i++)
+        if (g->nodes[i].op != OB_OP_LEAF && g->nodes[i].op != OB_OP_VIEW) ob_cpu_ref_op(&g->nodes[i]);
+    const int64_t ny = hd * H * T;
+    float *ref = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+    memcpy(ref, y->data, sizeof(float) * (size_t)ny);
+    void *host[16] = {0}, *dev[16] = {0};
+    for (int64_t i = 0; i < g->n && i < 16; i++) {
+        ob_tensor *t = &g->nodes[i];
+        if (t->op != OB_OP_LEAF) continue;
+        host[i] = t->data;
+        dev[i] = be->iface->alloc(be, ob_nbytes(t));
+        be->iface->upload(be, dev[i], t->data, ob_nbytes(t));
+        t->data = dev[i];
+    }
+    void *ds = be->iface->alloc(be, g->scratch_size + 64);
+    ob_graph_bind(g, ds);
+    const int64_t one0 = ob_backend_cuda_stat(be, OB_CU_STAT_ATTN_ONE);
+    char err[256] = {0};
+    memset(hs, 0xff, sizeof(float) * (size_t)ny); /* poison: NaN */
+    for (int rep = 0; rep < 5; rep++) {
+        /* the output is poisoned before every run: a merge that did not happen shows */
+        ob_status st = be->iface->upload(be, y->data, hs, sizeof(float) * (size_t)ny);
+        if (!st) st = be->iface->compute(be, g, err, sizeof(err));
+        if (!st) st = be->iface->download(be, got, y->data, sizeof(float) * (size_t)ny);
+        const double e = st ? INFINITY : rel_err(got, ref, ny);
+        CHECKF(!st && e <= 2e-5, "attention replay K %s T=%d cells=%d pos0=%d run %d: %s rel err %.3g", ob_type_name(kt), T, cps, p0,
+               rep, st ? err : "", e);
+    }
+    const int64_t d1 = ob_backend_cuda_stat(be, OB_CU_STAT_ATTN_ONE) - one0;
+    CHECKF(d1 >= 1, "attention replay K %s T=%d: merge-in-block launches %lld, want >= 1", ob_type_name(kt), T, (long long)d1);
+    printf("checked attention replay K %s T=%d cells=%d pos0=%d: 5 runs (captured, replayed) vs CPU, merge-in-block enqueued %lld\n",
+           ob_type_name(kt), T, cps, p0, (long long)d1);
+    for (int64_t i = 0; i < g->n && i < 16; i++)
+        if (dev[i]) { be->iface->free_buf(be, dev[i]); g->nodes[i].data = host[i]; }
+    be->iface->free_buf(be, ds);
+    ob_graph_free(g);
+    free(hs); free(ref); free(got); free(q); free(kc); free(vc);
+}
+
+static void test_fused_decode(ob_backend *be, ob_backend *plain) {
+    const ob_type kv[3][2] = {{OB_TYPE_F16, OB_TYPE_F16}, {OB_TYPE_Q8_0, OB_TYPE_F32}, {OB_TYPE_F32, OB_TYPE_Q8_0}};
+    for (int c = 0; c < 3; c++)
+        for (int T = 1; T <= 3; T += 2) {
+            qkv_case(be, plain, true, 128, kv[c][0], kv[c][1], T, 2);
+            qkv_case(be, plain, false, 64, kv[c][0], kv[c][1], T, 0);
+        }
+    qkv_case_x(be, plain, true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, true);
+    attn_replay_case(be, OB_TYPE_F16, 1, 700, 500);
+    attn_replay_case(be, OB_TYPE_Q8_0, 2, 4096, 37);
 }
 
 static void test_elementwise(ob_backend *be) {
@@ -424,6 +618,83 @@ static void test_attention(ob_backend *be) {
     /* Decode early in a large cache: splits share the few used cells, most get none. */
     for (int p0 = 0; p0 < 40; p0 += 13) attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 1, 1, 4096, true, 0, 0, p0);
     attn_case_at(be, OB_TYPE_F32, OB_TYPE_F16, 4, 2, 2048, true, 0, 0, 300);
+}
+
+/* ---- prefill attention on tensor cores (src/backend/cuda/op_flash_attn.cu) ----------------
+ * Prefill (T > 8) with F16/Q8_0 caches and head size 64 or 128 takes the mma kernel (unless
+ * ONEBIT_CUDA_FA=0; no existing test_attention case qualifies, so those keep 2e-5): q and
+ * P are rounded to f16, hence 2e-3 (relative to the largest output) instead of 2e-5. Tokens
+ * sit at pos start + t / n_seq of sequence t % n_seq (interleaved); the caches hold random
+ * history below start. Each case prints its error. */
+typedef struct fa_case {
+    int hd, H, n_kv, T, n_seq, cps, start, window;
+    ob_type kt, vt;
+    bool causal;
+    float cap, alibi;
+} fa_case;
+
+static void attn_fa_one(ob_backend *be, const fa_case *c) {
+    const int64_t hd = c->hd, H = c->H, n_kv = c->n_kv, T = c->T, row = hd * n_kv, cells = (int64_t)c->cps * c->n_seq;
+    float *q = rand_f32(hd * H * T, 1.0f), *k = rand_f32(row * T, 1.0f), *v = rand_f32(row * T, 1.0f);
+    void *kc = rand_typed(c->kt, row * cells, 1.0f), *vc = rand_typed(c->vt, row * cells, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)T), *seq = malloc(sizeof(int32_t) * (size_t)T);
+    for (int64_t t = 0; t < T; t++) {
+        seq[t] = (int32_t)(t % c->n_seq);
+        pos[t] = (int32_t)(c->start + t / c->n_seq);
+    }
+    ob_graph *g = ob_graph_new(16);
+    int64_t nq[3] = {hd, H, T}, nk[2] = {row, T}, nc[2] = {row, cells}, nt[1] = {T};
+    ob_tensor *Q = ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q), *Kx = ob_leaf(g, "k", OB_TYPE_F32, 2, nk, k);
+    ob_tensor *Vx = ob_leaf(g, "v", OB_TYPE_F32, 2, nk, v);
+    ob_tensor *KC = ob_leaf(g, "kc", c->kt, 2, nc, kc), *VC = ob_leaf(g, "vc", c->vt, 2, nc, vc);
+    ob_tensor *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), *S = ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq);
+    ob_tensor *sk = ob_kv_store(g, Kx, KC, P, S, c->cps);
+    ob_tensor *sv = ob_kv_store(g, Vx, VC, P, S, c->cps);
+    ob_tensor *ord = ob_add(g, sk, sv);
+    ob_tensor *y = ob_attention(g, Q, KC, VC, P, S, ord, c->cps, (int)n_kv, c->window, c->causal, 0.125f, c->cap);
+    y->fp[2] = c->alibi;
+    char what[192];
+    snprintf(what, sizeof(what), "fa hd=%d H=%d/%d K %s V %s T=%d seqs=%d cps=%d start=%d causal=%d window=%d cap=%g alibi=%g",
+             c->hd, c->H, c->n_kv, ob_type_name(c->kt), ob_type_name(c->vt), c->T, c->n_seq, c->cps, c->start, c->causal,
+             c->window, c->cap, c->alibi);
+    CHECKF(be->iface->supports(be, y) && be->iface->supports(be, sk), "%s: not supported", what);
+    float *got = NULL;
+    const double tol = 2e-3;
+    if (run_both_keep(be, g, y, KC, tol, what, &got) == OB_OK && got) {
+        /* the reference once more (leaves are the untouched host copies again) for the printout */
+        void *hs = malloc(g->scratch_size + 64);
+        ob_graph_bind(g, hs);
+        for (int64_t i = 0; i < g->n; i++)
+            if (g->nodes[i].op != OB_OP_LEAF && g->nodes[i].op != OB_OP_VIEW) ob_cpu_ref_op(&g->nodes[i]);
+        const double e = rel_err(got, (const float *)y->data, hd * H * T);
+        printf("%s: rel err %.3g (tol %.0e)%s\n", what, e, tol, e <= tol ? "" : "  FAILED");
+        free(hs);
+    } else {
+        printf("%s: FAILED (see above)\n", what);
+    }
+    free(got);
+    ob_graph_free(g);
+    free(q); free(k); free(v); free(kc); free(vc); free(pos); free(seq);
+}
+
+static void test_attention_fa(ob_backend *be) {
+    const ob_type F16 = OB_TYPE_F16, Q8 = OB_TYPE_Q8_0;
+    const fa_case cases[] = {
+        /* hd H n_kv T seqs cps start window K V causal cap alibi */
+        {64, 4, 2, 33, 1, 64, 0, 0, F16, F16, true, 0, 0},        /* partial row tile, empty history */
+        {64, 4, 2, 64, 2, 200, 17, 0, Q8, Q8, true, 0, 0},        /* two interleaved sequences */
+        {64, 4, 2, 100, 1, 300, 150, 40, F16, Q8, true, 0, 0},    /* window inside long history */
+        {64, 4, 2, 512, 2, 1024, 300, 0, Q8, F16, true, 0, 0},    /* cell gap between sequences */
+        {64, 4, 2, 100, 2, 64, 0, 7, F16, F16, false, 0, 0},      /* encoder, window */
+        {128, 4, 2, 512, 1, 512, 0, 0, F16, F16, true, 0, 0},     /* prefill from empty */
+        {128, 4, 2, 100, 2, 128, 60, 20, Q8, F16, true, 30.0f, 0},/* window + soft-cap */
+        {128, 4, 2, 64, 2, 64, 0, 0, F16, Q8, false, 0, 0},       /* encoder */
+        {128, 8, 2, 33, 1, 64, 5, 0, F16, F16, true, 0, 8.0f},    /* ALiBi */
+        {128, 4, 4, 100, 1, 256, 100, 0, Q8, Q8, true, 0, 0},     /* no GQA */
+        {64, 6, 2, 100, 2, 256, 40, 0, Q8, F16, true, 0, 0},      /* 3 heads per kv head: 21 tokens a block */
+        {128, 32, 8, 512, 1, 512, 0, 0, F16, F16, true, 0, 0},    /* qwen3-8b prefill shape */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) attn_fa_one(be, &cases[i]);
 }
 
 /* ---- encoder ops: POOL, ACT tanh, ALiBi attention (src/backend/cuda/op_encoder.cu) ---------
@@ -606,7 +877,144 @@ static void test_fixture(const char *arch, ob_kv_type kv) {
     json_decref(meta);
 }
 
+/* ---- SAMPLE: exact tokens against the CPU kernel ------------------------------------------ */
+
+/* One SAMPLE graph of R rows of n logits; row r's params from cfg[r % ncfg] with u drawn
+ * here. Rows are normals times 3, every other row rounded to integers (long runs of ties at
+ * the maximum and at the top-k boundary, where the lowest ids must win). Prints each row's
+ * token so a device log shows what was compared. */
+static void sample_case(ob_backend *be, int n, int R, const float (*cfg)[4], int ncfg, const char *what) {
+    ob_graph *g = ob_graph_new(8);
+    float *lg = rand_f32((int64_t)n * R, 3.0f);
+    for (int r = 0; r < R; r += 2)
+        for (int i = 0; i < n; i++) lg[(size_t)r * n + i] = roundf(lg[(size_t)r * n + i]);
+    if (R > 1) { /* row 1: two equal maxima, the later one at the end of the row */
+        lg[(size_t)n + n / 3] = 100.0f;
+        lg[(size_t)n + n - 1] = 100.0f;
+    }
+    float *par = calloc((size_t)R * OB_SAMPLE_NPARAM, sizeof(float));
+    for (int r = 0; r < R; r++) {
+        float *p = par + (size_t)r * OB_SAMPLE_NPARAM;
+        for (int j = 0; j < 4; j++) p[j] = cfg[r % ncfg][j];
+        p[OB_SAMPLE_U] = r == R - 1 ? 1.0f - 0x1p-24f : (float)(ob_rng_u64(&rng) >> 40) * 0x1p-24f;
+        if (r % 5 == 3) { /* a sampler vocabulary smaller than the row, its best logit just past it */
+            p[OB_SAMPLE_N_VOCAB] = (float)(n - n / 7);
+            if (n - n / 7 < n) lg[(size_t)r * n + n - n / 7] = 200.0f;
+        }
+    }
+    int64_t nel[2] = {n, R}, nep[2] = {OB_SAMPLE_NPARAM, R};
+    ob_tensor *a = ob_leaf(g, "logits", OB_TYPE_F32, 2, nel, lg);
+    ob_tensor *pp = ob_leaf(g, "params", OB_TYPE_F32, 2, nep, par);
+    ob_tensor *t = ob_sample(g, a, pp);
+    CHECKF(be->iface->supports(be, t), "%s: CUDA refuses SAMPLE", what);
+    float *got = NULL;
+    run_both_keep(be, g, t, NULL, 0, what, &got);
+    int bad = 0;
+    printf("%s: tokens", what);
+    for (int r = 0; r < R && got; r++) {
+        const float nv = par[(size_t)r * OB_SAMPLE_NPARAM + OB_SAMPLE_N_VOCAB];
+        const int32_t want = ob_cpu_sample_row(lg + (size_t)r * n, nv >= 1 ? (int)nv : n, par + (size_t)r * OB_SAMPLE_NPARAM);
+        const int32_t have = ((const int32_t *)got)[r];
+        printf(" %d", have);
+        if (have != want && bad++ < 8)
+            CHECKF(0, "%s row %d (temp %.2f top_k %.0f top_p %.2f min_p %.2f u %.6f): cuda %d, cpu %d", what, r,
+                   par[r * OB_SAMPLE_NPARAM], par[r * OB_SAMPLE_NPARAM + 1], par[r * OB_SAMPLE_NPARAM + 2],
+                   par[r * OB_SAMPLE_NPARAM + 3], par[r * OB_SAMPLE_NPARAM + 4], have, want);
+    }
+    printf(" (%d/%d rows differ)\n", bad, R);
+    free(got);
+    free(lg);
+    free(par);
+    ob_graph_free(g);
+}
+
+static void test_sample_op(ob_backend *be) {
+    /* temperature, top_k, top_p, min_p */
+    static const float cfg[][4] = {
+        {0.0f, 40, 0.95f, 0.05f},  {0.8f, 40, 0.95f, 0.05f}, {1.0f, 1, 1.0f, 0.0f},   {0.7f, 5, 1.0f, 0.0f},
+        {1.5f, 1024, 1.0f, 0.0f},  {0.6f, 1024, 0.9f, 0.1f}, {1.2f, 40, 0.5f, 0.0f},  {0.3f, 200, 1.0f, 0.2f},
+        {0.0f, 0, 1.0f, 0.0f},     {2.0f, 777, 0.99f, 0.0f}, {0.9f, 64, 1.0f, 0.01f}, {1.0f, 1023, 0.8f, 0.0f},
+    };
+    const int ncfg = (int)(sizeof(cfg) / sizeof(cfg[0]));
+    sample_case(be, 151936, 24, cfg, ncfg, "sample vocab 151936");
+    sample_case(be, 1000, 24, cfg, ncfg, "sample vocab 1000 (top_k >= n: all ids)");
+    sample_case(be, 4099, 12, cfg, ncfg, "sample vocab 4099");
+    sample_case(be, 7, 12, cfg, ncfg, "sample vocab 7");
+    /* constant rows: every id ties, so the candidates are the k lowest ids */
+    ob_graph *g = ob_graph_new(8);
+    const int n = 32000, R = 4;
+    float *lg = malloc(sizeof(float) * (size_t)n * R), par[4 * OB_SAMPLE_NPARAM] = {0};
+    for (int i = 0; i < n * R; i++) lg[i] = -1.5f;
+    for (int r = 0; r < R; r++) {
+        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TEMP] = r ? 1.0f : 0.0f;
+        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TOP_K] = r == 3 ? 1024.0f : 40.0f;
+        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TOP_P] = 1.0f;
+        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_U] = r == 1 ? 0.0f : 0.999f;
+    }
+    int64_t nel[2] = {n, R}, nep[2] = {OB_SAMPLE_NPARAM, R};
+    ob_tensor *t = ob_sample(g, ob_leaf(g, "logits", OB_TYPE_F32, 2, nel, lg), ob_leaf(g, "params", OB_TYPE_F32, 2, nep, par));
+    float *got = NULL;
+    run_both_keep(be, g, t, NULL, 0, "sample constant rows", &got);
+    if (got) {
+        const int32_t *tk = (const int32_t *)got;
+        /* greedy: id 0; u 0: the first candidate; u .999 of 40 equal: id 39; of 1024: id 1022 */
+        CHECKF(tk[0] == 0 && tk[1] == 0 && tk[2] == 39 && tk[3] == 1022, "sample constant rows: %d %d %d %d", tk[0], tk[1],
+               tk[2], tk[3]);
+        printf("sample constant rows: %d %d %d %d (want 0 0 39 1022)\n", tk[0], tk[1], tk[2], tk[3]);
+    }
+    free(got);
+    free(lg);
+    ob_graph_free(g);
+}
+
+/* ob_decode_sample on CUDA: greedy tokens equal the golden ones through captured steps
+ * (the params leaf sits in a fixed buffer), with only tokens coming back. */
+static void test_sample_decode(const char *arch) {
+    char path[256], err[512];
+    snprintf(path, sizeof(path), "tests/fixtures/models/%s.json", arch);
+    json_error_t je;
+    json_t *meta = json_load_file(path, 0, &je);
+    CHECKF(meta != NULL, "%s", path);
+    if (!meta) return;
+    json_t *jp = json_object_get(meta, "prompt"), *jg = json_object_get(meta, "greedy");
+    int np = (int)json_array_size(jp), ng = (int)json_array_size(jg);
+    snprintf(path, sizeof(path), "tests/fixtures/models/%s.gguf", arch);
+    ob_model *m = NULL;
+    ob_context *c = open_ctx(path, OB_DEVICE_CUDA, OB_KV_F32, &m);
+    ob_sampler_params sp = ob_sampler_default_params();
+    sp.temperature = 0;
+    ob_sampler *s = m ? ob_sampler_new(&sp, ob_tokenizer_n_vocab(ob_model_tokenizer(m))) : NULL;
+    int ok = 0;
+    if (c && s) {
+        int32_t tok[256], pos[256], seq[256];
+        for (int i = 0; i < np; i++) {
+            tok[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i));
+            pos[i] = i; seq[i] = 0;
+        }
+        ob_batch b = {np, tok, pos, seq, NULL};
+        int32_t t = -1;
+        ob_status st = ob_decode_sample(c, &b, &s, &t, err, sizeof(err));
+        CHECKF(!st, "%s: %s", arch, err);
+        CHECKF(ob_get_logits(c, np - 1) == NULL, "%s: ob_decode_sample did not sample on the device", arch);
+        for (int k = 0; k < ng && !st; k++) {
+            const int want = (int)json_integer_value(json_array_get(jg, (size_t)k));
+            if (t != want) { CHECKF(0, "%s: device-sampled greedy step %d: %d, want %d", arch, k, t, want); break; }
+            ok++;
+            int32_t p = np + k, sq = 0, in = t;
+            ob_batch b1 = {1, &in, &p, &sq, NULL};
+            st = ob_decode_sample(c, &b1, &s, &t, err, sizeof(err));
+            CHECKF(!st, "%s: %s", arch, err);
+        }
+    }
+    printf("%s: ob_decode_sample on cuda: %d/%d golden greedy tokens\n", arch, ok, ng);
+    ob_sampler_free(s);
+    ob_context_free(c);
+    ob_model_free(m);
+    json_decref(meta);
+}
+
 int main(void) {
+
     ob_rng_seed(&rng, 1234);
     char err[256] = {0};
     ob_backend *be = ob_backend_cuda_new(0, false, err, sizeof(err));
@@ -620,9 +1028,12 @@ int main(void) {
     if (!(fo && fo[0] == '1')) {
         test_matmul_get_rows(be);
         test_matmul_int8(be);
+        test_matmul_mmq(be);
         test_elementwise(be);
         test_attention(be);
+        test_attention_fa(be);
         test_encoder_ops(be);
+        test_sample_op(be);
         const char *was = getenv("ONEBIT_CUDA_FUSE");
         char keep[32] = {0};
         if (was) snprintf(keep, sizeof(keep), "%s", was);
@@ -632,6 +1043,7 @@ int main(void) {
         else unsetenv("ONEBIT_CUDA_FUSE");
         CHECKF(plain != NULL, "second backend: %s", err);
         if (plain) test_fused(be, plain);
+        if (plain) test_fused_decode(be, plain);
         ob_backend_free(plain);
         test_fallback();
     }
@@ -646,6 +1058,7 @@ int main(void) {
         test_fixture(arches[i], OB_KV_F32);
         test_fixture(arches[i], OB_KV_F16);
         test_fixture(arches[i], OB_KV_Q8_0);
+        test_sample_decode(arches[i]);
     }
     return ob_test_done("test_cuda_ops");
 }

@@ -8,9 +8,12 @@
  * call that caused it (or from the compute after a failed staged upload), and the context
  * then refuses all later work (a faulted CUDA context cannot be trusted). */
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/cuda_stats.h"
+#include "backend/cuda/cuda_sample.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 extern "C" {
 #include "backend/cpu/cpu.h"
@@ -79,6 +82,8 @@ static bool supports_node(const ob_tensor *n) {
     }
     case OB_OP_POOL:
         return ob_cu_supports_pool(n);
+    case OB_OP_SAMPLE:
+        return ob_cu_supports_sample(n);
     default:
         return false;
     }
@@ -211,6 +216,7 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_KV_STORE: return ob_cu_op_kv_store(cx, n);
     case OB_OP_ATTENTION: return ob_cu_op_attention(cx, n);
     case OB_OP_POOL: return ob_cu_op_pool(cx, n);
+    case OB_OP_SAMPLE: return ob_cu_op_sample(cx, n);
     default: return false;
     }
 }
@@ -262,10 +268,83 @@ static void qx_now_holds(ob_cu_ctx *cx, const ob_tensor *x) {
     cx->qx_t = ob_nrows(x);
 }
 
+/* The q/k/v tail of a decode layer from node i: [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE
+ * (k), KV_STORE of k's rope, KV_STORE (v) at the same positions, consecutive. Its blocks
+ * run concurrently, so every output must be apart from every input and other output,
+ * except a rope written over its own part's input (each row is read before written). The
+ * norms' outputs are never written (kept in shared memory), nor k's rope when only its
+ * KV_STORE reads it, so the planner may reuse those bytes freely. */
+#define OB_QKV_MAX_T 16
+static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
+    ob_tensor *nd[6] = {NULL, NULL, NULL, NULL, NULL, NULL}; /* qn qr kn kr ks vs */
+    int64_t k = i;
+    for (int part = 0; part < 2; part++) {
+        if (k >= g->n) return -1;
+        ob_tensor *a = &g->nodes[k];
+        if (a->op == OB_OP_RMS_NORM) {
+            nd[2 * part] = a;
+            k = next_op(g, k);
+            if (k >= g->n) return -1;
+            a = &g->nodes[k];
+            if (a->src[0] != nd[2 * part]) return -1;
+        }
+        if (a->op != OB_OP_ROPE) return -1;
+        nd[2 * part + 1] = a;
+        k = next_op(g, k);
+    }
+    for (int s = 4; s < 6; s++) {
+        if (k >= g->n || g->nodes[k].op != OB_OP_KV_STORE) return -1;
+        nd[s] = &g->nodes[k];
+        if (s == 4) k = next_op(g, k);
+    }
+    ob_tensor *qn = nd[0], *qr = nd[1], *kn = nd[2], *kr = nd[3], *ks = nd[4], *vs = nd[5];
+    for (int s = 0; s < 6; s++)
+        if (nd[s] && !supports_node(nd[s])) return -1;
+    const ob_tensor *qx = qr->src[0], *kx = kr->src[0], *pos = ks->src[2];
+    const int64_t hd = qx->ne[0], T = qx->ne[2] * qx->ne[3], Hk = kx->ne[1];
+    if (ks->src[0] != kr || kx->ne[0] != hd || kx->ne[2] * kx->ne[3] != T || T > OB_QKV_MAX_T) return -1;
+    if (qr->src[1] != pos || kr->src[1] != pos || vs->src[2] != pos || vs->src[3] != ks->src[3] || vs->ip[0] != ks->ip[0]) return -1;
+    if (ks->src[1]->ne[0] != hd * Hk || ob_nelements(kr) != hd * Hk * T || ob_nelements(vs->src[0]) != vs->src[1]->ne[0] * T)
+        return -1;
+    if (ks->src[1]->type == OB_TYPE_Q8_0 && hd % 32 != 0) return -1;
+    if (ob_nrows(qx) > 0x7fffffff || ob_nrows(kx) > 0x7fffffff || hd > 1024) return -1;
+    /* The norms' outputs are not written: only their ropes may read them (the planner's
+     * last_use; a node nobody reads is a graph output). */
+    if ((qn && qn->last_use != qr - g->nodes) || (kn && kn->last_use != kr - g->nodes)) return -1;
+    /* k's rope is written only where a node besides its KV_STORE reads it; the stores'
+     * tokens (zeros that order the cache writes before the attention) only where some
+     * node may read their value: not when the V store (src[4], unread) and the ATTENTION
+     * right after it (its order, src[5], unread) are their only readers. */
+    const int64_t ks_i = ks - g->nodes, vs_i = vs - g->nodes, at_i = next_op(g, vs_i);
+    const bool keep_kr = kr->last_use != ks_i;
+    const bool keep_tok = !(ks->last_use == vs_i && vs->src[4] == ks && at_i < g->n && g->nodes[at_i].op == OB_OP_ATTENTION &&
+                            g->nodes[at_i].src[5] == vs && vs->last_use == at_i);
+    /* what the launch writes and what it reads */
+    const ob_tensor *outs[8] = {NULL, qr, NULL, keep_kr ? kr : NULL, ks->src[1], vs->src[1], keep_tok ? ks : NULL, keep_tok ? vs : NULL};
+    const ob_tensor *ins[7] = {qn ? qn->src[0] : qx, qn ? qn->src[1] : NULL, kn ? kn->src[0] : kx, kn ? kn->src[1] : NULL,
+                               vs->src[0], pos, ks->src[3]};
+    for (int o = 0; o < 8; o++) {
+        if (!outs[o]) continue;
+        for (int p = o + 1; p < 8; p++)
+            if (outs[p] && overlap(outs[o], outs[p])) return -1;
+        for (int p = 0; p < 7; p++) {
+            if (!ins[p] || !overlap(outs[o], ins[p])) continue;
+            /* the rope over its own part's input, exactly */
+            const bool own = (o == 1 && p == 0) || (o == 3 && p == 2);
+            if (!(own && outs[o]->data == ins[p]->data && ob_nbytes(outs[o]) == ob_nbytes(ins[p]))) return -1;
+        }
+    }
+    *ok = ob_cu_op_qkv(cx, qn, qr, kn, kr, ks, vs, keep_kr, keep_tok);
+    for (int s = 0; s < 6; s++)
+        if (nd[s]) qx_note_write(cx, nd[s]);
+    return k;
+}
+
 /* Launches node i fused with the nodes after it when a pattern applies, and returns the
  * index of the last node it covered; -1: no pattern (launch node i alone). *ok: false
  * after a launch error. Patterns (each only where the unfused result is the same):
  *   ADD (residual, same shapes) -> RMS_NORM of it [-> int8 matvec of that]
+ *   [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE (k), KV_STORE (k), KV_STORE (v): one launch
  *   RMS_NORM -> ROPE of it (q/k norm);  KV_STORE -> KV_STORE at the same positions
  *   RMS_NORM, GLU or split decode ATTENTION -> int8 matvec of it
  *   consecutive int8 matvecs of one x, weight type and K (q/k/v, gate/up): one launch. */
@@ -307,6 +386,10 @@ static int64_t launch_fused(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
         qx_note_write(cx, m);
         if (quant) qx_now_holds(cx, m);
         return j;
+    }
+    if ((f & OB_CU_FUSE_QKV) && (n->op == OB_OP_RMS_NORM || n->op == OB_OP_ROPE)) {
+        const int64_t last = try_qkv(cx, g, i, ok);
+        if (last >= 0) return last;
     }
     if ((f & OB_CU_FUSE_NORM_ROPE) && n->op == OB_OP_RMS_NORM && j < g->n) {
         ob_tensor *m = &g->nodes[j];
@@ -459,11 +542,50 @@ static void prof_print(const ob_cu_ctx *cx) {
                         100.0 * cx->prof_ms[o][f] / total);
 }
 
+/* ---- step timing (ONEBIT_CUDA_TIMING=1) ----------------------------------------------------- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* A step's wall time runs from its compute's start to the next compute's start (the
+ * engine's host work between steps included), so it is booked when the next one begins. */
+static void timing_begin(ob_cu_ctx *cx) {
+    const double t = now_ms();
+    if (cx->t_last_kind >= 0) {
+        cx->t_gpu[cx->t_last_kind] += cx->t_last_gpu;
+        cx->t_wall[cx->t_last_kind] += t - cx->t_last_start;
+        cx->t_steps[cx->t_last_kind]++;
+    }
+    cx->t_last_kind = -1;
+    cx->t_last_start = t;
+    if (cudaEventRecord(cx->tev[0], cx->stream) != cudaSuccess) { cudaGetLastError(); cx->timing = false; }
+}
+
+static void timing_end(ob_cu_ctx *cx, bool replay) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, cx->tev[0], cx->tev[1]) != cudaSuccess) { cudaGetLastError(); return; }
+    cx->t_last_gpu = ms;
+    cx->t_last_kind = replay ? 1 : 0;
+}
+
+static void timing_print(const ob_cu_ctx *cx) {
+    static const char *const kind[2] = {"uncaptured", "graph replays"};
+    for (int k = 0; k < 2; k++) {
+        if (!cx->t_steps[k]) continue;
+        const double n = (double)cx->t_steps[k], gpu = cx->t_gpu[k] / n, wall = cx->t_wall[k] / n;
+        fprintf(stderr, "cuda timing: %-13s %6lld steps: GPU %.3f ms/step, wall %.3f ms/step, host gap %.3f ms/step (pdl %s)\n",
+                kind[k], (long long)cx->t_steps[k], gpu, wall, wall - gpu, cx->pdl ? "on" : "off");
+    }
+}
+
 static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
     /* One pass on the host: support, scratch size, and whether the step can be captured. */
-    size_t need = 0, qneed = 0;
+    size_t need = 0, qneed = 0, cneed = 0;
     bool capturable = cx->use_graphs, any_fallback = false;
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
@@ -477,11 +599,32 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         }
         size_t s = node_tmp_size(cx, n);
         if (s > need) need = s;
+        if (n->op == OB_OP_ATTENTION && ob_cu_attention_cnt_size(cx, n) > cneed) cneed = ob_cu_attention_cnt_size(cx, n);
         if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(n)) capturable = false;
         if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n) && ob_cu_mmvq_qx_size(n) > qneed)
             qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;
+    if ((cx->fuse & OB_CU_FUSE_ATTN_ONE) && cneed > cx->attn_cnt_n) {
+        /* Counters start at zero once; each launch leaves them at zero. Captured steps hold
+         * the old pointer: drop them with it. */
+        for (int i = 0; i < OB_CU_MAX_EXEC; i++)
+            if (cx->execs[i].exec) { cudaGraphExecDestroy(cx->execs[i].exec); cx->execs[i].exec = NULL; }
+        if (cx->attn_cnt && !OB_CU(cx, cudaStreamSynchronize(cx->stream)))
+            return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
+        if (cx->attn_cnt) cudaFree(cx->attn_cnt);
+        cx->attn_cnt = NULL;
+        cx->attn_cnt_n = 0;
+        const size_t want = OB_MAX(cneed, (size_t)1024);
+        if (cudaMalloc((void **)&cx->attn_cnt, want * sizeof(unsigned)) != cudaSuccess) {
+            cudaGetLastError();
+            cx->attn_cnt = NULL; /* the separate merge launch then */
+        } else if (!OB_CU(cx, cudaMemsetAsync(cx->attn_cnt, 0, want * sizeof(unsigned), cx->stream))) {
+            return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
+        } else {
+            cx->attn_cnt_n = want;
+        }
+    }
     if (need > cx->tmp_size || qneed > cx->qx_size) {
         /* Captured steps hold the old scratch pointers: drop them with the buffers. */
         for (int i = 0; i < OB_CU_MAX_EXEC; i++)
@@ -512,7 +655,8 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         if (!prof_op || !prof_fused) { free(prof_op); free(prof_fused); prof_op = NULL; prof_fused = NULL; }
     }
     if (prof_op) capturable = false;
-    bool ok = true;
+    bool ok = true, replay = false;
+    if (cx->timing) timing_begin(cx);
     if (capturable) {
         /* Capture a structure the second time it is seen in a row: one-off graphs (a
          * prefill) are not worth the capture cost; decode steps repeat. */
@@ -522,6 +666,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         cx->last_key = key;
         if (ex) {
             ex->last_used = ++cx->tick;
+            replay = true;
             ok = OB_CU(cx, cudaGraphLaunch(ex->exec, cx->stream));
         } else if (!cx->faulted) {
             ok = enqueue_all(cx, g);
@@ -552,8 +697,10 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         }
         if (ok && prof_op) ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
     }
+    if (ok && cx->timing) ok = OB_CU(cx, cudaEventRecord(cx->tev[1], cx->stream));
     if (ok) ok = OB_CU(cx, cudaStreamSynchronize(cx->stream));
     if (ok) cx->stage_used = 0;
+    if (ok && cx->timing) timing_end(cx, replay);
     if (ok && prof_op && nev > 0) {
         for (int64_t k = 0; k < nev; k++) {
             float ms = 0;
@@ -581,6 +728,10 @@ static void cu_destroy(ob_backend *be) {
             if (cx->execs[i].exec) cudaGraphExecDestroy(cx->execs[i].exec);
         if (cx->stream) cudaStreamSynchronize(cx->stream); /* no staged copy still reads stage */
         if (cx->prof) prof_print(cx);
+        if (cx->timing) timing_print(cx);
+        for (int k = 0; k < 2; k++)
+            if (cx->tev[k]) cudaEventDestroy(cx->tev[k]);
+        if (cx->attn_cnt) cudaFree(cx->attn_cnt);
         for (int64_t k = 0; k < cx->prof_cap; k++) cudaEventDestroy(cx->prof_ev[k]);
         free(cx->prof_ev);
         if (cx->tmp) cudaFree(cx->tmp);
@@ -615,6 +766,29 @@ static const ob_backend_iface g_cuda_iface = {
     cu_destroy,
     cu_free_memory,
 };
+
+extern "C" int64_t ob_backend_cuda_stat(ob_backend *be, int what) {
+    if (!be || be->iface != &g_cuda_iface || what < 0 || what >= OB_CU_STAT_COUNT) return -1;
+    return ((const ob_cu_ctx *)be->ctx)->stats[what];
+}
+
+
+__global__ void k_pdl_probe(void) {}
+
+static bool pdl_capable(const cudaDeviceProp *prop) {
+#ifdef OB_HIP
+    (void)prop;
+    return false;
+#else
+    cudaFuncAttributes fa;
+    if (prop->major < 9) return false;
+    if (cudaFuncGetAttributes(&fa, k_pdl_probe) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return fa.binaryVersion >= 90 && fa.ptxVersion >= 90;
+#endif
+}
 
 extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char *err, size_t err_len) {
     int count = 0;
@@ -670,10 +844,23 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
         snprintf(cx->last_err, sizeof(cx->last_err), "cublasSetStream failed");
         ok = false;
     }
+    const char *tm = getenv("ONEBIT_CUDA_TIMING");
+    cx->t_last_kind = -1;
+    if (ok && tm && tm[0] == '1') {
+        cx->timing = cudaEventCreate(&cx->tev[0]) == cudaSuccess && cudaEventCreate(&cx->tev[1]) == cudaSuccess;
+        if (!cx->timing) cudaGetLastError();
+    }
+    /* PDL needs an sm_90 device running sm_90 code: kernels JIT-compiled from older PTX
+     * lack the wait, and the attribute would then let them race. Profiling puts events
+     * between launches: plain launches there. */
+    const char *pd = getenv("ONEBIT_CUDA_PDL");
+    cx->pdl = ok && !(pd && pd[0] == '0') && !cx->prof && pdl_capable(&prop);
     const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
     cx->attn_split = as ? atoi(as) : 0;
     const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");
     cx->attn_old_pf = ao && ao[0] == '1';
+    const char *fa = getenv("ONEBIT_CUDA_FA");
+    cx->fa_off = (fa && fa[0] == '0') || prop.major < 8;
     const char *ns = getenv("ONEBIT_CUDA_STAGE");
     if (ok && !(ns && ns[0] == '0')) {
         /* Without pinned staging, uploads stay plain blocking copies. */

@@ -149,6 +149,49 @@ static inline cublasStatus_t ob_hip_gemm_f16(cublasHandle_t h, int m, int n, int
 #define OB_SYNCWARP() __syncwarp()
 #endif
 
+/* Programmatic dependent launch (sm_90+, CUDA 12.3+ inside captured graphs): a kernel
+ * launched through ob_cu_launch_e with pdl set may start its blocks while the previous
+ * kernel of the stream drains. So every kernel launched that way begins with
+ * OB_PDL_ENTRY(): the wait holds until the previous grid has completed and its writes are
+ * visible (a no-op without the attribute); the trigger right after it lets the next
+ * kernel's blocks launch as this one's last blocks get scheduled. HIP and pre-sm_90
+ * device code compile both to nothing (the backend then never sets the attribute). */
+#if !defined(OB_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define OB_PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define OB_PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define OB_PDL_WAIT() do { } while (0)
+#define OB_PDL_TRIGGER() do { } while (0)
+#endif
+#define OB_PDL_ENTRY() do { OB_PDL_WAIT(); OB_PDL_TRIGGER(); } while (0)
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+/* kernel<<<grid, block, shm, s>>>(args), or with pdl the same launch carrying the
+ * programmatic-serialization attribute. Returns the launch's error. */
+template <typename... P, typename... A>
+static inline cudaError_t ob_cu_launch_k(bool pdl, cudaStream_t s, void (*k)(P...), dim3 grid, dim3 block, size_t shm,
+                                         A... args) {
+#ifndef OB_HIP
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1] = {};
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = shm;
+        cfg.stream = s;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, k, args...);
+    }
+#endif
+    (void)pdl;
+    k<<<grid, block, shm, s>>>(args...);
+    return cudaGetLastError();
+}
+#endif
+
 /* Kernels assume 32-lane warps; gfx10+/gfx11 run wave32 (hipcc -mwavefrontsize32 is the
  * default there). */
 #define OB_WARP 32

@@ -23,7 +23,11 @@ typedef struct ob_cu_exec {
 
 enum {
     OB_CU_FUSE_MMVQ_GROUP = 1, OB_CU_FUSE_ADD_NORM = 2, OB_CU_FUSE_NORM_ROPE = 4, OB_CU_FUSE_NORM_Q = 8,
-    OB_CU_FUSE_KV_PAIR = 16, OB_CU_FUSE_ATTN_Q = 32, OB_CU_FUSE_GLU_Q = 64, OB_CU_FUSE_ALL = 127
+    OB_CU_FUSE_KV_PAIR = 16, OB_CU_FUSE_ATTN_Q = 32, OB_CU_FUSE_GLU_Q = 64,
+    /* split decode attention merges in its last-arriving block (no merge launch) */
+    OB_CU_FUSE_ATTN_ONE = 128,
+    /* q norm+rope, k norm+rope + its cache rows, V's cache rows: one launch (OB_CU_FUSE_QKV) */
+    OB_CU_FUSE_QKV = 256, OB_CU_FUSE_ALL = 511
 };
 
 typedef struct ob_cu_ctx {
@@ -48,6 +52,7 @@ typedef struct ob_cu_ctx {
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
     int attn_split;
+    bool fa_off;               /* ONEBIT_CUDA_FA=0 or below sm_80: no tensor-core prefill attention (op_flash_attn.cu) */
     bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
     /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
      * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
@@ -57,6 +62,22 @@ typedef struct ob_cu_ctx {
     /* indexed by op, or OB_OP_COUNT + weight type for MATMUL (time per weight type) */
     double prof_ms[OB_OP_COUNT + OB_TYPE_COUNT][2];
     int64_t prof_count[OB_OP_COUNT + OB_TYPE_COUNT][2], prof_steps;
+    /* ONEBIT_CUDA_PDL=0 turns off programmatic dependent launch (on by default where the
+     * device is sm_90+ and the kernels were built for it). */
+    bool pdl;
+    /* Split decode attention's arrival counters, one per (token, head), zero between
+     * launches (the last block resets its own). */
+    unsigned *attn_cnt;
+    size_t attn_cnt_n;
+    /* ONEBIT_CUDA_TIMING=1: events around each compute's GPU work, host wall time between
+     * compute starts; per-step means printed when the backend is freed. [0] uncaptured, [1] replays. */
+    bool timing;
+    cudaEvent_t tev[2];
+    double t_last_start, t_last_gpu;
+    int t_last_kind;           /* -1: no step before */
+    double t_gpu[2], t_wall[2];
+    int64_t t_steps[2];
+    int64_t stats[2];          /* cuda_stats.h: OB_CU_STAT_* */
     bool warned[OB_OP_COUNT];  /* fallback logged once per op */
     char last_err[256];        /* first failing call: file:line: call: message */
 } ob_cu_ctx;
@@ -64,6 +85,10 @@ typedef struct ob_cu_ctx {
 /* Records the first failure (file:line) and marks the context faulted. */
 bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const char *what);
 #define OB_CU(cx, call) ob_cu_check((cx), (call), __FILE__, __LINE__, #call)
+/* A kernel launch, with the PDL attribute when cx->pdl (the kernel must begin with
+ * OB_PDL_ENTRY()): OB_CU_LAUNCH(cx, kernel, grid, block, shm, args...). */
+#define OB_CU_LAUNCH(cx, ...) \
+    ob_cu_check((cx), ob_cu_launch_k((cx)->pdl, (cx)->stream, __VA_ARGS__), __FILE__, __LINE__, "kernel launch")
 /* After a kernel launch. */
 #define OB_CU_LAUNCHED(cx) ob_cu_check((cx), cudaGetLastError(), __FILE__, __LINE__, "kernel launch")
 
@@ -95,6 +120,12 @@ bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bo
 bool ob_cu_op_glu_quant(ob_cu_ctx *cx, ob_tensor *glu, int64_t K);
 /* RMS_NORM `norm` (rows of the head size) and the ROPE of its output `rope` in one launch. */
 bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope);
+/* [qn = RMS_NORM ->] qr = ROPE, [kn = RMS_NORM ->] kr = ROPE, ks = KV_STORE of kr, vs =
+ * KV_STORE of v at the same positions, in one launch (op_qkv.cu; the caller checks shapes,
+ * readers and overlaps). qn, kn: NULL where the layer has no q/k norm; their outputs are
+ * not written, nor kr's unless keep_kr, nor the stores' zero tokens unless keep_tok. */
+bool ob_cu_op_qkv(ob_cu_ctx *cx, ob_tensor *qn, ob_tensor *qr, ob_tensor *kn, ob_tensor *kr, ob_tensor *ks, ob_tensor *vs,
+                  bool keep_kr, bool keep_tok);
 bool ob_cu_op_binary(ob_cu_ctx *cx, ob_tensor *n);  /* ADD, MUL */
 bool ob_cu_op_unary(ob_cu_ctx *cx, ob_tensor *n);   /* SCALE, ACT */
 bool ob_cu_op_glu(ob_cu_ctx *cx, ob_tensor *n);
@@ -110,6 +141,9 @@ bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n);
  * output to cx->qx for the int8 matvec that reads it (quant; the caller updates qx_src). */
 bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant);
+/* Arrival counters (cx->attn_cnt) decode attention of n needs to merge in its last split
+ * block (OB_CU_FUSE_ATTN_ONE); 0: none. */
+size_t ob_cu_attention_cnt_size(const ob_cu_ctx *cx, const ob_tensor *n);
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /* f32 -> f16 bits, round to nearest even, integer-only: bit-identical to ob_f32_to_f16,

@@ -9,8 +9,12 @@
  * single token fills the GPU at any position: splitting the whole cache instead left a
  * short context to a few blocks that each walked hundreds of cells one after another.
  * The number of splits depends only on shapes and the GPU, not on positions, so a
- * captured step stays valid as pos grows. */
-#include "backend/cuda/cuda_int.h"
+ * captured step stays valid as pos grows. With OB_CU_FUSE_ATTN_ONE the split block that
+ * finishes last for its (token, head) (an atomic arrival count, reset by that block) does
+ * the merge itself, so decode attention is one launch. */
+#include "backend/cuda/rowops.cuh"
+#include "backend/cuda/cuda_stats.h"
+#include "backend/cuda/cuda_fa.h"
 #include <math.h>
 
 #define OB_ATTN_WARPS 4
@@ -19,43 +23,13 @@
 #define OB_ATTN_MAX_SPLIT 256
 #define OB_ATTN_SPLIT_T 8
 
-static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
-    if (type == OB_TYPE_F32) return ((const float *)row)[e];
-    if (type == OB_TYPE_F16) return __half2float(((const __half *)row)[e]);
-    const uint8_t *b = row + (e / 32) * 34;
-    const float d = __half2float(__ushort_as_half((uint16_t)(b[0] | b[1] << 8)));
-    return (float)(int8_t)b[2 + e % 32] * d;
-}
-
 /* ---- KV_STORE ---------------------------------------------------------------------------- */
-
-/* One cache write: x F32 [row, T] into cache rows of `type` (rb bytes each). */
-typedef struct ob_kv_job {
-    const float *x;
-    uint8_t *cache;
-    float *tok;
-    int type;
-    int64_t row, per, cells; /* per: threads per token (elements, or Q8_0 blocks) */
-    size_t rb;
-} ob_kv_job;
-
-/* Element or 32-element block k of token t. Tokens whose cell is outside the cache are
- * skipped (the engine rejects them before; this avoids wild writes). */
-static __device__ __forceinline__ void kv_store_one(const ob_kv_job j, int64_t t, int64_t k, const int32_t *__restrict__ pos,
-                                                    const int32_t *__restrict__ seq, int64_t cps) {
-    const int64_t p = pos[t], s = seq[t];
-    if (p < 0 || p >= cps || s < 0 || s * cps + cps > j.cells) return;
-    uint8_t *d = j.cache + (size_t)(s * cps + p) * j.rb;
-    const float *xr = j.x + t * j.row;
-    if (j.type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
-    else if (j.type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
-    else ob_cu_quant_q8_0(xr + 32 * k, d + 34 * k);
-}
 
 /* One thread per element (F32/F16) or per 32-element block (Q8_0) of job a, then of job b
  * (nj == 2: the K and V stores of a layer in one launch). */
 __global__ void k_kv_store(ob_kv_job a, ob_kv_job b, int nj, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
                            int64_t T, int64_t cps) {
+    OB_PDL_ENTRY();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i == 0) {
         *a.tok = 0.0f;
@@ -69,27 +43,12 @@ __global__ void k_kv_store(ob_kv_job a, ob_kv_job b, int nj, const int32_t *__re
     if (nj > 1 && i < b.per * T) kv_store_one(b, i / b.per, i % b.per, pos, seq, cps);
 }
 
-static ob_kv_job kv_job(const ob_tensor *n) {
-    const ob_tensor *x = n->src[0], *cache = n->src[1];
-    ob_kv_job j;
-    j.x = (const float *)x->data;
-    j.cache = (uint8_t *)cache->data;
-    j.tok = (float *)n->data;
-    j.type = (int)cache->type;
-    j.row = cache->ne[0];
-    j.per = cache->type == OB_TYPE_Q8_0 ? j.row / 32 : j.row;
-    j.cells = ob_nrows(cache);
-    j.rb = ob_row_size(cache->type, j.row);
-    return j;
-}
-
 bool ob_cu_op_kv_store_pair(ob_cu_ctx *cx, ob_tensor *n, ob_tensor *m) {
     const int64_t T = ob_nelements(n->src[0]) / n->src[1]->ne[0];
     const ob_kv_job a = kv_job(n), b = m ? kv_job(m) : a;
     const int64_t total = a.per * T + (m ? b.per * T : 0);
-    k_kv_store<<<ob_cu_blocks(OB_MAX(total, 1), 256), 256, 0, cx->stream>>>(a, b, m ? 2 : 1, (const int32_t *)n->src[2]->data,
-                                                                             (const int32_t *)n->src[3]->data, T, n->ip[0]);
-    return OB_CU_LAUNCHED(cx);
+    return OB_CU_LAUNCH(cx, k_kv_store, ob_cu_blocks(OB_MAX(total, 1), 256), 256, 0, a, b, m ? 2 : 1,
+                        (const int32_t *)n->src[2]->data, (const int32_t *)n->src[3]->data, T, (int64_t)n->ip[0]);
 }
 
 bool ob_cu_op_kv_store(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_kv_store_pair(cx, n, NULL); }
@@ -101,6 +60,11 @@ typedef struct ob_attn_args {
     const uint8_t *kc, *vc;
     const int32_t *pos, *seq;
     float *out, *partial;
+    /* cnt: one arrival counter per (token, head): the split that arrives last merges (no
+     * merge launch), quantizing for the int8 matvec when qx is set; NULL: k_attn_merge. */
+    unsigned *cnt;
+    int8_t *qx;
+    float2 *dx;
     int64_t hd, H, T, n_kv, cps, cells, window;
     size_t krb, vrb;
     int ktype, vtype, causal, nsplit;
@@ -127,7 +91,72 @@ size_t ob_cu_attention_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     return sizeof(float) * (size_t)(q->ne[1] * q->ne[2] * q->ne[3] * ns * (q->ne[0] + 2));
 }
 
+/* Element e of one (token, head)'s output from its splits' partials (pp), M: their max.
+ * cg: the partials were written by other blocks of this grid, so the loads skip L1 (not
+ * coherent across SMs within a grid). */
+template <bool cg> static __device__ __forceinline__ float ld_part(const float *p) {
+#ifdef OB_HIP
+    return cg ? *(const volatile float *)p : *p;
+#else
+    return cg ? __ldcg(p) : *p;
+#endif
+}
+
+template <bool cg>
+static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e) {
+    float L = 0.0f, v = 0.0f;
+    for (int k = 0; k < nsplit; k++) {
+        const float *ps = pp + k * (hd + 2);
+        const float l = ld_part<cg>(ps + 1);
+        if (!(l > 0.0f)) continue;
+        const float f = expf(ld_part<cg>(ps) - M);
+        L += l * f;
+        v += ld_part<cg>(ps + 2 + e) * f;
+    }
+    return L > 0.0f ? v / L : 0.0f;
+}
+
+/* Output of (token, head) number `item` from its splits' partials, by the whole block:
+ * rescale every split to the common max. With qx, also the int8 activations of the output
+ * for the matvec that reads it (4 consecutive elements per thread; a head's hd % 32 == 0,
+ * so no 32-block spans two heads). */
+template <bool cg>
+static __device__ __forceinline__ void merge_head(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
+                                                  int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item) {
+    const float *pp = partial + (size_t)item * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int k = 0; k < nsplit; k++)
+        if (ld_part<cg>(pp + k * (hd + 2) + 1) > 0.0f) M = fmaxf(M, ld_part<cg>(pp + k * (hd + 2)));
+    float *o = out + (size_t)item * hd;
+    if (!qx) {
+        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one<cg>(pp, nsplit, hd, M, e);
+        return;
+    }
+    const int64_t ng = hd / 4;
+    for (int64_t base = 0; base < ng; base += blockDim.x) {
+        const int64_t g = base + threadIdx.x;
+        const bool live = g < ng;
+        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (live) {
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                r[k] = merge_one<cg>(pp, nsplit, hd, M, 4 * g + k);
+                o[4 * g + k] = r[k];
+            }
+        }
+        ob_cu_quant_group(make_float4(r[0], r[1], r[2], r[3]), live, item * ng + g, qx, dx);
+    }
+}
+
+/* One block (OB_ATTN_WARPS warps) per (token, head). */
+__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
+                             int8_t *__restrict__ qx, float2 *__restrict__ dx) {
+    OB_PDL_ENTRY();
+    merge_head<false>(partial, out, hd, nsplit, qx, dx, blockIdx.x);
+}
+
 __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a) {
+    OB_PDL_ENTRY();
     __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
     __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
     __shared__ int s_hi;
@@ -210,6 +239,22 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
                 for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
                 pp[2 + e] = v;
             }
+        if (!a.cnt) return;
+        /* Last arrival merges: each thread's partial stores are made device-visible before
+         * the block counts itself in; the last block resets the counter for the next
+         * launch (a captured step replays with the same buffer). */
+        __shared__ bool s_last;
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned *c = a.cnt + t * a.H + h;
+            s_last = atomicAdd(c, 1u) == (unsigned)a.nsplit - 1;
+            if (s_last) *c = 0;
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
     }
 }
 
@@ -332,54 +377,12 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
         if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
 }
 
-/* Element e of one (token, head)'s output from its splits' partials (pp), M: their max. */
-static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e) {
-    float L = 0.0f, v = 0.0f;
-    for (int k = 0; k < nsplit; k++) {
-        const float *ps = pp + k * (hd + 2);
-        if (!(ps[1] > 0.0f)) continue;
-        const float f = expf(ps[0] - M);
-        L += ps[1] * f;
-        v += ps[2 + e] * f;
-    }
-    return L > 0.0f ? v / L : 0.0f;
-}
-
-/* One block per (token, head): rescale every split's partial to the common max. With qx,
- * also the int8 activations of the output for the matvec that reads it (4 consecutive
- * elements per thread; a head's hd % 32 == 0, so no 32-block spans two heads). */
-__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
-                             int8_t *__restrict__ qx, float2 *__restrict__ dx) {
-    const float *pp = partial + (size_t)blockIdx.x * nsplit * (hd + 2);
-    float M = -INFINITY;
-    for (int k = 0; k < nsplit; k++) if (pp[k * (hd + 2) + 1] > 0.0f) M = fmaxf(M, pp[k * (hd + 2)]);
-    float *o = out + (size_t)blockIdx.x * hd;
-    if (!qx) {
-        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one(pp, nsplit, hd, M, e);
-        return;
-    }
-    const int64_t ng = hd / 4;
-    for (int64_t base = 0; base < ng; base += blockDim.x) {
-        const int64_t g = base + threadIdx.x;
-        const bool live = g < ng;
-        float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (live) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                r[k] = merge_one(pp, nsplit, hd, M, 4 * g + k);
-                o[4 * g + k] = r[k];
-            }
-        }
-        ob_cu_quant_group(make_float4(r[0], r[1], r[2], r[3]), live, (int64_t)blockIdx.x * ng + g, qx, dx);
-    }
-}
-
 /* The merge quantizes 32-element blocks of one head: only for head sizes that are 32-multiples. */
 bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && n->src[0]->ne[0] % 32 == 0; }
 
 bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
-    ob_attn_args a;
+    ob_attn_args a = {};
     a.q = (const float *)q->data;
     a.kc = (const uint8_t *)kc->data;
     a.vc = (const uint8_t *)vc->data;
@@ -403,21 +406,28 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
+    if (a.T > OB_ATTN_SPLIT_T && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
     if (a.T > OB_ATTN_SPLIT_T && !cx->attn_old_pf) {
         k_attn_pf<<<ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, cx->stream>>>(a);
         return OB_CU_LAUNCHED(cx);
     }
+    const int64_t K = a.hd * a.H;
+    a.qx = quant ? (int8_t *)cx->qx : NULL;
+    a.dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, a.T)) : NULL;
+    const bool one = a.nsplit > 1 && (cx->fuse & OB_CU_FUSE_ATTN_ONE) && cx->attn_cnt && cx->attn_cnt_n >= (size_t)(a.H * a.T);
+    a.cnt = one ? cx->attn_cnt : NULL;
+    if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
-    k_attn<<<grid, OB_ATTN_WARPS * OB_WARP, 0, cx->stream>>>(a);
-    if (!OB_CU_LAUNCHED(cx)) return false;
-    if (a.nsplit > 1) {
-        const int64_t K = a.hd * a.H;
-        int8_t *qx = quant ? (int8_t *)cx->qx : NULL;
-        float2 *dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, a.T)) : NULL;
-        k_attn_merge<<<(unsigned)(a.H * a.T), 128, 0, cx->stream>>>(a.partial, a.out, a.hd, a.nsplit, qx, dx);
-        if (!OB_CU_LAUNCHED(cx)) return false;
-    }
+    if (!OB_CU_LAUNCH(cx, k_attn, grid, dim3(OB_ATTN_WARPS * OB_WARP), 0, a)) return false;
+    if (a.nsplit > 1 && !one)
+        return OB_CU_LAUNCH(cx, k_attn_merge, dim3((unsigned)(a.H * a.T)), dim3(OB_ATTN_WARPS * OB_WARP), 0, (const float *)a.partial,
+                            a.out, a.hd, a.nsplit, a.qx, a.dx);
     return true;
+}
+
+size_t ob_cu_attention_cnt_size(const ob_cu_ctx *cx, const ob_tensor *n) {
+    const ob_tensor *q = n->src[0];
+    return attn_nsplit(cx, n) > 1 ? (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) : 0;
 }
 
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_attention_q(cx, n, false); }

@@ -4,20 +4,8 @@
  * Semantics are graph.h's; ob_cpu_ref_op is the oracle (tests/unit/test_cuda_ops.c). A
  * fused kernel repeats its parts' float operations in the same order with the same
  * thread layout, so its outputs equal the unfused kernels' bit for bit. */
-#include "backend/cuda/cuda_int.h"
+#include "backend/cuda/rowops.cuh"
 #include <math.h>
-
-/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
-static __device__ float block_sum(float v, float *sh) {
-    for (int o = OB_WARP / 2; o > 0; o /= 2) v += OB_SHFL_XOR(v, o);
-    const int w = threadIdx.x / OB_WARP, nw = blockDim.x / OB_WARP;
-    __syncthreads(); /* sh may still be read from a previous call */
-    if (threadIdx.x % OB_WARP == 0) sh[w] = v;
-    __syncthreads();
-    float s = 0.0f;
-    for (int i = 0; i < nw; i++) s += sh[i];
-    return s;
-}
 
 static __device__ float block_max(float v, float *sh) {
     for (int o = OB_WARP / 2; o > 0; o /= 2) v = fmaxf(v, OB_SHFL_XOR(v, o));
@@ -43,6 +31,7 @@ static __device__ __forceinline__ float act_f(int act, float x) {
 /* One block per row. */
 __global__ void k_norm(const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ b,
                        float *__restrict__ y, int64_t n, float eps, int layer) {
+    OB_PDL_ENTRY();
     __shared__ float sh[32];
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
@@ -65,6 +54,7 @@ __global__ void k_norm(const float *__restrict__ x, const float *__restrict__ w,
 
 __global__ void k_binary(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ y, int64_t n,
                          int64_t nb, int mul) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float z = b[nb == n ? i : i % nb];
@@ -72,41 +62,22 @@ __global__ void k_binary(const float *__restrict__ a, const float *__restrict__ 
 }
 
 __global__ void k_unary(const float *__restrict__ a, float *__restrict__ y, int64_t n, int act, float s) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     y[i] = act < 0 ? a[i] * s : act_f(act, a[i]);
 }
 
 __global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, float *__restrict__ y, int64_t n, int act) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = act_f(act, g[i]) * u[i];
-}
-
-/* Pair k of one row of ROPE (xr -> yr, row r of the input): the angle in double as the
- * reference does, so long positions keep their precision. Pairs past n_rot / 2 copy the
- * pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
-static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
-                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
-                                                 float fscale) {
-    if (k < n_rot / 2) {
-        const double p = pos[r / n_head];
-        const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
-        double sn, cs;
-        sincos(th, &sn, &cs);
-        const int64_t a = neox ? k : 2 * k, b = neox ? k + n_rot / 2 : 2 * k + 1;
-        const double x0 = xr[a], x1 = xr[b];
-        yr[a] = (float)(x0 * cs - x1 * sn);
-        yr[b] = (float)(x0 * sn + x1 * cs);
-    } else {
-        const int64_t j = n_rot + 2 * (k - n_rot / 2);
-        if (j < hd) yr[j] = xr[j];
-        if (j + 1 < hd) yr[j + 1] = xr[j + 1];
-    }
 }
 
 /* One thread per rotated pair. */
 __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *__restrict__ y, int64_t hd,
                        int64_t n_head, int64_t rows, int n_rot, int neox, float base, float fscale) {
+    OB_PDL_ENTRY();
     const int64_t half = (hd + 1) / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * half) return;
@@ -115,6 +86,7 @@ __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ 
 }
 
 __global__ void k_softmax(const float *__restrict__ x, float *__restrict__ y, int64_t n) {
+    OB_PDL_ENTRY();
     __shared__ float sh[32];
     const float *xr = x + blockIdx.x * n;
     float *yr = y + blockIdx.x * n;
@@ -134,9 +106,8 @@ bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n) {
     const bool layer = n->op == OB_OP_LAYER_NORM;
     const float *w = n->src[1] ? (const float *)n->src[1]->data : NULL;
     const float *b = layer && n->src[2] ? (const float *)n->src[2]->data : NULL;
-    k_norm<<<(unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, cx->stream>>>((const float *)a->data, w, b, (float *)n->data,
+    return OB_CU_LAUNCH(cx, k_norm, (unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, (const float *)a->data, w, b, (float *)n->data,
                                                                             a->ne[0], n->fp[0], layer);
-    return OB_CU_LAUNCHED(cx);
 }
 
 /* ---- fused forms ------------------------------------------------------------------------ */
@@ -147,6 +118,7 @@ bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n) {
  * (n % 32 == 0, y 16-byte aligned). y overlaps none of the inputs. */
 __global__ void k_rms_fused(const float *x, const float *xb, float *xs, const float *__restrict__ w, float *y, int64_t n,
                             float eps, int8_t *__restrict__ qx, float2 *__restrict__ dx) {
+    OB_PDL_ENTRY();
     __shared__ float sh[32];
     const float *xr = x + blockIdx.x * n;
     const float *br = xb ? xb + blockIdx.x * n : NULL;
@@ -184,6 +156,7 @@ __global__ void k_rms_fused(const float *x, const float *xb, float *xs, const fl
 /* GLU of 4 consecutive elements per thread, as k_glu, then their int8 quantization. */
 __global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n, int act, int8_t *__restrict__ qx,
                             float2 *__restrict__ dx) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
     const bool live = i * 4 < n;
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -201,36 +174,18 @@ __global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n,
  * (the row is read before it is written), never y. */
 __global__ void k_rms_rope(const float *x, const float *__restrict__ w, float *y, float *z, const int32_t *__restrict__ pos,
                            int64_t hd, int64_t n_head, float eps, int n_rot, int neox, float base, float fscale) {
+    OB_PDL_ENTRY();
     __shared__ float sh[32];
-    const int64_t r = blockIdx.x;
-    const float *xr = x + r * hd;
-    float *yr = y + r * hd;
-    const float mean = 0.0f;
-    float s2 = 0.0f;
-    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-        const float d = xr[i] - mean;
-        s2 += d * d;
-    }
-    const float sc = rsqrtf(block_sum(s2, sh) / (float)hd + eps);
-    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
-        float v = (xr[i] - mean) * sc;
-        if (w) v *= w[i];
-        yr[i] = v;
-    }
-    __syncthreads(); /* pairs read elements other threads normed */
-    const int64_t half = (hd + 1) / 2;
-    for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
-        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+    norm_rope_row(x, w, y, z, pos, blockIdx.x, hd, n_head, eps, n_rot, neox, base, fscale, sh);
 }
 
 bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope) {
     const ob_tensor *a = norm->src[0];
     const int64_t hd = a->ne[0];
-    k_rms_rope<<<(unsigned)ob_nrows(a), row_threads(hd), 0, cx->stream>>>(
+    return OB_CU_LAUNCH(cx, k_rms_rope, (unsigned)ob_nrows(a), row_threads(hd), 0,
         (const float *)a->data, norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data,
         (float *)rope->data, (const int32_t *)rope->src[1]->data, hd, rope->src[0]->ne[1], norm->fp[0], rope->ip[0],
         rope->ip[1] == 2, rope->fp[0], rope->fp[1]);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bool quant) {
@@ -238,52 +193,45 @@ bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bo
     const int64_t n = a->ne[0], rows = ob_nrows(a);
     int8_t *qx = quant ? (int8_t *)cx->qx : NULL;
     float2 *dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(n, rows)) : NULL;
-    k_rms_fused<<<(unsigned)rows, row_threads(n), 0, cx->stream>>>(
+    return OB_CU_LAUNCH(cx, k_rms_fused, (unsigned)rows, row_threads(n), 0,
         (const float *)a->data, add ? (const float *)add->src[1]->data : NULL, add ? (float *)add->data : NULL,
         norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data, n, norm->fp[0], qx, dx);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_glu_quant(ob_cu_ctx *cx, ob_tensor *glu, int64_t K) {
     const int64_t ne = ob_nelements(glu);
-    k_glu_quant<<<ob_cu_blocks(ne / 4, 256), 256, 0, cx->stream>>>(
+    return OB_CU_LAUNCH(cx, k_glu_quant, ob_cu_blocks(ne / 4, 256), 256, 0,
         (const float *)glu->src[0]->data, (const float *)glu->src[1]->data, (float *)glu->data, ne, glu->ip[0],
         (int8_t *)cx->qx, (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, ne / K)));
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_binary(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne = ob_nelements(n);
-    k_binary<<<ob_cu_blocks(ne, 256), 256, 0, cx->stream>>>((const float *)n->src[0]->data, (const float *)n->src[1]->data,
+    return OB_CU_LAUNCH(cx, k_binary, ob_cu_blocks(ne, 256), 256, 0, (const float *)n->src[0]->data, (const float *)n->src[1]->data,
                                                              (float *)n->data, ne, ob_nelements(n->src[1]), n->op == OB_OP_MUL);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_unary(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne = ob_nelements(n);
-    k_unary<<<ob_cu_blocks(ne, 256), 256, 0, cx->stream>>>((const float *)n->src[0]->data, (float *)n->data, ne,
+    return OB_CU_LAUNCH(cx, k_unary, ob_cu_blocks(ne, 256), 256, 0, (const float *)n->src[0]->data, (float *)n->data, ne,
                                                             n->op == OB_OP_SCALE ? -1 : n->ip[0], n->fp[0]);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_glu(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne = ob_nelements(n);
-    k_glu<<<ob_cu_blocks(ne, 256), 256, 0, cx->stream>>>((const float *)n->src[0]->data, (const float *)n->src[1]->data,
+    return OB_CU_LAUNCH(cx, k_glu, ob_cu_blocks(ne, 256), 256, 0, (const float *)n->src[0]->data, (const float *)n->src[1]->data,
                                                           (float *)n->data, ne, n->ip[0]);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_rope(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
     const int64_t hd = a->ne[0], rows = ob_nrows(a);
-    k_rope<<<ob_cu_blocks(rows * ((hd + 1) / 2), 256), 256, 0, cx->stream>>>(
+    return OB_CU_LAUNCH(cx, k_rope, ob_cu_blocks(rows * ((hd + 1) / 2), 256), 256, 0,
         (const float *)a->data, (const int32_t *)n->src[1]->data, (float *)n->data, hd, a->ne[1], rows, n->ip[0],
         n->ip[1] == 2, n->fp[0], n->fp[1]);
-    return OB_CU_LAUNCHED(cx);
 }
 
 bool ob_cu_op_softmax(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
-    k_softmax<<<(unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, cx->stream>>>((const float *)a->data, (float *)n->data, a->ne[0]);
-    return OB_CU_LAUNCHED(cx);
+    return OB_CU_LAUNCH(cx, k_softmax, (unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, (const float *)a->data, (float *)n->data, a->ne[0]);
 }

@@ -13,6 +13,7 @@
  * which share an input, quantize it once; cuda_backend.cu drops it when a node writes
  * over that input. */
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/cuda_mmq.h"
 #include <string.h>
 
 #define OB_MMVQ_ROWS 4 /* warps (= rows) per block */
@@ -21,6 +22,7 @@
 
 /* 8 threads per 32-element block, 4 elements each. n = K * T elements, K % 32 == 0. */
 __global__ void k_quant_act(const float *__restrict__ x, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t n) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
     const bool live = i * 4 < n;
     const float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -243,6 +245,30 @@ template <int T, int NT, int R>
 __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
     k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ gqx, const float2 *__restrict__ gdx, int64_t K, int nt,
            int lsh, int smem) {
+    /* The matrix of this block, chosen with constant indices only (a run-time index into
+     * the parameter struct would copy it to local memory). */
+    const uint8_t *W = set.w[0];
+    float *y = set.y[0];
+    int64_t N = set.n[0];
+    unsigned b0 = 0;
+#pragma unroll
+    for (int k = 1; k < OB_MMVQ_GROUP; k++)
+        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+#if !defined(OB_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    {
+        /* No kernel writes weights: under PDL this block may start pulling its rows into
+         * L2 while the previous kernel (which makes x) still drains. */
+        const int64_t rpb = (int64_t)OB_MMVQ_ROWS * (OB_WARP >> lsh) * R, r0 = (int64_t)(blockIdx.x - b0) * rpb;
+        const int64_t nr = N - r0 < rpb ? N - r0 : rpb;
+        if (nr > 0) {
+            const uint8_t *p = W + (size_t)r0 * rb;
+            const size_t bytes = (size_t)nr * rb;
+            for (size_t o = (size_t)threadIdx.x * 128; o < bytes; o += (size_t)blockDim.x * 128)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+        }
+    }
+#endif
+    OB_PDL_ENTRY();
     extern __shared__ int4 ob_mmvq_sm[];
     const int8_t *qx = gqx;
     const float2 *dx = gdx;
@@ -255,15 +281,6 @@ __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
         qx = (const int8_t *)ob_mmvq_sm;
         dx = sd;
     }
-    /* The matrix of this block, chosen with constant indices only (a run-time index into
-     * the parameter struct would copy it to local memory). */
-    const uint8_t *W = set.w[0];
-    float *y = set.y[0];
-    int64_t N = set.n[0];
-    unsigned b0 = 0;
-#pragma unroll
-    for (int k = 1; k < OB_MMVQ_GROUP; k++)
-        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
     const int lane = threadIdx.x % OB_WARP, L = 1 << lsh, l = lane & (L - 1);
     const int rpw = OB_WARP >> lsh;
     /* R adjacent rows per lane group: with several columns the x reads, not the weights,
@@ -307,6 +324,7 @@ static bool hot_type(ob_type t) {
 bool ob_cu_mmvq_applies(const ob_tensor *n) {
     const ob_tensor *w = n->src[0];
     const int64_t T = ob_nrows(n->src[1]);
+    if (ob_cu_mmq_applies(n)) return false; /* the tensor-core path takes it (op_mmq.cu) */
     if (!hot_type(w->type) || T < 1 || T > OB_CU_MMVQ_MAX_T || w->ne[0] > 0x3fffffff) return false;
     if (((uintptr_t)n->src[1]->data & 15) != 0) return false; /* float4 loads of x */
     /* Q4_K reads whole 16-byte pieces; the others 16-bit words. Weights are 32-aligned
@@ -335,19 +353,19 @@ template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsig
     const size_t shm = use ? sm : 0;
     const bool r2 = MMVQ_R(nt, K) == 2;
     if (nt == 1)
-        k_mmvq<T, 1, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, 1, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, 1, 1>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, 1, lsh, use);
     else if (nt <= 4 && r2) /* 4 sequences: no dead column slots in the unrolled loops */
-        k_mmvq<T, 4, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, 4, 2>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 4)
-        k_mmvq<T, 4, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, 4, 1>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 8 && r2)
-        k_mmvq<T, 8, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, 8, 2>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
     else if (nt <= 8)
-        k_mmvq<T, 8, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, 8, 1>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
     else if (r2)
-        k_mmvq<T, OB_CU_MMVQ_MAX_T, 2><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, OB_CU_MMVQ_MAX_T, 2>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
     else
-        k_mmvq<T, OB_CU_MMVQ_MAX_T, 1><<<grid, OB_MMVQ_ROWS * OB_WARP, shm, cx->stream>>>(*set, rb, qx, dx, K, nt, lsh, use);
+        OB_CU_LAUNCH(cx, k_mmvq<T, OB_CU_MMVQ_MAX_T, 1>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
 }
 
 int ob_cu_mmvq_group_max(void) { return OB_MMVQ_GROUP; }
@@ -360,8 +378,8 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     float2 *dx = (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, T));
     if (cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
         const int64_t groups = K * T / 4;
-        k_quant_act<<<ob_cu_blocks(groups, 256), 256, 0, cx->stream>>>((const float *)x->data, qx, dx, K * T);
-        if (!OB_CU_LAUNCHED(cx)) return false;
+        if (!OB_CU_LAUNCH(cx, k_quant_act, ob_cu_blocks(groups, 256), 256, 0, (const float *)x->data, qx, dx, K * T))
+            return false;
         cx->qx_src = x->data;
         cx->qx_k = K;
         cx->qx_t = T;
@@ -396,7 +414,7 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     case OB_TYPE_TQ2_0: launch<OB_TYPE_TQ2_0>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
     default: return false;
     }
-    return OB_CU_LAUNCHED(cx);
+    return !cx->faulted; /* launch() recorded a failed launch */
 }
 
 bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_mmvq_group(cx, &n, 1); }

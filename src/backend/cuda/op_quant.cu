@@ -10,6 +10,7 @@
  *   and cuBLAS multiplies them on tensor cores with f32 accumulation. F32 weights use
  *   plain SGEMM. */
 #include "backend/cuda/dequant.cuh"
+#include "backend/cuda/cuda_mmq.h"
 #include "format/quant_iq_grids.h"
 #include <stdio.h>
 
@@ -160,7 +161,9 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
     }
 }
 
-bool ob_cu_matmul_uses_blas(const ob_tensor *n) { return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !ob_cu_mmvq_applies(n); }
+bool ob_cu_matmul_uses_blas(const ob_tensor *n) {
+    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !ob_cu_mmq_applies(n) && !ob_cu_mmvq_applies(n);
+}
 
 static int64_t slab_rows(int64_t K, int64_t N) {
     int64_t r = OB_SLAB_ELEMS / K;
@@ -168,6 +171,7 @@ static int64_t slab_rows(int64_t K, int64_t N) {
 }
 
 size_t ob_cu_matmul_tmp_size(const ob_tensor *n) {
+    if (ob_cu_mmq_applies(n)) return ob_cu_mmq_tmp_size(n);
     if (!ob_cu_matmul_uses_blas(n) || n->src[0]->type == OB_TYPE_F32) return 0;
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
     size_t w = n->src[0]->type == OB_TYPE_F16 ? 0 : (size_t)(slab_rows(K, N) * K) * 2;
@@ -245,6 +249,7 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
+    if (ob_cu_mmq_applies(n)) return ob_cu_op_mmq(cx, n);
     if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
     if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
     switch (n->src[0]->type) {

@@ -1,0 +1,116 @@
+/* Device helpers shared by the row ops (op_elementwise.cu), the KV cache and attention
+ * kernels (op_attention.cu) and the fused decode q/k/v launch (op_qkv.cu), so a fused
+ * kernel repeats its parts' exact float operations. Only .cu files include this. */
+#ifndef OB_BACKEND_CUDA_ROWOPS_CUH
+#define OB_BACKEND_CUDA_ROWOPS_CUH
+
+#include "backend/cuda/cuda_int.h"
+#include <math.h>
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
+static __device__ __forceinline__ float block_sum(float v, float *sh) {
+    for (int o = OB_WARP / 2; o > 0; o /= 2) v += OB_SHFL_XOR(v, o);
+    const int w = threadIdx.x / OB_WARP, nw = blockDim.x / OB_WARP;
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (threadIdx.x % OB_WARP == 0) sh[w] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += sh[i];
+    return s;
+}
+
+/* Pair k of one row of ROPE (xr -> yr, row r of the input): the angle in double as the
+ * reference does, so long positions keep their precision. Pairs past n_rot / 2 copy the
+ * pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
+static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
+                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
+                                                 float fscale) {
+    if (k < n_rot / 2) {
+        const double p = pos[r / n_head];
+        const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
+        double sn, cs;
+        sincos(th, &sn, &cs);
+        const int64_t a = neox ? k : 2 * k, b = neox ? k + n_rot / 2 : 2 * k + 1;
+        const double x0 = xr[a], x1 = xr[b];
+        yr[a] = (float)(x0 * cs - x1 * sn);
+        yr[b] = (float)(x0 * sn + x1 * cs);
+    } else {
+        const int64_t j = n_rot + 2 * (k - n_rot / 2);
+        if (j < hd) yr[j] = xr[j];
+        if (j + 1 < hd) yr[j + 1] = xr[j + 1];
+    }
+}
+
+static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
+    if (type == OB_TYPE_F32) return ((const float *)row)[e];
+    if (type == OB_TYPE_F16) return __half2float(((const __half *)row)[e]);
+    const uint8_t *b = row + (e / 32) * 34;
+    const float d = __half2float(__ushort_as_half((uint16_t)(b[0] | b[1] << 8)));
+    return (float)(int8_t)b[2 + e % 32] * d;
+}
+
+/* One cache write: x F32 [row, T] into cache rows of `type` (rb bytes each). */
+typedef struct ob_kv_job {
+    const float *x;
+    uint8_t *cache;
+    float *tok;
+    int type;
+    int64_t row, per, cells; /* per: threads per token (elements, or Q8_0 blocks) */
+    size_t rb;
+} ob_kv_job;
+
+/* The cache write of KV_STORE n (host side). */
+static inline ob_kv_job kv_job(const ob_tensor *n) {
+    const ob_tensor *x = n->src[0], *cache = n->src[1];
+    ob_kv_job j;
+    j.x = (const float *)x->data;
+    j.cache = (uint8_t *)cache->data;
+    j.tok = (float *)n->data;
+    j.type = (int)cache->type;
+    j.row = cache->ne[0];
+    j.per = cache->type == OB_TYPE_Q8_0 ? j.row / 32 : j.row;
+    j.cells = ob_nrows(cache);
+    j.rb = ob_row_size(cache->type, j.row);
+    return j;
+}
+
+/* Element or 32-element block k of token t. Tokens whose cell is outside the cache are
+ * skipped (the engine rejects them before; this avoids wild writes). */
+static __device__ __forceinline__ void kv_store_one(const ob_kv_job j, int64_t t, int64_t k, const int32_t *__restrict__ pos,
+                                                    const int32_t *__restrict__ seq, int64_t cps) {
+    const int64_t p = pos[t], s = seq[t];
+    if (p < 0 || p >= cps || s < 0 || s * cps + cps > j.cells) return;
+    uint8_t *d = j.cache + (size_t)(s * cps + p) * j.rb;
+    const float *xr = j.x + t * j.row;
+    if (j.type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
+    else if (j.type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
+    else ob_cu_quant_q8_0(xr + 32 * k, d + 34 * k);
+}
+
+/* RMS_NORM of row r (hd elements, w optional) into y, then ROPE of that row into z, by
+ * the whole block (k_rms_rope's body; sh: 32 floats of shared memory). z may be x itself
+ * or apart from it, never y. */
+static __device__ __forceinline__ void norm_rope_row(const float *x, const float *__restrict__ w, float *y, float *z,
+                                                     const int32_t *__restrict__ pos, int64_t r, int64_t hd, int64_t n_head,
+                                                     float eps, int n_rot, int neox, float base, float fscale, float *sh) {
+    const float *xr = x + r * hd;
+    float *yr = y + r * hd;
+    const float mean = 0.0f;
+    float s2 = 0.0f;
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        const float d = xr[i] - mean;
+        s2 += d * d;
+    }
+    const float sc = rsqrtf(block_sum(s2, sh) / (float)hd + eps);
+    for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+        float v = (xr[i] - mean) * sc;
+        if (w) v *= w[i];
+        yr[i] = v;
+    }
+    __syncthreads(); /* pairs read elements other threads normed */
+    const int64_t half = (hd + 1) / 2;
+    for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
+        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+}
+
+#endif
