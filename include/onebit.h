@@ -59,6 +59,7 @@ size_t ob_quantize(ob_type t, const float *src, void *dst, int64_t n);
 typedef struct ob_model ob_model;
 typedef struct ob_context ob_context;
 typedef struct ob_tokenizer ob_tokenizer;
+typedef struct ob_sampler ob_sampler;
 
 typedef enum ob_device_kind {
     OB_DEVICE_AUTO = 0, OB_DEVICE_CPU = 1, OB_DEVICE_CUDA = 2, OB_DEVICE_VULKAN = 3,
@@ -133,6 +134,15 @@ typedef struct ob_batch {
 
 /* Runs the model over the batch, appending to each sequence's KV cache. */
 ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len);
+/* Decodes the batch and samples one token per logits row (the rows ob_get_logits would
+ * give, in batch order) with samplers[row], writing out_tokens[row] and recording each
+ * token in its sampler (ob_sampler_accept). When every sampler is device-eligible
+ * (ob_sampler_device_ok), the batch fits one n_batch chunk and the backend runs the
+ * SAMPLE op, sampling happens in the step's graph and only the tokens are downloaded;
+ * otherwise it decodes and samples on the host. The tokens are the same either way.
+ * After the device path, ob_get_logits returns NULL for the batch's rows. */
+ob_status ob_decode_sample(ob_context *c, const ob_batch *b, ob_sampler *const *samplers, int32_t *out_tokens,
+                           char *err, size_t err_len);
 /* Logits of the i-th token of the last batch (i must have wanted logits); n_vocab floats. */
 const float *ob_get_logits(ob_context *c, int i);
 /* Pooled vector of sequence seq from the last batch of an embeddings context
@@ -178,7 +188,6 @@ typedef struct ob_sampler_params {
     const float *logit_bias_val;
 } ob_sampler_params;
 
-typedef struct ob_sampler ob_sampler;
 ob_sampler_params ob_sampler_default_params(void);
 ob_sampler *ob_sampler_new(const ob_sampler_params *p, int n_vocab);
 void ob_sampler_free(ob_sampler *s);
@@ -186,6 +195,15 @@ void ob_sampler_free(ob_sampler *s);
 int32_t ob_sampler_sample(ob_sampler *s, const float *logits);
 void ob_sampler_accept(ob_sampler *s, int32_t tok);
 void ob_sampler_reset(ob_sampler *s);
+/* The next uniform draw in [0, 1) (a multiple of 2^-24) of the sampler's stream: the one
+ * ob_sampler_sample would use for its next non-greedy token. */
+float ob_sampler_next_uniform(ob_sampler *s);
+/* Whether the sampler can run on the device (ob_decode_sample): greedy, or temperature with
+ * top_k in 1..1024; no penalties, no logit bias. */
+bool ob_sampler_device_ok(const ob_sampler *s);
+/* The device sampler's 8 per-row floats (temperature, top_k, top_p, min_p, u, n_vocab, 0, 0);
+ * draws u from the stream when not greedy, exactly as ob_sampler_sample would. */
+void ob_sampler_device_params(ob_sampler *s, float *params);
 
 #ifdef __cplusplus
 }

@@ -50,20 +50,32 @@ static double run_pp(ob_context *c, int n_vocab, int n_prompt, int n_seq, char *
     return t;
 }
 
-/* n_gen decode steps, each one token for every sequence; returns seconds. */
+/* n_gen decode steps, each one token for every sequence, sampled greedily and fed back as
+ * a generation does (in the step's graph where the backend can: the real step, with only
+ * the tokens coming back); returns seconds. */
 static double run_tg(ob_context *c, int n_vocab, int n_gen, int n_seq, int start, char *err, size_t el, ob_status *st) {
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_seq), *pos = malloc(sizeof(int32_t) * (size_t)n_seq),
-            *seq = malloc(sizeof(int32_t) * (size_t)n_seq);
+            *seq = malloc(sizeof(int32_t) * (size_t)n_seq), *next = malloc(sizeof(int32_t) * (size_t)n_seq);
     int8_t *want = malloc((size_t)n_seq);
-    double t0 = ob_time_s();
+    ob_sampler **smp = calloc((size_t)n_seq, sizeof(ob_sampler *));
+    ob_sampler_params sp = ob_sampler_default_params();
+    sp.temperature = 0;
     *st = OB_OK;
+    for (int s = 0; s < n_seq && smp; s++)
+        if (!(smp[s] = ob_sampler_new(&sp, n_vocab))) *st = OB_ERR_NOMEM;
+    if (!tok || !pos || !seq || !next || !want || !smp) *st = OB_ERR_NOMEM;
+    if (*st) snprintf(err, el, "bench: out of memory");
+    for (int s = 0; s < n_seq && !*st; s++) tok[s] = rand_token(n_vocab);
+    double t0 = ob_time_s();
     for (int k = 0; k < n_gen && !*st; k++) {
-        for (int s = 0; s < n_seq; s++) { tok[s] = rand_token(n_vocab); pos[s] = start + k; seq[s] = s; want[s] = 1; }
+        for (int s = 0; s < n_seq; s++) { pos[s] = start + k; seq[s] = s; want[s] = 1; }
         ob_batch b = {n_seq, tok, pos, seq, want};
-        *st = ob_decode(c, &b, err, el);
+        *st = ob_decode_sample(c, &b, smp, next, err, el);
+        if (!*st) memcpy(tok, next, sizeof(int32_t) * (size_t)n_seq);
     }
     double t = ob_time_s() - t0;
-    free(tok); free(pos); free(seq); free(want);
+    for (int s = 0; s < n_seq && smp; s++) ob_sampler_free(smp[s]);
+    free(smp); free(tok); free(pos); free(seq); free(next); free(want);
     return t;
 }
 

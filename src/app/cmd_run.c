@@ -121,18 +121,22 @@ static ob_status generate(ob_gen *g, const int32_t *toks, int n, int n_predict, 
         }
         n_predict = 0; /* the plain loop below has nothing left to do */
     }
+    /* Each step samples its next token in the step itself (on the device when the sampler
+     * allows: only the token comes back); the last emitted token is decoded without a draw,
+     * so the sampler's stream is where host sampling would leave it. */
+    int32_t id = n_predict > 0 ? ob_sampler_sample(g->s, logits) : -1;
     for (int k = 0; k < n_predict; k++) {
-        int32_t id = ob_sampler_sample(g->s, logits);
         if (ob_token_is_eog(g->tok, id)) break;
         emit_piece(g, &dt, id, reply, reply_len);
         (*n_gen)++;
         if (g->n_past + 1 >= n_ctx) { fprintf(stderr, "\n1bit: context full\n"); break; }
-        int32_t p = g->n_past, s0 = 0;
+        int32_t p = g->n_past, s0 = 0, next = -1;
         ob_batch nb = {1, &id, &p, &s0, NULL};
-        st = ob_decode(g->c, &nb, err, sizeof(err));
+        st = k + 1 < n_predict ? ob_decode_sample(g->c, &nb, &g->s, &next, err, sizeof(err))
+                               : ob_decode(g->c, &nb, err, sizeof(err));
         if (st) { fprintf(stderr, "1bit: %s\n", err); break; }
         g->n_past++;
-        logits = ob_get_logits(g->c, 0);
+        id = next;
     }
     size_t w = ob_detok_flush(&dt, buf, sizeof(buf));
     if (w && w <= sizeof(buf)) fwrite(buf, 1, w, stdout);

@@ -26,6 +26,11 @@ struct ob_context {
     int n_embd_out;          /* floats per pooled vector */
     float *embd;             /* host [n_embd_out, n_seq] pooled vectors of the last batch */
     bool *embd_valid;        /* [n_seq] sequence was in the last batch */
+    /* Sampling in the graph (ob_decode_sample): SAMPLE's params F32 [OB_SAMPLE_NPARAM, n_batch]
+     * in a fixed device buffer (a captured step replays with the same pointer). */
+    void *sample_buf;
+    float *h_sample;         /* host [OB_SAMPLE_NPARAM, n_batch] */
+    bool sample_ok;          /* the backend runs SAMPLE for this model's logits */
 };
 
 ob_context_params ob_context_default_params(void) {
@@ -99,6 +104,8 @@ void ob_context_free(ob_context *c) {
     if (c->kv_buf) be->iface->free_buf(be, c->kv_buf);
     if (c->in_buf) be->iface->free_buf(be, c->in_buf);
     if (c->scratch) be->iface->free_buf(be, c->scratch);
+    if (c->sample_buf) be->iface->free_buf(be, c->sample_buf);
+    free(c->h_sample);
     ob_graph_free(c->graph);
     free(c->h_in);
     free(c->logits);
@@ -175,6 +182,23 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     }
     ob_graph_plan(c->graph);
     size_t scratch = c->graph->scratch_size;
+    if (!c->pooling) {
+        /* Sampling in the graph when the backend has the op: the largest graph with it
+         * sizes the scratch too. Without it, decoding samples on the host. */
+        c->sample_buf = c->be->iface->alloc(c->be, sizeof(float) * OB_SAMPLE_NPARAM * (size_t)p.n_batch);
+        c->h_sample = calloc((size_t)p.n_batch * OB_SAMPLE_NPARAM, sizeof(float));
+        if (!c->sample_buf || !c->h_sample) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory"); goto fail; }
+        ob_tensor *lg = build(c, p.n_batch, p.n_batch);
+        int64_t nep[2] = {OB_SAMPLE_NPARAM, p.n_batch};
+        ob_tensor *tok = ob_sample(c->graph, lg, ob_leaf(c->graph, "inp_sample", OB_TYPE_F32, 2, nep, c->sample_buf));
+        c->sample_ok = c->be->iface->supports(c->be, tok);
+        if (c->sample_ok) {
+            ob_graph_plan(c->graph);
+            scratch = OB_MAX(scratch, c->graph->scratch_size);
+        } else {
+            build(c, p.n_batch, p.n_batch); /* placement checks the graph decoding will run */
+        }
+    }
     if (m->params.strict_device) {
         st = check_placement(c, err, err_len);
         if (st) goto fail;
@@ -219,8 +243,11 @@ void ob_seq_truncate(ob_context *c, int seq, int pos) {
     if (pos < c->seq_len[seq]) c->seq_len[seq] = pos;
 }
 
-/* Runs one chunk of at most n_batch tokens. */
-static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T, char *err, size_t err_len) {
+/* Runs one chunk of at most n_batch tokens. With sparams (host [OB_SAMPLE_NPARAM, n_out],
+ * the chunk being the whole batch), the graph ends in SAMPLE and only its tokens come
+ * back, into out_tok [n_out]. */
+static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T, const float *sparams,
+                              int32_t *out_tok, char *err, size_t err_len) {
     const ob_hparams *hp = &c->m->hp;
     int nb = c->p.n_batch;
     int32_t *tok = c->h_in, *pos = c->h_in + nb, *seq = c->h_in + 2 * nb, *outs = c->h_in + 3 * nb;
@@ -238,7 +265,13 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     ob_backend *be = c->be;
     ob_status st = be->iface->upload(be, c->in_buf, c->h_in, sizeof(int32_t) * (size_t)nb * 4);
     if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: upload failed");
-    ob_tensor *logits = build(c, T, n_out);
+    ob_tensor *logits = build(c, T, n_out), *sampled = NULL;
+    if (sparams) {
+        int64_t nep[2] = {OB_SAMPLE_NPARAM, n_out};
+        sampled = ob_sample(c->graph, logits, ob_leaf(c->graph, "inp_sample", OB_TYPE_F32, 2, nep, c->sample_buf));
+        st = be->iface->upload(be, c->sample_buf, sparams, sizeof(float) * OB_SAMPLE_NPARAM * (size_t)n_out);
+        if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: upload failed");
+    }
     ob_graph_plan(c->graph);
     OB_ASSERT(c->graph->scratch_size <= c->scratch_size);
     ob_graph_bind(c->graph, c->scratch);
@@ -252,6 +285,12 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
         for (int i = 0; i < T; i++) c->embd_valid[seq[i]] = true;
         return OB_OK;
     }
+    if (sampled) {
+        st = be->iface->download(be, out_tok, sampled->data, sizeof(int32_t) * (size_t)n_out);
+        if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: download failed");
+        for (int i = 0; i < T; i++) c->logit_row[start + i] = -1; /* no logits on the host */
+        return OB_OK;
+    }
     /* Logits rows land at chunk-local rows; store them after the earlier chunks' rows. */
     int row0 = 0;
     for (int j = 0; j < start; j++) if (c->logit_row[j] >= 0) row0 = c->logit_row[j] + 1;
@@ -262,7 +301,8 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     return OB_OK;
 }
 
-ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len) {
+static ob_status decode_run(ob_context *c, const ob_batch *b, const float *sparams, int32_t *out_tok, char *err,
+                            size_t err_len) {
     const ob_hparams *hp = &c->m->hp;
     if (!b || b->n_tokens <= 0 || !b->token || !b->pos || !b->seq)
         return ob_fail(err, err_len, OB_ERR_ARG, "decode: empty batch");
@@ -310,11 +350,45 @@ ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len)
     if (!c->logit_row) { free(len); return ob_fail(err, err_len, OB_ERR_NOMEM, "decode: out of memory"); }
     for (int start = 0; start < b->n_tokens && !st; start += c->p.n_batch) {
         int T = OB_MIN(c->p.n_batch, b->n_tokens - start);
-        st = decode_chunk(c, b, start, T, err, err_len);
+        st = decode_chunk(c, b, start, T, sparams, out_tok, err, err_len);
     }
     if (!st) memcpy(c->seq_len, len, sizeof(int) * (size_t)c->p.n_seq);
     free(len);
     return st;
+}
+
+ob_status ob_decode(ob_context *c, const ob_batch *b, char *err, size_t err_len) {
+    return decode_run(c, b, NULL, NULL, err, err_len);
+}
+
+ob_status ob_decode_sample(ob_context *c, const ob_batch *b, ob_sampler *const *samplers, int32_t *out_tokens,
+                           char *err, size_t err_len) {
+    if (c->pooling) return ob_fail(err, err_len, OB_ERR_ARG, "decode: an embeddings context has no logits to sample");
+    if (!b || b->n_tokens <= 0 || !samplers || !out_tokens)
+        return ob_fail(err, err_len, OB_ERR_ARG, "decode: empty batch or no samplers");
+    int n_rows = 0;
+    for (int j = 0; j < b->n_tokens; j++) n_rows += b->want_logits ? b->want_logits[j] != 0 : j == b->n_tokens - 1;
+    bool dev = c->sample_ok && n_rows > 0 && b->n_tokens <= c->p.n_batch;
+    for (int r = 0; r < n_rows; r++) {
+        if (!samplers[r]) return ob_fail(err, err_len, OB_ERR_ARG, "decode: no sampler for logits row %d", r);
+        dev = dev && ob_sampler_device_ok(samplers[r]);
+    }
+    if (dev) {
+        for (int r = 0; r < n_rows; r++) ob_sampler_device_params(samplers[r], c->h_sample + (size_t)r * OB_SAMPLE_NPARAM);
+        ob_status st = decode_run(c, b, c->h_sample, out_tokens, err, err_len);
+        if (st) return st;
+        for (int r = 0; r < n_rows; r++) ob_sampler_accept(samplers[r], out_tokens[r]);
+        return OB_OK;
+    }
+    ob_status st = ob_decode(c, b, err, err_len);
+    if (st) return st;
+    for (int j = 0, r = 0; j < b->n_tokens; j++) {
+        const float *lg = ob_get_logits(c, j);
+        if (!lg) continue;
+        out_tokens[r] = ob_sampler_sample(samplers[r], lg);
+        r++;
+    }
+    return OB_OK;
 }
 
 const float *ob_get_embeddings(ob_context *c, int seq) {

@@ -106,6 +106,30 @@ void ob_sampler_accept(ob_sampler *s, int32_t tok) {
     s->counts[tok]++;
 }
 
+/* 24 bits, so the float a device sampler receives is the very same number. */
+float ob_sampler_next_uniform(ob_sampler *s) { return (float)(rng_next(s->rng) >> 40) * 0x1p-24f; }
+
+static bool has_penalties(const ob_sampler_params *p) {
+    return p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+}
+
+bool ob_sampler_device_ok(const ob_sampler *s) {
+    const ob_sampler_params *p = &s->p;
+    if (p->n_logit_bias > 0 || (has_penalties(p) && s->hist_cap > 0)) return false;
+    return p->temperature <= 0 || (p->top_k >= 1 && p->top_k <= 1024);
+}
+
+void ob_sampler_device_params(ob_sampler *s, float *params) {
+    const ob_sampler_params *p = &s->p;
+    memset(params, 0, sizeof(float) * 8);
+    params[0] = p->temperature;
+    params[1] = (float)p->top_k;
+    params[2] = p->top_p;
+    params[3] = p->min_p;
+    if (p->temperature > 0) params[4] = ob_sampler_next_uniform(s);
+    params[5] = (float)s->n_vocab;
+}
+
 static int cmp_desc(const void *a, const void *b, void *ctx) {
     const float *w = ctx;
     float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
@@ -116,7 +140,7 @@ static int cmp_desc(const void *a, const void *b, void *ctx) {
 int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
     const ob_sampler_params *p = &s->p;
     int n = s->n_vocab;
-    bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    bool pen = has_penalties(p);
     if (p->temperature <= 0 && p->n_logit_bias == 0 && !(pen && s->hist_n > 0)) {
         const int best = ob_argmax_f32(logits, n); /* greedy, nothing to adjust: no copy */
         ob_sampler_accept(s, best);
@@ -203,7 +227,7 @@ int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
         sum = 0;
         for (int i = 0; i < m; i++) sum += exp((double)(w[s->idx[i]] - mx) / p->temperature);
     }
-    double r = (double)(rng_next(s->rng) >> 11) * (1.0 / 9007199254740992.0) * sum;
+    double r = (double)ob_sampler_next_uniform(s) * sum;
     int32_t pick = s->idx[m - 1];
     double acc = 0;
     for (int i = 0; i < m; i++) {

@@ -6,7 +6,7 @@
 
 static const char *const g_op_names[OB_OP_COUNT] = {
     "LEAF", "VIEW", "GET_ROWS", "RMS_NORM", "LAYER_NORM", "MATMUL", "ADD", "MUL", "SCALE",
-    "ROPE", "KV_STORE", "ATTENTION", "GLU", "ACT", "SOFTMAX", "CPY", "POOL",
+    "ROPE", "KV_STORE", "ATTENTION", "GLU", "ACT", "SOFTMAX", "CPY", "POOL", "SAMPLE",
 };
 
 const char *ob_op_name(ob_op op) { return (op >= 0 && op < OB_OP_COUNT) ? g_op_names[op] : "?"; }
@@ -66,6 +66,14 @@ bool ob_node_f32_shapes_ok(const ob_tensor *n) {
     }
 }
 
+bool ob_node_sample_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *p = n->src[1];
+    if (n->op != OB_OP_SAMPLE || !f32_t(a) || !f32_t(p) || n->type != OB_TYPE_I32) return false;
+    const int64_t R = ob_nrows(a);
+    return a->ne[0] > 0 && a->ne[0] <= 0x7fffffff && p->ne[0] == OB_SAMPLE_NPARAM && ob_nrows(p) == R &&
+           ob_nelements(n) == R && R <= 0x7fffffff;
+}
+
 static ob_tensor *new_node(ob_graph *g, ob_op op, ob_type type, int n_dims, const int64_t *ne) {
     OB_ASSERT(g->n < g->cap);
     ob_tensor *t = &g->nodes[g->n];
@@ -74,6 +82,15 @@ static ob_tensor *new_node(ob_graph *g, ob_op op, ob_type type, int n_dims, cons
     t->type = type;
     t->id = g->n++;
     for (int i = 0; i < 4; i++) t->ne[i] = i < n_dims ? ne[i] : 1;
+    return t;
+}
+
+ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params) {
+    int64_t ne[1] = {ob_nrows(logits)};
+    ob_tensor *t = new_node(g, OB_OP_SAMPLE, OB_TYPE_I32, 1, ne);
+    t->src[0] = logits;
+    t->src[1] = params;
+    snprintf(t->name, sizeof(t->name), "sample");
     return t;
 }
 

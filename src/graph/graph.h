@@ -44,6 +44,9 @@ typedef enum ob_op {
                          one row per sequence id 0..n_seq-1 over that sequence's tokens in the
                          batch (zeros when it has none). i[0] ob_pool_type, i[1] L2-normalise
                          (1) or not (0), i[2] n_seq */
+    OB_OP_SAMPLE,     /* src0 logits F32 [n_vocab, R]; src1 params F32 [OB_SAMPLE_NPARAM, R]
+                         (see ob_sample_param) -> I32 [R]: one token per row, exactly as
+                         ob_sampler_sample picks it with no penalties and no logit bias */
     OB_OP_COUNT,
 } ob_op;
 
@@ -53,6 +56,20 @@ typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT
 /* Values match llama.cpp's <arch>.pooling_type. CLS takes the sequence's lowest position
  * in the batch, LAST its highest. */
 typedef enum ob_pool_type { OB_POOL_NONE = 0, OB_POOL_MEAN = 1, OB_POOL_CLS = 2, OB_POOL_LAST = 3 } ob_pool_type;
+
+/* Per-row parameters of SAMPLE. TOP_K is a float holding an integer; U is a uniform draw
+ * in [0, 1) from the request's sampler (ob_sampler_next_uniform), unused when greedy. */
+typedef enum ob_sample_param {
+    OB_SAMPLE_TEMP = 0,      /* <= 0: greedy (first max) */
+    OB_SAMPLE_TOP_K = 1,     /* 1..OB_SAMPLE_MAX_K when not greedy */
+    OB_SAMPLE_TOP_P = 2,     /* >= 1: off */
+    OB_SAMPLE_MIN_P = 3,     /* <= 0: off */
+    OB_SAMPLE_U = 4,
+    OB_SAMPLE_N_VOCAB = 5,   /* >= 1: only the row's first N logits are candidates (the
+                                sampler's vocabulary, which may be smaller than the model's) */
+    OB_SAMPLE_NPARAM = 8,    /* floats per row (the rest are zero) */
+} ob_sample_param;
+#define OB_SAMPLE_MAX_K 1024
 
 const char *ob_op_name(ob_op op);
 
@@ -118,6 +135,10 @@ ob_tensor *ob_act_op(ob_graph *g, ob_tensor *x, ob_act act);
 ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
 ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq);
+ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params);
+/* SAMPLE's shapes and types (the parameter values live in backend memory: kernels clamp
+ * top_k to 1..OB_SAMPLE_MAX_K and u to [0, 1) themselves). */
+bool ob_node_sample_ok(const ob_tensor *n);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

@@ -75,6 +75,11 @@ struct ob_sched {
     bool thread_started, stop, failed, joined;
     int32_t *b_tok, *b_pos, *b_seq;   /* [n_batch] */
     int8_t *b_want;
+    /* A step whose every logits row can be sampled in the graph (no logprobs, no drafts,
+     * device-eligible samplers) runs through ob_decode_sample: only tokens come back. */
+    ob_sampler **b_smp;               /* [n_batch] sampler per logits row */
+    int32_t *b_out;                   /* [n_batch] token per logits row */
+    bool b_sampled;                   /* the last step's rows are in b_out (no logits) */
     float *lp;                        /* [n_vocab] scratch for log softmax */
     ob_sched_stats st;
 };
@@ -438,13 +443,20 @@ static void consume_batch(ob_sched *s, int n) {
         for (int r = 0; r <= nd; r++) {
             /* what plain decoding's slot would hold when sampling this row */
             sl->n_cache = keep + r;
-            const float *logits = ob_get_logits(s->ctx, sl->i_batch + r);
-            if (!logits) {
+            const float *logits = s->b_sampled ? NULL : ob_get_logits(s->ctx, sl->i_batch + r);
+            if (!logits && !s->b_sampled) {
                 sl->task = NULL;
                 task_finish(s, t, OB_FINISH_ERROR, 500, "no logits from the model");
                 break;
             }
-            int32_t tok = ob_sampler_sample(t->smp, logits);
+            int32_t tok;
+            if (s->b_sampled) { /* no drafts in such a step: r == 0; the row is the count of wanted rows before */
+                int row = 0;
+                for (int j = 0; j < sl->i_batch; j++) row += s->b_want[j] != 0;
+                tok = s->b_out[row];
+            } else {
+                tok = ob_sampler_sample(t->smp, logits);
+            }
             bool accepted = r < nd && tok == sl->draft[r];
             if (accepted) {
                 t->n_accepted++;
@@ -456,6 +468,21 @@ static void consume_batch(ob_sched *s, int n) {
         if (nd > 0) ob_seq_truncate(s->ctx, i, sl->n_cache);
         sl->n_draft = 0;
     }
+}
+
+/* Whether every logits row of the batch of n can be sampled in the step's graph; fills
+ * s->b_smp. Holds s->mu. */
+static bool plan_device_sampling(ob_sched *s, int n) {
+    int rows = 0;
+    for (int j = 0; j < n; j++) {
+        if (!s->b_want[j]) continue;
+        if (s->b_seq[j] < 0 || s->b_seq[j] >= s->n_slots) return false;
+        const ob_slot *sl = &s->slots[s->b_seq[j]];
+        const ob_task *t = sl->task;
+        if (!t || !t->smp || t->logprobs || sl->n_draft > 0 || !ob_sampler_device_ok(t->smp)) return false;
+        s->b_smp[rows++] = t->smp;
+    }
+    return rows > 0;
 }
 
 static void *sched_main(void *arg) {
@@ -478,11 +505,15 @@ static void *sched_main(void *arg) {
             pthread_cond_wait(&s->wake, &s->mu);
             continue;
         }
+        /* The samplers stay with their slots' tasks while the lock is released: only this
+         * thread finishes a task that holds a slot. */
+        s->b_sampled = plan_device_sampling(s, n);
         pthread_mutex_unlock(&s->mu);
         ob_batch b = {.n_tokens = n, .token = s->b_tok, .pos = s->b_pos, .seq = s->b_seq,
                       .want_logits = s->b_want};
         err[0] = 0;
-        ob_status st = ob_decode(s->ctx, &b, err, sizeof err);
+        ob_status st = s->b_sampled ? ob_decode_sample(s->ctx, &b, s->b_smp, s->b_out, err, sizeof err)
+                                    : ob_decode(s->ctx, &b, err, sizeof err);
         pthread_mutex_lock(&s->mu);
         s->st.n_decode_calls++;
         s->st.n_decode_tokens += (uint64_t)n;
@@ -532,7 +563,9 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
     s->b_pos = malloc((size_t)n_batch * sizeof(int32_t));
     s->b_seq = malloc((size_t)n_batch * sizeof(int32_t));
     s->b_want = malloc((size_t)n_batch);
-    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want;
+    s->b_smp = calloc((size_t)n_batch, sizeof *s->b_smp);
+    s->b_out = malloc((size_t)n_batch * sizeof(int32_t));
+    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want && s->b_smp && s->b_out;
     for (int i = 0; ok && i < n_slots; i++) {
         s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
         ok = s->slots[i].cache != NULL;
@@ -589,6 +622,8 @@ void ob_sched_free(ob_sched *s) {
     free(s->b_pos);
     free(s->b_seq);
     free(s->b_want);
+    free(s->b_smp);
+    free(s->b_out);
     free(s->sq);
     free(s->drafts);
     free(s);

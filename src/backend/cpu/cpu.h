@@ -60,6 +60,9 @@ void ob_cpu_op_act(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_softmax(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_cpy(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_pool(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_sample(ob_tensor *dst, const ob_cpu_op_ctx *c);
+/* SAMPLE of one row: n logits, OB_SAMPLE_NPARAM params -> token (op_sample.c). */
+int32_t ob_cpu_sample_row(const float *w, int n, const float *params);
 
 /* Plain single-threaded references for every op (the test oracle). */
 void ob_cpu_ref_op(ob_tensor *dst);
@@ -68,6 +71,8 @@ void ob_cpu_ref_op(ob_tensor *dst);
 void ob_cpu_ref_matmul(ob_tensor *dst);
 /* POOL reference (op_pool.c). */
 void ob_cpu_ref_pool(ob_tensor *dst);
+/* SAMPLE reference (op_sample.c: the kernel is already plain C). */
+void ob_cpu_ref_sample(ob_tensor *dst);
 
 /* Forces the scalar fallback (tests compare each level): 0 scalar, 1 AVX2, 2 AVX-512,
  * -1 best available. Returns the level now in use. */

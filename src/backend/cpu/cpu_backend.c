@@ -114,6 +114,8 @@ static bool supports_node(const ob_tensor *n) {
                ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] && n->ip[2] > 0 &&
                n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST;
     }
+    case OB_OP_SAMPLE:
+        return ob_node_sample_ok(n);
     default:
         return false;
     }
@@ -155,6 +157,7 @@ static ob_cpu_kernel_fn kernel_for(ob_op op) {
     case OB_OP_SOFTMAX: return ob_cpu_op_softmax;
     case OB_OP_CPY: return ob_cpu_op_cpy;
     case OB_OP_POOL: return ob_cpu_op_pool;
+    case OB_OP_SAMPLE: return ob_cpu_op_sample;
     default: return NULL;
     }
 }

@@ -191,6 +191,7 @@ void ob_cpu_ref_op(ob_tensor *dst) {
     }
     case OB_OP_CPY: ref_cpy(dst); break;
     case OB_OP_POOL: ob_cpu_ref_pool(dst); break;
+    case OB_OP_SAMPLE: ob_cpu_ref_sample(dst); break;
     default: break;
     }
 }
