@@ -181,6 +181,9 @@ static void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol,
     free(scratch);
 }
 
+static ob_backend *backend_with(const char *var, const char *val);
+static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what);
+
 /* ---- per-op cases ---------------------------------------------------------------------- */
 
 static void test_norms(void) {
@@ -200,6 +203,46 @@ static void test_norms(void) {
             ob_graph_free(g);
             free(x); free(w); free(bb);
         }
+}
+
+/* Rows norm.comp keeps in registers (n = 4096, 8192: whole vec4s, up to 8 per invocation)
+ * and rows it loops over (8196: too long; 1002: no vec4 multiple); then the residual ADD
+ * fused into the norm that follows it, for both norms, with the sum used again after (so
+ * its write is checked), on the default backend (one dispatch fewer) and with
+ * ONEBIT_VK_NO_FUSE=1. */
+static void test_norm_paths(void) {
+    static const int64_t ns[] = {4096, 8192, 8196, 1002};
+    ob_backend *nf = backend_with("ONEBIT_VK_NO_FUSE", "1");
+    for (size_t k = 0; k < OB_ARRAY_LEN(ns); k++)
+        for (int layer = 0; layer < 2; layer++)
+            for (int fused = 0; fused < 2; fused++) {
+                int64_t ne[2] = {ns[k], 3};
+                float *x = rand_f32(ne[0] * ne[1], 2.0f), *y = rand_f32(ne[0] * ne[1], 1.0f);
+                float *w = rand_f32(ne[0], 1.0f), *bb = rand_f32(ne[0], 1.0f);
+                for (int64_t i = 0; i < ne[0] * ne[1]; i++) x[i] += 0.5f;
+                ob_graph *g = ob_graph_new(16);
+                ob_tensor *tx = ob_leaf(g, "x", OB_TYPE_F32, 2, ne, x), *s = tx;
+                if (fused) s = ob_add(g, tx, ob_leaf(g, "y", OB_TYPE_F32, 2, ne, y));
+                ob_tensor *tw = ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w);
+                ob_tensor *o = layer ? ob_layer_norm(g, s, tw, ob_leaf(g, "b", OB_TYPE_F32, 1, ne, bb), 1e-5f)
+                                     : ob_rms_norm(g, s, tw, 1e-6f);
+                if (fused) o = ob_mul(g, o, s);
+                char what[96];
+                snprintf(what, sizeof(what), "%s n %lld%s", layer ? "layer_norm" : "rms_norm", (long long)ns[k],
+                         fused ? " after add" : "");
+                check_graph(g, o, 1e-5, 1e-4, what);
+                ob_vk *vk = g_be[0]->ctx;
+                CHECKF(vk->n_prev == 1 + fused, "%s: %lld dispatches", what, (long long)vk->n_prev);
+                CHECKF(vk->n_prev && vk->prev[0].pc.u[5] == (ns[k] <= 8192 && ns[k] % 4 == 0), "%s: register path %u",
+                       what, vk->n_prev ? vk->prev[0].pc.u[5] : 9);
+                if (nf && fused) {
+                    check_on(nf, g, o, 1e-5, 1e-4, what);
+                    CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
+                }
+                ob_graph_free(g);
+                free(x); free(y); free(w); free(bb);
+            }
+    if (nf) ob_backend_free(nf);
 }
 
 static void test_elementwise(void) {
@@ -264,6 +307,39 @@ static void test_rope(void) {
             ob_graph_free(g);
             free(x);
         }
+}
+
+/* q/k norm then rope per head, fused into one dispatch (modes 0 and 2, whole and partial
+ * rotation, with and without a norm weight, head dims 64 and 128 over 3 heads x 5
+ * tokens), also on ONEBIT_VK_NO_FUSE=1; and a norm with a second reader, which is not fused. */
+static void test_norm_rope(void) {
+    ob_backend *nf = backend_with("ONEBIT_VK_NO_FUSE", "1");
+    int32_t pos[5] = {0, 1, 17, 130, 511};
+    for (int hd = 64; hd <= 128; hd += 64)
+        for (int mode = 0; mode <= 2; mode += 2)
+            for (int partial = 0; partial < 2; partial++)
+                for (int reader = 0; reader < 2; reader++) {
+                    int64_t ne[3] = {hd, 3, 5}, n = hd * 15, nt[1] = {5};
+                    float *x = rand_f32(n, 2.0f), *w = rand_f32(hd, 1.0f);
+                    ob_graph *g = ob_graph_new(8);
+                    ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x),
+                                               partial ? NULL : ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
+                    ob_tensor *o = ob_rope(g, h, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), partial ? hd / 2 : hd, mode,
+                                           10000.0f, partial ? 0.5f : 1.0f);
+                    if (reader) o = ob_add(g, o, h);
+                    char what[96];
+                    snprintf(what, sizeof(what), "norm+rope hd %d mode %d partial %d reader %d", hd, mode, partial, reader);
+                    check_graph(g, o, 2e-4, 1e-4, what);
+                    ob_vk *vk = g_be[0]->ctx;
+                    CHECKF(vk->n_prev == (reader ? 3 : 1), "%s: %lld dispatches", what, (long long)vk->n_prev);
+                    if (nf) {
+                        check_on(nf, g, o, 2e-4, 1e-4, what);
+                        CHECK(((ob_vk *)nf->ctx)->n_prev == 2 + reader);
+                    }
+                    ob_graph_free(g);
+                    free(x); free(w);
+                }
+    if (nf) ob_backend_free(nf);
 }
 
 static const ob_type g_wtypes[] = {
@@ -412,6 +488,8 @@ typedef struct attn_case {
     float alibi; /* ALiBi max bias, 0 = none */
 } attn_case;
 
+static ob_backend *g_nosplit; /* ONEBIT_VK_ATTN_SPLIT=1 */
+
 static void run_attention(const attn_case *ac) {
     int64_t cps = ac->decode ? 300 : 24, n_seq = 3, hd = ac->hd, row = hd * ac->n_kv, cells = cps * n_seq;
     int32_t pos_p[8] = {5, 6, 7, 8, 9, 0, 1, 17}, seq_p[8] = {0, 0, 0, 0, 0, 2, 2, 1};
@@ -442,11 +520,17 @@ static void run_attention(const attn_case *ac) {
              ob_type_name(ac->kv), ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->alibi,
              ac->decode ? "decode" : "prefill");
     check_graph(g, o, 1e-5, 1e-4, what);
+    /* decode (300 cells per sequence): split over 3 workgroups per head, then merged */
+    ob_vk *vk = g_be[0]->ctx;
+    CHECKF(vk->n_prev == (ac->decode ? 2 : 1), "%s: %lld dispatches", what, (long long)vk->n_prev);
+    if (ac->decode && vk->n_prev == 2) CHECK((vk->prev[0].pc.u[6] >> 8) == 3 && vk->prev[1].pc.u[6] == ((3u << 8) | 2u));
+    if (ac->decode && g_nosplit) check_on(g_nosplit, g, o, 1e-5, 1e-4, what);
     ob_graph_free(g);
     free(q); free(kc); free(vc);
 }
 
 static void test_attention(void) {
+    g_nosplit = backend_with("ONEBIT_VK_ATTN_SPLIT", "1");
     static const ob_type kvt[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
     static const int heads[][2] = {{4, 4}, {4, 2}, {6, 1}};
     for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
@@ -471,6 +555,8 @@ static void test_attention(void) {
                                 h == 1 ? 1.5f : 0.0f, decode, h == 2 ? 8.0f : 0.5f + (float)h};
                 run_attention(&ac);
             }
+    if (g_nosplit) ob_backend_free(g_nosplit);
+    g_nosplit = NULL;
 }
 
 /* POOL: mean / first / last of each sequence's tokens, with and without L2 norm; the
@@ -645,6 +731,159 @@ static void test_free_memory(void) {
     if (!budget) CHECK(be->iface->free_memory(be) == before);
 }
 
+
+/* A Vulkan backend made with env var `var` set to `val` (restored after). */
+static ob_backend *backend_with(const char *var, const char *val) {
+    char err[256] = "", keep[32] = "";
+    const char *was = getenv(var);
+    if (was) snprintf(keep, sizeof(keep), "%s", was);
+    setenv(var, val, 1);
+    ob_backend *be = ob_backend_vulkan_new(0, false, err, sizeof(err));
+    if (was) setenv(var, keep, 1);
+    else unsetenv(var);
+    CHECKF(be != NULL, "backend with %s=%s: %s", var, val, err);
+    return be;
+}
+
+/* g on one backend against the reference. */
+static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what) {
+    int64_t n = ob_nelements(o);
+    float *got = malloc(sizeof(float) * (size_t)n);
+    char err[256] = "";
+    ob_status st = run_on(be, g, o, got, err, sizeof(err));
+    CHECKF(st == OB_OK, "%s: %s", what, err);
+    void *scratch;
+    run_ref(g, &scratch);
+    int64_t at = 0;
+    double e = st ? 0 : err_ratio(got, o->data, n, atol, rtol, &at);
+    CHECKF(e <= 1.0, "%s: err ratio %g at %lld: got %g want %g", what, e, (long long)at, got[at], ((float *)o->data)[at]);
+    free(scratch);
+    free(got);
+}
+
+/* The decode matvec's two paths and its knobs: the streaming path (Q4_K, Q6_K, Q8_0,
+ * Q1_0, TQ2_0) with 1, 3 and 4 rows per subgroup (N = 37: partial row groups) and the
+ * chunk decoder (ONEBIT_VK_MATVEC_OLD=1), each against the reference; the listed
+ * dispatch shows which path ran. */
+static void test_matvec_variants(void) {
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
+    static const char *const var[] = {"ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS",
+                                      "ONEBIT_VK_MATVEC_OLD"};
+    static const char *const val[] = {"1", "3", "4", "1"};
+    static const uint32_t want_rps[] = {1, 3, 4, 0};
+    for (size_t v = 0; v < OB_ARRAY_LEN(var); v++) {
+        ob_backend *be = backend_with(var[v], val[v]);
+        if (!be) continue;
+        ob_vk *vk = be->ctx;
+        for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
+            for (int64_t T = 1; T <= 3; T += 2) {
+                int64_t K = 768, N = 37, nw[2] = {K, N}, nx[2] = {K, T};
+                void *w = rand_typed(types[ti], K, N, 1.0f);
+                float *x = rand_f32(K * T, 1.0f);
+                ob_graph *g = ob_graph_new(4);
+                ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", types[ti], 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+                char what[96];
+                snprintf(what, sizeof(what), "matvec %s=%s %s T=%lld", var[v], val[v], ob_type_name(types[ti]), (long long)T);
+                check_on(be, g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+                CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[6] == want_rps[v], "%s: rows per subgroup %u", what,
+                       vk->n_prev ? vk->prev[0].pc.u[6] : 0);
+                ob_graph_free(g);
+                free(w); free(x);
+            }
+        ob_backend_free(be);
+    }
+    /* the default backend takes the streaming path too */
+    ob_vk *vk0 = g_be[0]->ctx;
+    matmul_case(OB_TYPE_Q4_K, 512, 16, 1);
+    CHECK(vk0->n_prev == 1 && vk0->prev[0].pc.u[6] == 2);
+}
+
+/* Barriers only where a dispatch touches what an earlier one wrote, and re-submission of
+ * a repeated graph: add and mul both read x, y (no barrier between them), the sum of
+ * their results waits for both, then a Q4_K matvec and an RMS norm. The graph runs three
+ * times on the same buffers with new x each time: the 2nd and 3rd re-submit the first
+ * recording, and every run matches the reference on its own x. Then the same on a
+ * backend with ONEBIT_VK_NO_REUSE=1 and ONEBIT_VK_ALL_BARRIERS=1. */
+static void test_reuse(void) {
+    for (int variant = 0; variant < 2; variant++) {
+        ob_backend *be = variant ? backend_with("ONEBIT_VK_NO_REUSE", "1") : g_be[0];
+        ob_backend *be2 = variant ? backend_with("ONEBIT_VK_ALL_BARRIERS", "1") : NULL;
+        for (int bi = 0; bi < (variant ? 2 : 1); bi++) {
+            ob_backend *b = bi ? be2 : be;
+            if (!b) continue;
+            ob_vk *vk = b->ctx;
+            int64_t K = 256, N = 64, nx[1] = {K}, nw[2] = {K, N};
+            float *x = rand_f32(K, 1.0f), *y = rand_f32(K, 1.0f);
+            void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+            ob_graph *g = ob_graph_new(16);
+            ob_tensor *tx = ob_leaf(g, "x", OB_TYPE_F32, 1, nx, x), *ty = ob_leaf(g, "y", OB_TYPE_F32, 1, nx, y);
+            ob_tensor *s = ob_add(g, ob_add(g, tx, ty), ob_mul(g, tx, ty));
+            ob_tensor *o = ob_rms_norm(g, ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), s), NULL, 1e-6f);
+            /* leaves on the device once, as a context's buffers are */
+            void *dev[3] = {b->iface->alloc(b, K * 4), b->iface->alloc(b, K * 4), b->iface->alloc(b, ob_row_size(OB_TYPE_Q4_K, K) * (size_t)N)};
+            ob_tensor *leaves[3] = {tx, ty, NULL};
+            for (int64_t i = 0; i < g->n; i++)
+                if (g->nodes[i].op == OB_OP_LEAF && !strcmp(g->nodes[i].name, "w")) leaves[2] = &g->nodes[i];
+            CHECK(dev[0] && dev[1] && dev[2] && leaves[2]);
+            if (!dev[0] || !dev[1] || !dev[2] || !leaves[2]) continue;
+            void *host[3] = {x, y, w};
+            for (int k = 0; k < 3; k++) {
+                b->iface->upload(b, dev[k], host[k], ob_nbytes(leaves[k]));
+                leaves[k]->data = dev[k];
+            }
+            ob_graph_plan(g);
+            void *scratch = b->iface->alloc(b, g->scratch_size);
+            ob_graph_bind(g, scratch);
+            int64_t reused0 = vk->reused;
+            float got[64], ref[64];
+            for (int run = 0; run < 3; run++) {
+                ob_rng_fill_normal(&g_rng, x, K, 1.0f);
+                b->iface->upload(b, dev[0], x, K * 4);
+                char err[256] = "";
+                CHECKF(b->iface->compute(b, g, err, sizeof(err)) == OB_OK, "reuse run %d: %s", run, err);
+                b->iface->download(b, got, o->data, sizeof(got));
+                /* reference on host copies of the leaves */
+                ob_graph *gr = ob_graph_new(16);
+                ob_tensor *rx = ob_leaf(gr, "x", OB_TYPE_F32, 1, nx, x), *ry = ob_leaf(gr, "y", OB_TYPE_F32, 1, nx, y);
+                ob_tensor *rs = ob_add(gr, ob_add(gr, rx, ry), ob_mul(gr, rx, ry));
+                ob_tensor *ro = ob_rms_norm(gr, ob_matmul(gr, ob_leaf(gr, "w", OB_TYPE_Q4_K, 2, nw, w), rs), NULL, 1e-6f);
+                void *rscr;
+                run_ref(gr, &rscr);
+                memcpy(ref, ro->data, sizeof(ref));
+                free(rscr);
+                ob_graph_free(gr);
+                int64_t at = 0;
+                CHECKF(err_ratio(got, ref, N, 1e-5, 1e-3, &at) <= 1.0, "reuse variant %d/%d run %d at %lld: %g vs %g",
+                       variant, bi, run, (long long)at, got[at], ref[at]);
+            }
+            if (variant == 0) {
+                CHECKF(vk->reused - reused0 == 2, "re-submitted %lld of 2", (long long)(vk->reused - reused0));
+                /* add, mul, add, matmul, norm: barriers before the first, the sum, the matvec, the norm */
+                CHECK(vk->n_prev == 5);
+                if (vk->n_prev == 5)
+                    CHECKF(vk->prev[0].barrier && !vk->prev[1].barrier && vk->prev[2].barrier && vk->prev[3].barrier &&
+                               vk->prev[4].barrier,
+                           "barriers %u %u %u %u %u", vk->prev[0].barrier, vk->prev[1].barrier, vk->prev[2].barrier,
+                           vk->prev[3].barrier, vk->prev[4].barrier);
+            } else if (bi == 0) {
+                CHECK(vk->reused == reused0); /* ONEBIT_VK_NO_REUSE */
+            } else {
+                bool all = vk->n_prev == 5;
+                for (int64_t i = 0; i < vk->n_prev; i++) all &= vk->prev[i].barrier != 0;
+                CHECK(all); /* ONEBIT_VK_ALL_BARRIERS */
+            }
+            b->iface->free_buf(b, scratch);
+            for (int k = 0; k < 3; k++) b->iface->free_buf(b, dev[k]);
+            ob_graph_free(g);
+            free(x); free(y); free(w);
+        }
+        if (variant) {
+            ob_backend_free(be);
+            ob_backend_free(be2);
+        }
+    }
+}
+
 /* ---- models ---------------------------------------------------------------------------- */
 
 static void test_models(void) {
@@ -733,8 +972,10 @@ int main(void) {
     ob_rng_seed(&g_rng, 0x5eed0bu);
     double t0 = ob_time_s();
     test_norms();
+    test_norm_paths();
     test_elementwise();
     test_rope();
+    test_norm_rope();
     test_get_rows();
     test_matmul();
     test_matmul_paths();
@@ -743,6 +984,8 @@ int main(void) {
     test_attention();
     test_pool();
     test_chain();
+    test_matvec_variants();
+    test_reuse();
     test_bad_ids();
     test_fallback();
     test_profile();

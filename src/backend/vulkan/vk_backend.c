@@ -1,6 +1,9 @@
 /* The Vulkan backend behind the seam: buffers are device addresses, a graph is recorded
- * into one command buffer (a memory barrier between dispatches) and submitted once, and
- * nodes without a kernel run on the CPU reference when fallback is allowed. */
+ * into one command buffer and submitted once, and nodes without a kernel run on the CPU
+ * reference when fallback is allowed. A barrier goes only before a dispatch that touches
+ * bytes an earlier one since the last barrier wrote (or writes bytes one read). A graph
+ * whose nodes all run on the device is listed first and its command buffer re-submitted
+ * as is while the list repeats (decode steps): no recording per step. */
 #include "backend/vulkan/vk_internal.h"
 #include "backend/cpu/cpu.h"
 #include <stdio.h>
@@ -15,6 +18,8 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     OB_VK_CHECK(vkBeginCommandBuffer(vk->cmd, &bi));
     vk->recording = true;
+    /* Earlier submissions' writes are made visible by the first dispatch's barrier. */
+    vk->hz_all = true;
     if (vk->prof.pool) {
         /* Queries must be reset before they are written, and a command buffer's first
          * command is the one place no earlier write can race the reset. */
@@ -24,12 +29,12 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
     return OB_OK;
 }
 
-static void barrier(ob_vk *vk, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
-    if (vk->prof.in_step) vk->prof.barriers++;
+static void barrier(ob_vk *vk, VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+    if (vk->prof.in_step && cb == vk->cmd) vk->prof.barriers++; /* gcmd's count per submit */
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                           .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
                           .dstAccessMask = dst_access};
-    vkCmdPipelineBarrier(vk->cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage, 0,
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage, 0,
                          1, &mb, 0, NULL, 0, NULL);
 }
 
@@ -45,14 +50,14 @@ static int prof_key(const ob_tensor *n) {
  * processor reaches it to its last invocation, and the time from one end to the next
  * start is the barrier and command processing between them. With start_waits the start
  * mark also waits for the earlier work's compute stage. */
-static void prof_mark(ob_vk *vk, bool start) {
+static void prof_mark(ob_vk *vk, VkCommandBuffer cb, bool start) {
     ob_vk_prof *pr = &vk->prof;
     if (!pr->pool || (start ? pr->n % 2 != 0 || pr->n + 2 > pr->cap : pr->n % 2 != 1)) return;
     if (start) pr->key[pr->n / 2] = pr->key_now;
     VkPipelineStageFlagBits stage = !start             ? VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
                                     : pr->start_waits ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT
                                                       : VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT;
-    vkCmdWriteTimestamp(vk->cmd, stage, pr->pool, pr->n++);
+    vkCmdWriteTimestamp(cb, stage, pr->pool, pr->n++);
 }
 
 /* After the fence: the pairs of the finished command buffer into the per-op sums. */
@@ -87,6 +92,8 @@ static void prof_print(const ob_vk *vk) {
             (long long)pr->steps, vk->info.name, pr->dispatches / s, pr->barriers / s, pr->submits / s,
             pr->record_ms / s, pr->submit_ms / s, (pr->submit_ms - pr->gpu_span_ms) / s, pr->fallback_ms / s, pr->pipeline_ms, total / s, pr->gpu_span_ms / s,
             (pr->gpu_span_ms - total) / s);
+    fprintf(stderr, "  reuse: %lld of %lld steps re-submitted the last recording (ONEBIT_VK_NO_REUSE=1: off)\n",
+            (long long)vk->reused, (long long)pr->steps);
     if (total <= 0) return;
     for (int k = 0; k < OB_VK_PROF_KEYS; k++)
         if (pr->node_count[k])
@@ -100,7 +107,7 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     if (!vk->recording) return OB_OK;
     vk->recording = false;
     /* Device writes must reach the host domain before mapped reads after the fence. */
-    barrier(vk, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    barrier(vk, vk->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
     double t_sub = vk->prof.in_step ? ob_time_s() : 0;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
@@ -146,6 +153,10 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
     return OB_OK;
 }
 
+static const VkPipelineStageFlags k_dst_stage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+static const VkAccessFlags k_dst_access =
+    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
+
 ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc, uint64_t groups, char *err,
                          size_t err_len) {
     if (groups == 0) return OB_OK;
@@ -158,21 +169,200 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
     VkPipeline p = VK_NULL_HANDLE;
     ob_status st = pipeline(vk, sh, type, &p, err, err_len);
     if (st) return st;
+    if (vk->listing) {
+        if (vk->n_list == vk->cap_list) {
+            int64_t cap = vk->cap_list ? 2 * vk->cap_list : 256;
+            ob_vk_cmd *l = realloc(vk->list, sizeof(*l) * (size_t)cap);
+            if (!l) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: out of memory listing a graph");
+            vk->list = l;
+            vk->cap_list = cap;
+        }
+        ob_vk_cmd *c = &vk->list[vk->n_list++];
+        memset(c, 0, sizeof(*c));
+        c->pipe = p;
+        c->pc = *pc;
+        c->gx = (uint32_t)gx;
+        c->gy = (uint32_t)gy;
+        c->prof_key = vk->prof.key_now;
+        c->barrier = vk->need_barrier;
+        vk->need_barrier = false;
+        return OB_OK;
+    }
     st = ob_vk_begin(vk, err, err_len);
     if (st) return st;
-    if (vk->prof.in_step) prof_mark(vk, true);
+    /* Outside a graph (no hazard check ran) every dispatch is fenced off. */
+    if (vk->need_barrier || vk->hz_all) barrier(vk, vk->cmd, k_dst_stage, k_dst_access);
+    vk->need_barrier = false;
+    vk->hz_all = false;
+    if (vk->prof.in_step) prof_mark(vk, vk->cmd, true);
     vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(*pc), pc);
     vkCmdDispatch(vk->cmd, (uint32_t)gx, (uint32_t)gy, 1);
     if (vk->prof.in_step) {
-        prof_mark(vk, false);
+        prof_mark(vk, vk->cmd, false);
         vk->prof.dispatches++;
     }
-    /* Nodes mostly read what the previous one wrote; one global barrier per dispatch is
-     * simple and cheap next to the kernels. */
-    barrier(vk, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT);
     return OB_OK;
+}
+
+/* ---- hazards --------------------------------------------------------------------------- */
+
+static bool hz_hit(const ob_vk_range *r, int n, uint64_t lo, uint64_t hi) {
+    for (int i = 0; i < n; i++)
+        if (lo < r[i].hi && r[i].lo < hi) return true;
+    return false;
+}
+
+/* Before node n's dispatch: does it need a barrier (sets need_barrier), then its ranges
+ * join the ones since the last barrier. Reads: every source; writes: the output, and the
+ * cache for KV_STORE (it writes its second source). With add (fused into n, whose first
+ * source it is): add's sources are read instead, and add's output written too. */
+static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
+    ob_vk_range rd[2 * OB_MAX_SRC], wr[3];
+    int nrd = 0, nwr = 0;
+    for (int i = 0; i < 2 * OB_MAX_SRC; i++) {
+        const ob_tensor *s = i < OB_MAX_SRC ? n->src[i] : add ? add->src[i - OB_MAX_SRC] : NULL;
+        if (add && s == add) {
+            uint64_t lo = (uint64_t)(uintptr_t)add->data;
+            wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(add)};
+            continue;
+        }
+        if (!s || !s->data) continue;
+        uint64_t lo = (uint64_t)(uintptr_t)s->data;
+        if (n->op == OB_OP_KV_STORE && i == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
+        else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
+    }
+    uint64_t o = (uint64_t)(uintptr_t)n->data;
+    wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n)};
+    bool need = vk->hz_all || vk->all_barriers || (!vk->listing && !vk->recording) ||
+                vk->hz_nrd + nrd > OB_VK_MAX_RANGES || vk->hz_nwr + nwr > OB_VK_MAX_RANGES;
+    for (int i = 0; i < nrd && !need; i++) need = hz_hit(vk->hz_wr, vk->hz_nwr, rd[i].lo, rd[i].hi);
+    for (int i = 0; i < nwr && !need; i++)
+        need = hz_hit(vk->hz_wr, vk->hz_nwr, wr[i].lo, wr[i].hi) || hz_hit(vk->hz_rd, vk->hz_nrd, wr[i].lo, wr[i].hi);
+    if (need) {
+        vk->need_barrier = true;
+        vk->hz_all = false;
+        vk->hz_nrd = vk->hz_nwr = 0;
+    }
+    for (int i = 0; i < nrd; i++) vk->hz_rd[vk->hz_nrd++] = rd[i];
+    for (int i = 0; i < nwr; i++) vk->hz_wr[vk->hz_nwr++] = wr[i];
+}
+
+/* Records node *i, or the fused pair starting there (then *i moves to its second node). */
+static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t err_len) {
+    ob_tensor *n = &g->nodes[*i];
+    if (!vk->no_fuse && n->op == OB_OP_ADD) {
+        int64_t j = *i + 1;
+        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
+        if (j < g->n && ob_vk_fusable_add_norm(n, &g->nodes[j])) {
+            ob_tensor *norm = &g->nodes[j];
+            vk->prof.key_now = prof_key(norm);
+            hz_node(vk, norm, n);
+            *i = j;
+            return ob_vk_record_add_norm(vk, n, norm, err, err_len);
+        }
+    }
+    if (!vk->no_fuse && n->op == OB_OP_RMS_NORM) {
+        int64_t j = *i + 1;
+        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
+        if (j < g->n && ob_vk_fusable_norm_rope(n, &g->nodes[j], j)) {
+            ob_tensor *rope = &g->nodes[j];
+            vk->prof.key_now = prof_key(n); /* timed as the norm */
+            hz_node(vk, rope, n);
+            *i = j;
+            return ob_vk_record_norm_rope(vk, n, rope, err, err_len);
+        }
+    }
+    vk->prof.key_now = prof_key(n); /* the dispatches of this node time under its key */
+    hz_node(vk, n, NULL);
+    return ob_vk_record_node(vk, n, err, err_len);
+}
+
+/* ---- listed graphs --------------------------------------------------------------------- */
+
+/* gcmd from the list (which becomes prev). */
+static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
+    ob_vk_prof *pr = &vk->prof;
+    vk->prev_valid = false;
+    if (!vk->gcmd) {
+        VkCommandBufferAllocateInfo cai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                           .commandPool = vk->cpool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                           .commandBufferCount = 1};
+        OB_VK_CHECK(vkAllocateCommandBuffers(vk->dev, &cai, &vk->gcmd));
+    }
+    OB_VK_CHECK(vkResetCommandBuffer(vk->gcmd, 0));
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    OB_VK_CHECK(vkBeginCommandBuffer(vk->gcmd, &bi));
+    const bool prof = pr->in_step && pr->pool;
+    if (prof) {
+        vkCmdResetQueryPool(vk->gcmd, pr->pool, 0, pr->cap);
+        pr->n = 0;
+    }
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (int64_t i = 0; i < vk->n_list; i++) {
+        const ob_vk_cmd *c = &vk->list[i];
+        if (c->barrier) barrier(vk, vk->gcmd, k_dst_stage, k_dst_access);
+        if (prof) {
+            pr->key_now = c->prof_key;
+            prof_mark(vk, vk->gcmd, true);
+        }
+        if (c->pipe != bound) vkCmdBindPipeline(vk->gcmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipe);
+        bound = c->pipe;
+        vkCmdPushConstants(vk->gcmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(c->pc), &c->pc);
+        vkCmdDispatch(vk->gcmd, c->gx, c->gy, 1);
+        if (prof) prof_mark(vk, vk->gcmd, false);
+    }
+    barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    OB_VK_CHECK(vkEndCommandBuffer(vk->gcmd));
+    vk->gcmd_pool = prof ? pr->pool : VK_NULL_HANDLE;
+    vk->gcmd_prof_n = prof ? pr->n : 0;
+    ob_vk_cmd *t = vk->prev;
+    int64_t tc = vk->cap_prev;
+    vk->prev = vk->list;
+    vk->cap_prev = vk->cap_list;
+    vk->n_prev = vk->n_list;
+    vk->list = t;
+    vk->cap_list = tc;
+    vk->n_list = 0;
+    vk->prev_valid = true;
+    return OB_OK;
+}
+
+/* Submits gcmd and waits; with profiling, its timestamps go under prev's keys. */
+static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
+    ob_vk_prof *pr = &vk->prof;
+    double t_sub = pr->in_step ? ob_time_s() : 0;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->gcmd};
+    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
+    if (r != VK_SUCCESS) {
+        if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
+        return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)",
+                       vk->info.name, (int)r);
+    }
+    if (pr->in_step) {
+        double t_done = ob_time_s();
+        pr->record_ms += 1e3 * (t_sub - pr->t_step) - (pr->pipeline_ms - pr->pipeline_seen_ms);
+        pr->pipeline_seen_ms = pr->pipeline_ms;
+        pr->submit_ms += 1e3 * (t_done - t_sub);
+        pr->submits++;
+        pr->dispatches += vk->n_prev;
+        pr->barriers++; /* the host barrier at the end */
+        for (int64_t i = 0; i < vk->n_prev; i++) pr->barriers += vk->prev[i].barrier != 0;
+        if (pr->pool && pr->pool == vk->gcmd_pool) {
+            for (uint32_t k = 0; k < vk->gcmd_prof_n / 2 && k < (uint32_t)vk->n_prev; k++) pr->key[k] = vk->prev[k].prof_key;
+            pr->n = vk->gcmd_prof_n;
+            prof_collect(vk);
+        }
+        pr->t_step = ob_time_s();
+    }
+    return OB_OK;
+}
+
+static bool same_list(const ob_vk *vk) {
+    return vk->prev_valid && vk->n_list == vk->n_prev && vk->gcmd_pool == (vk->prof.in_step ? vk->prof.pool : VK_NULL_HANDLE) &&
+           !memcmp(vk->list, vk->prev, sizeof(ob_vk_cmd) * (size_t)vk->n_list);
 }
 
 /* ---- the seam -------------------------------------------------------------------------- */
@@ -274,12 +464,41 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         pr->in_step = true;
         pr->t_step = ob_time_s();
     }
+    bool all_device = vk->reuse;
+    for (int64_t i = 0; i < g->n && all_device; i++) {
+        const ob_tensor *n = &g->nodes[i];
+        all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports_node(n);
+    }
+    if (all_device) {
+        /* Listed, then recorded only if the list changed. Anything still recorded on cmd
+         * (nothing today) runs first: gcmd's submit follows it. */
+        st = ob_vk_submit_wait(vk, err, err_len);
+        vk->listing = true;
+        vk->n_list = 0;
+        vk->need_barrier = false;
+        vk->hz_all = true;
+        for (int64_t i = 0; i < g->n && !st; i++) {
+            ob_tensor *n = &g->nodes[i];
+            if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+            st = record_at(vk, g, &i, err, err_len);
+        }
+        vk->listing = false;
+        if (!st) {
+            if (same_list(vk)) vk->reused++;
+            else st = record_list(vk, err, err_len);
+        }
+        if (!st) st = submit_list(vk, err, err_len);
+        if (prof) {
+            pr->in_step = false;
+            if (!st) pr->steps++;
+        }
+        return st;
+    }
     for (int64_t i = 0; i < g->n && !st; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
         if (ob_vk_supports_node(n)) {
-            pr->key_now = prof_key(n); /* the dispatches of this node time under its key */
-            st = ob_vk_record_node(vk, n, err, err_len);
+            st = record_at(vk, g, &i, err, err_len);
         } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
             st = ob_vk_submit_wait(vk, err, err_len);
             /* The fallback's own copies (staging path) are its cost, not the step's submits. */

@@ -268,8 +268,24 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     const char *mv_rows = getenv("ONEBIT_VK_MATVEC_ROWS"), *mv_stage = getenv("ONEBIT_VK_MATVEC_STAGE");
     int rps = mv_rows ? atoi(mv_rows) : 1;
     if (rps < 1 || rps > 16) rps = 1;
-    vk->matvec_rows = (vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup) * (uint32_t)rps;
+    uint32_t sg_per_wg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
+    vk->matvec_rows = sg_per_wg * (uint32_t)rps;
     vk->matvec_stage = !(mv_stage && !strcmp(mv_stage, "0"));
+    /* The streaming matvec (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0): rows per subgroup share each
+     * load of x; 2 unless ONEBIT_VK_MATVEC_ROWS says (at most 4, the shader's RMAX).
+     * ONEBIT_VK_MATVEC_OLD=1 sends those types through the chunk decoder too. */
+    const char *mv_old = getenv("ONEBIT_VK_MATVEC_OLD");
+    uint32_t frps = mv_rows ? (uint32_t)(rps > 4 ? 4 : rps) : 2;
+    vk->matvec_fast_rps = mv_old && !strcmp(mv_old, "1") ? 0 : frps;
+    vk->matvec_fast_rows = sg_per_wg * frps;
+    const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
+    vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
+    vk->all_barriers = all_bar && !strcmp(all_bar, "1");
+    const char *no_fuse = getenv("ONEBIT_VK_NO_FUSE");
+    vk->no_fuse = no_fuse && !strcmp(no_fuse, "1");
+    const char *split = getenv("ONEBIT_VK_ATTN_SPLIT");
+    int splits = split ? atoi(split) : 16;
+    vk->attn_splits = splits < 1 ? 1 : splits > 64 ? 64 : (uint32_t)splits;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
     const char *ext_cm = "VK_NV_cooperative_matrix";
@@ -314,8 +330,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
     }
-    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s), prefill %s",
+    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; streaming %s), prefill %s",
            vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
+           vk->matvec_fast_rps ? "on" : "off",
            !vk->use_coop    ? "tiled f32"
            : vk->coop_fast ? "cooperative matrix (NV, f16)"
                            : "cooperative matrix (NV, split f16)");
@@ -327,6 +344,8 @@ void ob_vk_device_free(ob_vk *vk) {
         vkDeviceWaitIdle(vk->dev);
         for (int i = 0; i < vk->n_allocs; i++) ob_vk_buffer_free(vk, &vk->allocs[i]);
         if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
+        if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
+        for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)
                 if (vk->pipes[s][t]) vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
@@ -340,6 +359,8 @@ void ob_vk_device_free(ob_vk *vk) {
     }
     if (vk->inst) vkDestroyInstance(vk->inst, NULL);
     free(vk->allocs);
+    free(vk->list);
+    free(vk->prev);
     free(vk->prof.key);
     free(vk->prof.ts);
 }

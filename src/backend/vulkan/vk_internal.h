@@ -34,6 +34,7 @@ typedef enum ob_vk_shader {
     OB_VK_SH_CPY,
     OB_VK_SH_ATTENTION,
     OB_VK_SH_POOL,
+    OB_VK_SH_NORM_ROPE,    /* RMS_NORM + ROPE per head, fused */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -103,6 +104,20 @@ typedef struct ob_vk_prof {
     int64_t steps, submits, barriers, dispatches;
 } ob_vk_prof;
 
+/* One dispatch of a graph as recorded: what a command buffer holds for it, compared with
+ * memcmp between steps (entries are zeroed before filling, so padding compares too). */
+typedef struct ob_vk_cmd {
+    VkPipeline pipe;
+    ob_vk_pc pc;
+    uint32_t gx, gy;
+    int32_t prof_key;
+    uint32_t barrier; /* a barrier before this dispatch */
+} ob_vk_cmd;
+
+/* Byte ranges [lo, hi) of device memory read / written since the last barrier. */
+typedef struct ob_vk_range { uint64_t lo, hi; } ob_vk_range;
+#define OB_VK_MAX_RANGES 64
+
 typedef struct ob_vk {
     VkInstance inst;
     ob_vk_dev_info info;
@@ -135,8 +150,40 @@ typedef struct ob_vk {
     uint32_t matvec_rows;  /* weight rows per matvec workgroup: subgroups per 128 invocations
                               times ONEBIT_VK_MATVEC_ROWS (rows per subgroup, default 1) */
     bool matvec_stage;     /* matvec stages x in shared memory (ONEBIT_VK_MATVEC_STAGE=0: off) */
+    uint32_t matvec_fast_rps;  /* rows per subgroup of matvec.comp's streaming path (0: off,
+                                  ONEBIT_VK_MATVEC_OLD=1) */
+    uint32_t matvec_fast_rows; /* its rows per workgroup */
+    bool reuse;            /* re-submit the last graph's command buffer while the graph's
+                              commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
+    bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
+    bool all_barriers;     /* a barrier after every dispatch (ONEBIT_VK_ALL_BARRIERS=1), not
+                              only before one that touches bytes an earlier one wrote */
     uint8_t fallback_logged[OB_OP_COUNT][OB_TYPE_COUNT];
     ob_vk_prof prof;
+    /* Hazards (vk_backend.c): the next dispatch gets a barrier when it reads or writes
+     * bytes an earlier dispatch since the last barrier wrote, or writes bytes one read. */
+    ob_vk_range hz_rd[OB_VK_MAX_RANGES], hz_wr[OB_VK_MAX_RANGES];
+    int hz_nrd, hz_nwr;
+    bool hz_all;           /* a barrier before the next dispatch whatever it touches */
+    bool need_barrier;     /* set by the hazard check, taken by ob_vk_dispatch */
+    /* Graph reuse: a graph with every node on the device is first listed (list), then
+     * recorded into gcmd only when the list differs from the last one recorded (prev);
+     * else gcmd, still holding that recording, is submitted again. */
+    bool listing;          /* ob_vk_dispatch appends to list instead of recording */
+    ob_vk_cmd *list, *prev;
+    int64_t n_list, n_prev, cap_list, cap_prev;
+    bool prev_valid;       /* gcmd holds prev */
+    VkCommandBuffer gcmd;
+    VkQueryPool gcmd_pool; /* the profiling pool gcmd writes (a new pool means re-record) */
+    uint32_t gcmd_prof_n;  /* timestamps gcmd writes */
+    int64_t reused;        /* steps that re-submitted gcmd (tests) */
+    /* Decode attention split over cells (vk_ops.c): up to attn_splits workgroups per
+     * (token, head) (ONEBIT_VK_ATTN_SPLIT, default 16, 1 = off), partials in attn_part. */
+    uint32_t attn_splits;
+    ob_vk_alloc attn_part;
+#define OB_VK_MAX_RETIRED 8
+    ob_vk_alloc retired[OB_VK_MAX_RETIRED];
+    int n_retired;
 } ob_vk;
 
 /* vk_device.c */
@@ -173,5 +220,12 @@ ob_status ob_vk_iq_tables_init(ob_backend *be, char *err, size_t err_len);
 /* vk_ops.c: can the device run this node, and record it. */
 bool ob_vk_supports_node(const ob_tensor *n);
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
+/* A residual ADD whose sum the next node normalises: one dispatch of norm.comp writes
+ * both nodes' outputs. */
+bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm);
+ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len);
+/* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
+bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
+ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, char *err, size_t err_len);
 
 #endif

@@ -1,5 +1,6 @@
-/* What the Vulkan kernels accept, and how each node becomes one dispatch: which shader,
- * which push constants, how many workgroups. Shapes follow src/graph/graph.h. */
+/* What the Vulkan kernels accept, and how each node becomes a dispatch (split decode
+ * attention: two) or a fused pair of nodes one: which shader, which push constants, how
+ * many workgroups. Shapes follow src/graph/graph.h. */
 #include "backend/vulkan/vk_internal.h"
 #include "format/quant.h"
 
@@ -104,6 +105,99 @@ bool ob_vk_supports_node(const ob_tensor *n) {
 static uint64_t addr(const ob_tensor *t) { return t ? (uint64_t)(uintptr_t)t->data : 0; }
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+/* matvec.comp's streaming path: its types, with W and x 16-aligned (Q4_K reads 16-byte
+ * words; the others' 2-aligned blocks are found from a 4-aligned row start) and K a whole
+ * count of its 32-element pieces (block-aligned rows already are). */
+static bool matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
+    ob_type t = w->type;
+    if (!vk->matvec_fast_rps) return false;
+    if (t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K && t != OB_TYPE_Q8_0 && t != OB_TYPE_Q1_0 && t != OB_TYPE_TQ2_0)
+        return false;
+    return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
+}
+
+/* norm.comp's register path: rows of whole vec4s up to its 256 x 4 x 8 elements, every
+ * address it touches 16-aligned (absent ones are 0). */
+static bool norm_vec_ok(int64_t n, const ob_vk_pc *pc) {
+    return n % 4 == 0 && n <= 8192 && ((pc->a | pc->b | pc->c | pc->d | pc->e | pc->o) & 15) == 0;
+}
+
+bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm) {
+    const ob_tensor *x = add->src[0], *y = add->src[1];
+    return add->op == OB_OP_ADD && (norm->op == OB_OP_RMS_NORM || norm->op == OB_OP_LAYER_NORM) &&
+           norm->src[0] == add && x && y && is_f32(x) && is_f32(y) && is_f32(add) &&
+           ob_nelements(x) == ob_nelements(add) && ob_nelements(y) == ob_nelements(add) && ob_vk_supports_node(add) &&
+           ob_vk_supports_node(norm);
+}
+
+ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len) {
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    const ob_tensor *a = norm->src[0];
+    pc.a = addr(add->src[0]);
+    pc.d = addr(add->src[1]);
+    pc.e = addr(add);
+    pc.b = addr(norm->src[1]);
+    pc.c = norm->op == OB_OP_LAYER_NORM ? addr(norm->src[2]) : 0;
+    pc.o = addr(norm);
+    pc.u[0] = (uint32_t)a->ne[0];
+    pc.u[1] = norm->op == OB_OP_LAYER_NORM;
+    pc.u[2] = norm->src[1] != NULL;
+    pc.u[3] = norm->op == OB_OP_LAYER_NORM && norm->src[2] != NULL;
+    pc.u[4] = 1;
+    pc.u[5] = norm_vec_ok(a->ne[0], &pc);
+    pc.f[0] = norm->fp[0];
+    return ob_vk_dispatch(vk, OB_VK_SH_NORM, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+}
+
+/* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
+ * to fill the device; else one per 128 cells a sequence can hold, up to attn_splits. */
+static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
+    if (vk->attn_splits <= 1 || pairs >= 512) return 1;
+    uint64_t s = cdiv(cps, 128);
+    return s < vk->attn_splits ? s : vk->attn_splits;
+}
+
+/* The attention partials' buffer, at least `bytes`. A smaller one may still be named by
+ * dispatches recorded but not yet run, so it is retired (freed with the device), not
+ * freed; when the retired list is full the caller does without splits. */
+static ob_status part_buffer(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
+    if (vk->attn_part.buf && vk->attn_part.size >= bytes) return OB_OK;
+    if (vk->attn_part.buf) {
+        if (vk->n_retired == OB_VK_MAX_RETIRED) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: attention partials");
+        vk->retired[vk->n_retired++] = vk->attn_part;
+        memset(&vk->attn_part, 0, sizeof(vk->attn_part));
+    }
+    /* room to grow: context sizes vary little once loaded */
+    return ob_vk_buffer_new(vk, (size_t)(bytes < (1u << 20) ? (1u << 20) : 2 * bytes), false, &vk->attn_part, err, err_len);
+}
+
+bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
+    const ob_tensor *x = norm->src[0];
+    return norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
+           norm->last_use == rope_index && x && x->ne[0] <= 512 && ob_nelements(rope) == ob_nelements(norm) &&
+           rope->ne[0] == x->ne[0] && ob_vk_supports_node(norm) && ob_vk_supports_node(rope);
+}
+
+ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, char *err, size_t err_len) {
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    const ob_tensor *x = norm->src[0];
+    pc.a = addr(x);
+    pc.b = addr(norm->src[1]);
+    pc.c = addr(rope->src[1]);
+    pc.o = addr(rope);
+    pc.u[0] = (uint32_t)x->ne[0];
+    pc.u[1] = (uint32_t)rope->src[0]->ne[1];
+    pc.u[2] = (uint32_t)rope->ip[0];
+    pc.u[3] = (uint32_t)rope->ip[1];
+    pc.u[4] = norm->src[1] != NULL;
+    pc.f[0] = norm->fp[0];
+    pc.f[1] = rope->fp[0];
+    pc.f[2] = rope->fp[1];
+    return ob_vk_dispatch(vk, OB_VK_SH_NORM_ROPE, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(x), err, err_len);
+}
+
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
     ob_vk_pc pc;
@@ -132,6 +226,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[2] = n->src[1] != NULL;
         pc.u[3] = n->op == OB_OP_LAYER_NORM && n->src[2] != NULL;
         if (n->op == OB_OP_RMS_NORM) pc.c = 0;
+        pc.u[5] = norm_vec_ok(a->ne[0], &pc);
         pc.f[0] = n->fp[0];
         return ob_vk_dispatch(vk, OB_VK_SH_NORM, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
     case OB_OP_MATMUL: {
@@ -143,6 +238,11 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         /* Up to 8 tokens (decode, small batches) W is read once by matvec.comp; beyond, the
          * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
         if (T <= 8 && !vk->no_matvec) {
+            if (matvec_fast_ok(vk, a, b)) {
+                pc.u[4] = vk->matvec_fast_rows;
+                pc.u[6] = vk->matvec_fast_rps;
+                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, vk->matvec_fast_rows), err, err_len);
+            }
             pc.u[4] = vk->matvec_rows;
             pc.u[5] = vk->matvec_stage;
             return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, vk->matvec_rows), err, err_len);
@@ -201,6 +301,19 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
         pc.f[2] = n->fp[2];
+        uint64_t S = attn_splits(vk, T * H, (uint64_t)n->ip[0]), hd = (uint64_t)a->ne[0];
+        if (S > 1 && part_buffer(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S <= 1) return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
+        /* the partials, then their merge; each waits for what came before */
+        pc.o = vk->attn_part.addr;
+        pc.u[6] |= (uint32_t)S << 8;
+        vk->need_barrier = true;
+        ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
+        if (st) return st;
+        pc.a = vk->attn_part.addr;
+        pc.o = addr(n);
+        pc.u[6] = ((uint32_t)S << 8) | 2u;
+        vk->need_barrier = true;
         return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
     }
     case OB_OP_POOL:

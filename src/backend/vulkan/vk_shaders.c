@@ -38,6 +38,9 @@ static const uint32_t spv_attention[] = {
 static const uint32_t spv_pool[] = {
 #include "pool.spv.inc"
 };
+static const uint32_t spv_norm_rope[] = {
+#include "norm_rope.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -52,4 +55,5 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_CPY] = {spv_cpy, sizeof(spv_cpy), "cpy"},
     [OB_VK_SH_ATTENTION] = {spv_attention, sizeof(spv_attention), "attention"},
     [OB_VK_SH_POOL] = {spv_pool, sizeof(spv_pool), "pool"},
+    [OB_VK_SH_NORM_ROPE] = {spv_norm_rope, sizeof(spv_norm_rope), "norm_rope"},
 };

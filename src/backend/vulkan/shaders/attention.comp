@@ -4,15 +4,22 @@
 // its own output dimensions over the tile with an online softmax (running max and sum).
 // a q F32 [hd, H, T], b K cache, c V cache ([hd*n_kv, cells] of F32/F16/Q8_0),
 // d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T].
-// u[0] hd, u[1] H, u[2] T, u[3] n_kv, u[4] cells per seq, u[5] window, u[6] causal,
-// u[7] K type, u[8] V type, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap,
-// f[2] ALiBi max bias (0 = none; slopes as ob_alibi_slope in src/graph/graph.h).
+// u[0] hd, u[1] H, u[2] T, u[3] n_kv, u[4] cells per seq, u[5] window, u[6] bit 0 causal,
+// bit 1 merge pass, bits 8.. splits S; u[7] K type, u[8] V type, u[9] cache cells,
+// u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi max bias (0 = none; slopes as
+// ob_alibi_slope in src/graph/graph.h).
+//
+// Decode has one (t, h) per head, too few workgroups to fill a GPU, so with S > 1 the
+// cells of each (t, h) are split over S workgroups (split sp takes tiles sp, sp + S, ...):
+// each writes its running max m, sum l and unnormalised output to o = partials F32
+// [hd + 2, S, H, T], and a merge pass (a = partials, o = y) rescales them to one max.
 #include "common.glsl"
 #define WG 128
 #define MAXD 4 // output dims per invocation: head_dim <= 4 * WG
 layout(local_size_x = WG) in;
 
 shared float qs[MAXD * WG];
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BK4 { uvec4 v[]; };
 shared float lg[WG];
 
 // Element i of cache row r (row length rl) of type ty.
@@ -24,18 +31,51 @@ float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
     return ld_f16(blk) * float(ld_i8(blk + 2 + i % 32));
 }
 
+const float NEG_INF = -1.0 / 0.0;
+
+// y[t, h] from the S partials of (t, h) = g.
+void merge(uint g, uint hd, uint S) {
+    uint tid = gl_LocalInvocationID.x, st = hd + 2;
+    BF32 part = BF32(pc.a + uint64_t(g) * S * st * 4);
+    float M = NEG_INF;
+    for (uint sp = 0; sp < S; sp++) M = max(M, part.v[sp * st]);
+    float L = 0.0, acc[MAXD];
+    for (uint k = 0; k < MAXD; k++) acc[k] = 0.0;
+    for (uint sp = 0; sp < S; sp++) {
+        float m = part.v[sp * st];
+        float wsp = m == NEG_INF ? 0.0 : exp(m - M);
+        L += wsp * part.v[sp * st + 1];
+        for (uint k = 0; k < MAXD; k++) {
+            uint e = tid + k * WG;
+            if (e < hd) acc[k] += wsp * part.v[sp * st + 2 + e];
+        }
+    }
+    float inv = L > 0.0 ? 1.0 / L : 0.0;
+    BF32 y = BF32(pc.o + uint64_t(g) * hd * 4);
+    for (uint k = 0; k < MAXD; k++) {
+        uint e = tid + k * WG;
+        if (e < hd) y.v[e] = acc[k] * inv;
+    }
+}
+
 void main() {
     uint g = group_id();
     if (g >= pc.u[10]) return;
     uint hd = pc.u[0], H = pc.u[1], T = pc.u[2], tid = gl_LocalInvocationID.x;
+    uint S = max(pc.u[6] >> 8, 1u), sp = g % S;
+    if ((pc.u[6] & 2u) != 0u) { merge(g, hd, S); return; }
+    g /= S;
     uint t = g / H, h = g % H, kh = h / (H / pc.u[3]), rl = hd * pc.u[3], cps = pc.u[4];
     uint kt = pc.u[7], vt = pc.u[8];
     int p = BI32(pc.d).v[t], s = BI32(pc.e).v[t];
-    bool causal = pc.u[6] != 0u;
+    bool causal = (pc.u[6] & 1u) != 0u;
     int w = int(pc.u[5]);
-    BF32 y = BF32(pc.o + (uint64_t(t) * H + h) * hd * 4);
+    // S > 1: this split's partial, [m, l, acc[hd]]
+    BF32 y = BF32(pc.o + (S > 1 ? (uint64_t(g) * S + sp) * (hd + 2) * 4 + 8 : (uint64_t(t) * H + h) * hd * 4));
+    BF32 ml = BF32(pc.o + (uint64_t(g) * S + sp) * (hd + 2) * 4);
     if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[9])) {
         for (uint e = tid; e < hd; e += WG) y.v[e] = 0.0;
+        if (S > 1 && tid == 0) { ml.v[0] = NEG_INF; ml.v[1] = 0.0; }
         return;
     }
     // Whole-sequence attention reaches the furthest position of this sequence in the batch.
@@ -53,6 +93,7 @@ void main() {
     for (uint e = tid; e < hd; e += WG) qs[e] = q.v[e] * pc.f[0];
     barrier();
     uint64_t cell0 = uint64_t(s) * cps;
+    bool kwide = (pc.b & 15ul) == 0ul && ((kt == 0u && hd % 4u == 0u) || (kt == 1u && hd % 8u == 0u));
     // ALiBi: head h's slope; n2 is the largest power of two <= H.
     float slope = 0.0;
     if (pc.f[2] > 0.0) {
@@ -61,13 +102,29 @@ void main() {
     }
     float m = -1.0 / 0.0, l = 0.0, acc[MAXD];
     for (uint k = 0; k < MAXD; k++) acc[k] = 0.0;
-    for (int j0 = lo; j0 <= hi; j0 += WG) {
+    for (int j0 = lo + int(sp * WG); j0 <= hi; j0 += int(S * WG)) {
         int j = j0 + int(tid);
         float x = -1.0 / 0.0;
         if (j <= hi) {
             x = 0.0;
             uint64_t r = cell0 + uint64_t(j);
-            for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
+            if (kwide) {
+                // one 16-byte load per 8 f16 or 4 f32 of the cell's key (rows 16-aligned)
+                uint64_t kr = pc.b + (r * rl + kh * hd) * (kt == 0u ? 4 : 2);
+                for (uint e = 0; e < hd; e += kt == 0u ? 4 : 8) {
+                    uvec4 w = BK4(kr + e * (kt == 0u ? 4 : 2)).v[0];
+                    if (kt == 0u) {
+                        x += dot(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), uintBitsToFloat(w));
+                    } else {
+                        for (uint k = 0; k < 4; k++) {
+                            vec2 h2 = unpackHalf2x16(w[k]);
+                            x += qs[e + 2 * k] * h2.x + qs[e + 2 * k + 1] * h2.y;
+                        }
+                    }
+                }
+            } else {
+                for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
+            }
             if (pc.f[1] > 0.0) x = pc.f[1] * tanh(x / pc.f[1]);
             x -= slope * float(abs(p - j));
         }
@@ -89,9 +146,10 @@ void main() {
         }
         barrier();
     }
-    float inv = l > 0.0 ? 1.0 / l : 0.0;
+    float inv = S > 1 ? 1.0 : l > 0.0 ? 1.0 / l : 0.0;
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
         if (e < hd) y.v[e] = acc[k] * inv;
     }
+    if (S > 1 && tid == 0) { ml.v[0] = m; ml.v[1] = l; }
 }

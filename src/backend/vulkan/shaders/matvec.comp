@@ -2,7 +2,8 @@
 // MATMUL for decode and small batches (T <= 8 tokens): y = W x with a W [K, N] of TYPE,
 // b x F32 [K, T], o y F32 [N, T].
 // u[0] K, u[1] N, u[2] T, u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
-// shared memory (when it fits), u[10] workgroups.
+// shared memory (when it fits), u[6] rows per subgroup on the streaming path (0: off),
+// u[10] workgroups.
 //
 // Decode is bound by reading W once, so: one subgroup per weight row, each invocation
 // decoding whole 32-element chunks with wide loads (dequant.glsl), neighbouring lanes on
@@ -28,11 +29,194 @@ layout(local_size_x = WG) in;
 shared float xs[XS];
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 v[]; };
 
+// ---- streaming path (u[6] = rows per subgroup, 0: the path above) -----------------------
+// Q4_K, Q6_K, Q8_0, Q1_0 and TQ2_0 (every K a multiple of 32, W 16-aligned, x 16-aligned):
+// a row is cut into K/32 "pieces" of 32 elements each (for the K-quants not contiguous:
+// the elements that one run of weight bytes encodes), lane l of a subgroup takes pieces
+// l, l + S, ... so neighbouring lanes read neighbouring bytes; per piece it loads its
+// weight bytes as whole 32-bit words (Q4_K as one 16-byte uvec4) and its 32 x as 8 vec4
+// straight from global memory (x is read by every row, so it lives in L1/L2; no staging,
+// no barrier), and dots them with the block's scales folded in after the sums. x is
+// loaded once per piece and token and used for R rows, so x traffic is 1/R of W's count
+// of loads. Blocks of 34, 18, 66 and 210 bytes are only 2-aligned: 32-bit words are read
+// at the aligned address below and shifted together (ld4/ld8), never past a word that
+// holds a byte of the block, so no read leaves the tensor's allocation.
+const bool FAST = TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_Q8_0 || TYPE == T_Q1_0 || TYPE == T_TQ2_0;
+#define RMAX 4
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
+
+// 4 bytes at a 2-aligned address.
+uint ld4(uint64_t p) {
+    uint64_t a = p & ~3ul;
+    bool m = (p & 2ul) != 0ul;
+    uint w0 = BU32(a).v[0], w1 = BU32(m ? a + 4ul : a).v[0];
+    return m ? (w0 >> 16) | (w1 << 16) : w0;
+}
+// 8 bytes at a 2-aligned address.
+uvec2 ld8(uint64_t p) {
+    uint64_t a = p & ~3ul;
+    bool m = (p & 2ul) != 0ul;
+    uint w0 = BU32(a).v[0], w1 = BU32(a + 4ul).v[0], w2 = BU32(m ? a + 8ul : a + 4ul).v[0];
+    return m ? uvec2((w0 >> 16) | (w1 << 16), (w1 >> 16) | (w2 << 16)) : uvec2(w0, w1);
+}
+// f16 at a 2-aligned address.
+float ldh2(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }
+
+const uvec4 SH8 = uvec4(0, 8, 16, 24);
+vec4 nib_lo(uint w) { return vec4((uvec4(w) >> SH8) & 15u); }
+vec4 nib_hi(uint w) { return vec4((uvec4(w) >> (SH8 + 4u)) & 15u); }
+float hsum(vec4 v) { return dot(v, vec4(1.0)); }
+
+// Element offsets (in x) of the 8 vec4 of piece p: vec4 i covers offs + 4 * i's slot.
+uint x_at(uint p, uint i) {
+    uint b = p / 8, q = p % 8;
+    if (TYPE == T_Q4_K) return 256 * b + 64 * (q / 2) + 16 * (q % 2) + 32 * (i / 4) + 4 * (i % 4);
+    if (TYPE == T_Q6_K || TYPE == T_TQ2_0) return 256 * b + 128 * (q / 4) + 8 * (q % 4) + 32 * (i / 2) + 4 * (i % 2);
+    return 32 * p + 4 * i; // Q8_0, Q1_0: contiguous
+}
+
+void x_load(uint64_t xrow, uint p, out vec4 xv[8]) {
+    BV4 x = BV4(xrow);
+    for (uint i = 0; i < 8; i++) xv[i] = x.v[x_at(p, i) / 4];
+}
+
+// Piece p of the row at `row`, dotted with its x.
+float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
+    uint b = p / 8, q = p % 8;
+    if (TYPE == T_Q4_K) {
+        uint64_t blk = row + uint64_t(b) * 144;
+        vec2 dm = unpackHalf2x16(BU32(blk).v[0]);
+        uint sw[3];
+        for (uint i = 0; i < 3; i++) sw[i] = BU32(blk + 4 + 4 * i).v[0];
+        uint g = q / 2;
+        // sub-blocks 2g (low nibbles) and 2g+1 (high nibbles); both forms of the 6-bit
+        // scale/min unpacking, selected, so lanes of different g do not diverge
+        float sc[2], mn[2];
+        for (uint k = 0; k < 2; k++) {
+            uint s = 2 * g + k;
+            uint sl = WB(sw, s & 3u), ml = WB(sw, (s & 3u) + 4u), hh = WB(sw, (s & 3u) + 8u);
+            uint sc6 = s < 4 ? sl & 63u : (hh & 15u) | ((sl >> 6) << 4);
+            uint m6 = s < 4 ? ml & 63u : (hh >> 4) | ((ml >> 6) << 4);
+            sc[k] = dm.x * float(sc6);
+            mn[k] = dm.y * float(m6);
+        }
+        uvec4 qv = BU4(blk + 16 + 32 * g + 16 * (q % 2)).v[0];
+        float dl = 0.0, dh = 0.0, xl = 0.0, xh = 0.0;
+        for (uint k = 0; k < 4; k++) {
+            dl += dot(nib_lo(qv[k]), xv[k]);
+            dh += dot(nib_hi(qv[k]), xv[4 + k]);
+            xl += hsum(xv[k]);
+            xh += hsum(xv[4 + k]);
+        }
+        return sc[0] * dl - mn[0] * xl + sc[1] * dh - mn[1] * xh;
+    } else if (TYPE == T_Q6_K) {
+        uint64_t blk = row + uint64_t(b) * 210;
+        uint n = q / 4, l0 = 8 * (q % 4);
+        uvec2 lo0 = ld8(blk + 64 * n + l0), lo1 = ld8(blk + 64 * n + 32 + l0), hi = ld8(blk + 128 + 32 * n + l0);
+        uvec2 scw = ld8(blk + 192 + 8 * n);
+        uint c = l0 / 16; // scale of x_at's group k is byte 8n + 2k + c of the 16
+        float s = 0.0;
+        for (uint k = 0; k < 4; k++) {
+            float d = 0.0, xs = 0.0;
+            for (uint h = 0; h < 2; h++) {
+                uint lw = (k % 2 == 0 ? lo0 : lo1)[h];
+                vec4 l4 = k < 2 ? nib_lo(lw) : nib_hi(lw);
+                vec4 h4 = vec4(((uvec4(hi[h]) >> (SH8 + 2u * k)) & 3u) << 4);
+                d += dot(l4 + h4, xv[2 * k + h]);
+                xs += hsum(xv[2 * k + h]);
+            }
+            uint sb = 2 * k + c; // byte of scw
+            float sc = float(bitfieldExtract(int(scw[sb / 4]), int(8 * (sb % 4)), 8));
+            s += sc * (d - 32.0 * xs);
+        }
+        return ldh2(blk + 208) * s;
+    } else if (TYPE == T_TQ2_0) {
+        uint64_t blk = row + uint64_t(b) * 66;
+        uvec2 qw = ld8(blk + 32 * (q / 4) + 8 * (q % 4));
+        float d = 0.0, xs = 0.0;
+        for (uint l = 0; l < 4; l++)
+            for (uint h = 0; h < 2; h++) {
+                d += dot(vec4((uvec4(qw[h]) >> (SH8 + 2u * l)) & 3u), xv[2 * l + h]);
+                xs += hsum(xv[2 * l + h]);
+            }
+        return ldh2(blk + 64) * (d - xs);
+    } else if (TYPE == T_Q8_0) {
+        uint64_t blk = row + uint64_t(p) * 34;
+        float d = 0.0;
+        for (uint k = 0; k < 4; k++) {
+            uvec2 w = ld8(blk + 2 + 8 * k);
+            for (uint h = 0; h < 2; h++)
+                d += dot(vec4(ivec4(uvec4(w[h]) << (uvec4(24) - SH8)) >> 24), xv[2 * k + h]);
+        }
+        return ldh2(blk) * d;
+    } else if (TYPE == T_Q1_0) {
+        uint64_t blk = row + uint64_t(p / 4) * 18;
+        uint bits = ld4(blk + 2 + 4 * (p % 4));
+        float d = 0.0, xs = 0.0;
+        for (uint i = 0; i < 8; i++) {
+            d += dot(vec4((uvec4(bits) >> (uvec4(0, 1, 2, 3) + 4u * i)) & 1u), xv[i]);
+            xs += hsum(xv[i]);
+        }
+        return ldh2(blk) * (2.0 * d - xs);
+    }
+    return 0.0;
+}
+
+void main_fast(uint g) {
+    uint K = pc.u[0], N = pc.u[1], T = pc.u[2], RW = pc.u[4], R = pc.u[6], P = K / 32;
+    uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+    for (uint r0 = gl_SubgroupID * R; r0 < RW; r0 += gl_NumSubgroups * R) {
+        uint n0 = g * RW + r0;
+        if (n0 >= N) break; // uniform over the subgroup
+        uint64_t rows[RMAX];
+        for (uint r = 0; r < RMAX; r++) rows[r] = pc.a + uint64_t(min(n0 + r, N - 1)) * pc.u[3];
+        float acc[RMAX * MAXT];
+        for (uint i = 0; i < RMAX * MAXT; i++) acc[i] = 0.0;
+        vec4 xv[8], xw[8];
+        // Two pieces per step where both exist (uniform over the subgroup when P is a
+        // multiple of S): one straight run of loads, so twice the bytes are in flight.
+        for (uint p = lane; p < P;) {
+            if (p + sgs < P) {
+                for (uint t = 0; t < MAXT; t++) {
+                    if (t >= T) break;
+                    x_load(pc.b + uint64_t(t) * K * 4, p, xv);
+                    x_load(pc.b + uint64_t(t) * K * 4, p + sgs, xw);
+                    for (uint r = 0; r < RMAX; r++) {
+                        if (r >= R) break;
+                        acc[r * MAXT + t] += piece_dot(rows[r], p, xv) + piece_dot(rows[r], p + sgs, xw);
+                    }
+                }
+                p += 2 * sgs;
+            } else {
+                for (uint t = 0; t < MAXT; t++) {
+                    if (t >= T) break;
+                    x_load(pc.b + uint64_t(t) * K * 4, p, xv);
+                    for (uint r = 0; r < RMAX; r++) {
+                        if (r >= R) break;
+                        acc[r * MAXT + t] += piece_dot(rows[r], p, xv);
+                    }
+                }
+                p += sgs;
+            }
+        }
+        for (uint r = 0; r < RMAX; r++) {
+            if (r >= R) break;
+            for (uint t = 0; t < MAXT; t++) {
+                if (t >= T) break;
+                float s = subgroupAdd(acc[r * MAXT + t]);
+                if (subgroupElect() && n0 + r < N) BF32(pc.o).v[t * N + n0 + r] = s;
+            }
+        }
+    }
+}
+
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
     iq_init(tid, WG);
     uint g = group_id();
     if (g >= pc.u[10]) return; // uniform over the workgroup: no barrier is skipped by part of it
+    if (FAST && pc.u[6] != 0) { main_fast(g); return; }
     uint K = pc.u[0], N = pc.u[1], T = pc.u[2], R = pc.u[4];
     uint nc = K / 32, P = nc + 1, CS = PLAIN ? K : 32 * P; // staged floats per token
     bool staged = pc.u[5] != 0 && T * CS <= XS;
