@@ -795,7 +795,7 @@ static void test_matvec_variants(void) {
     /* the default backend takes the streaming path too */
     ob_vk *vk0 = g_be[0]->ctx;
     matmul_case(OB_TYPE_Q4_K, 512, 16, 1);
-    CHECK(vk0->n_prev == 1 && vk0->prev[0].pc.u[6] == 2);
+    CHECK(vk0->n_prev == 1 && vk0->prev[0].pc.u[6] == 4); /* default: 4 rows per subgroup */
 }
 
 /* Barriers only where a dispatch touches what an earlier one wrote, and re-submission of

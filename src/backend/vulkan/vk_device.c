@@ -56,6 +56,45 @@ static bool coopmat_nv_16(VkInstance inst, VkPhysicalDevice p) {
     return found;
 }
 
+/* VK_KHR_cooperative_matrix: Debian 12's Vulkan headers (1.3.239) predate it, so its two
+ * structures and its query are declared here with the registry's layouts and values. */
+#define OB_VK_STYPE_COOPMAT_FEATURES_KHR ((VkStructureType)1000506000)
+#define OB_VK_STYPE_COOPMAT_PROPERTIES_KHR ((VkStructureType)1000506001)
+typedef struct ob_vk_coopmat_features_khr {
+    VkStructureType sType;
+    void *pNext;
+    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
+} ob_vk_coopmat_features_khr;
+typedef struct ob_vk_coopmat_props_khr {
+    VkStructureType sType;
+    void *pNext;
+    uint32_t MSize, NSize, KSize;
+    VkComponentTypeNV AType, BType, CType, ResultType; /* same values as VkComponentTypeKHR */
+    VkBool32 saturatingAccumulation;
+    VkScopeNV scope;                                   /* same values as VkScopeKHR */
+} ob_vk_coopmat_props_khr;
+typedef VkResult(VKAPI_PTR *ob_vk_coopmat_query_khr)(VkPhysicalDevice, uint32_t *, ob_vk_coopmat_props_khr *);
+
+/* The KHR twin of coopmat_nv_16: 16x16x16, f16 A and B, f32 C and result, subgroup scope. */
+static bool coopmat_khr_16(VkInstance inst, VkPhysicalDevice p) {
+    ob_vk_coopmat_query_khr get =
+        (ob_vk_coopmat_query_khr)vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+    uint32_t n = 0;
+    if (!get || get(p, &n, NULL) != VK_SUCCESS || n == 0 || n > 256) return false;
+    ob_vk_coopmat_props_khr *cp = calloc(n, sizeof(*cp));
+    if (!cp) return false;
+    for (uint32_t i = 0; i < n; i++) cp[i].sType = OB_VK_STYPE_COOPMAT_PROPERTIES_KHR;
+    bool found = false;
+    if (get(p, &n, cp) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
+                    cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+                    cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+                    cp[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(cp);
+    return found;
+}
+
 static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     memset(d, 0, sizeof(*d));
     d->phys = p;
@@ -78,12 +117,16 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     bool nv = has_extension(p, "VK_NV_cooperative_matrix");
+    ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR};
     f11.pNext = nv ? &fcm : NULL;
+    if (d->coopmat) { fck.pNext = f11.pNext; f11.pNext = &fck; }
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vkGetPhysicalDeviceFeatures2(p, &f);
     /* glslang declares the Vulkan memory model in every GL_NV_cooperative_matrix shader. */
     d->coopmat_nv = nv && fcm.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel && d->subgroup == 32 &&
                     coopmat_nv_16(inst, p);
+    d->coopmat_khr = d->coopmat && fck.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel &&
+                     d->subgroup == 32 && coopmat_khr_16(inst, p);
     if (!f12.bufferDeviceAddress) d->unusable = "no bufferDeviceAddress";
     else if (!f.features.shaderInt64) d->unusable = "no shaderInt64";
     else if (!f12.storageBuffer8BitAccess || !f11.storageBuffer16BitAccess) d->unusable = "no 8/16-bit storage";
@@ -149,8 +192,9 @@ void ob_vulkan_list_devices(FILE *f) {
         char idx[16];
         snprintf(idx, sizeof(idx), "%d", i);
         /* coopmat: KHR / NV say which extensions exist; "f16" that the prefill shader can use it. */
-        const char *cm = d[i].coopmat ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16)" : "khr") :
-                         d[i].coopmat_nv ? "nv(f16 16x16x16)" : "no";
+        const char *cm = d[i].coopmat_khr ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16)" : "khr(f16 16x16x16)")
+                         : d[i].coopmat ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16 nv only)" : "khr (no f16 16x16x16)")
+                         : d[i].coopmat_nv ? "nv(f16 16x16x16)" : "no";
         fprintf(f, "vulkan:%s  %s (%s)  %.1f GiB  subgroup %u  coopmat %s  Vulkan %u.%u%s%s\n",
                 d[i].unusable ? "-" : idx, d[i].name, type_name(d[i].type), d[i].mem / 1073741824.0,
                 d[i].subgroup, cm, VK_API_VERSION_MAJOR(d[i].api),
@@ -259,7 +303,12 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
      * ONEBIT_VK_NO_COOPMAT=1 still forces it off. */
     const char *no_cm = getenv("ONEBIT_VK_NO_COOPMAT"), *no_mv = getenv("ONEBIT_VK_NO_MATVEC");
     const char *want_cm = getenv("ONEBIT_VK_COOPMAT");
-    vk->use_coop = vk->info.coopmat_nv && want_cm && !strcmp(want_cm, "1") && !(no_cm && !strcmp(no_cm, "1"));
+    /* KHR first (ONEBIT_VK_COOPMAT_NV=1 prefers NV where both exist). */
+    const char *cm_nv = getenv("ONEBIT_VK_COOPMAT_NV");
+    const bool pref_nv = cm_nv && !strcmp(cm_nv, "1");
+    vk->use_coop = (vk->info.coopmat_nv || vk->info.coopmat_khr) && want_cm && !strcmp(want_cm, "1") &&
+                   !(no_cm && !strcmp(no_cm, "1"));
+    vk->coop_khr = vk->use_coop && vk->info.coopmat_khr && !(pref_nv && vk->info.coopmat_nv);
     vk->no_matvec = no_mv && !strcmp(no_mv, "1");
     const char *cm_fast = getenv("ONEBIT_VK_COOPMAT_FAST");
     vk->coop_fast = cm_fast && !strcmp(cm_fast, "1");
@@ -272,10 +321,12 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->matvec_rows = sg_per_wg * (uint32_t)rps;
     vk->matvec_stage = !(mv_stage && !strcmp(mv_stage, "0"));
     /* The streaming matvec (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0): rows per subgroup share each
-     * load of x; 2 unless ONEBIT_VK_MATVEC_ROWS says (at most 4, the shader's RMAX).
+     * load of x; 4 unless ONEBIT_VK_MATVEC_ROWS says (at most 4, the shader's RMAX). On
+     * the H200 (2026-11-29, tg64): 4 rows beat 2 by 17% on qwen3-8b Q4_K_M (122.8 vs
+     * 105.4 tok/s), 28% on Q1_0, 10% on TQ2_0, 8% on qwen3-0.6b.
      * ONEBIT_VK_MATVEC_OLD=1 sends those types through the chunk decoder too. */
     const char *mv_old = getenv("ONEBIT_VK_MATVEC_OLD");
-    uint32_t frps = mv_rows ? (uint32_t)(rps > 4 ? 4 : rps) : 2;
+    uint32_t frps = mv_rows ? (uint32_t)(rps > 4 ? 4 : rps) : 4;
     vk->matvec_fast_rps = mv_old && !strcmp(mv_old, "1") ? 0 : frps;
     vk->matvec_fast_rows = sg_per_wg * frps;
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
@@ -288,9 +339,10 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_splits = splits < 1 ? 1 : splits > 64 ? 64 : (uint32_t)splits;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
-    const char *ext_cm = "VK_NV_cooperative_matrix";
+    ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
+    const char *ext_cm = vk->coop_khr ? "VK_KHR_cooperative_matrix" : "VK_NV_cooperative_matrix";
     if (vk->use_coop) {
-        f11.pNext = &fcm;
+        f11.pNext = vk->coop_khr ? (void *)&fck : (void *)&fcm;
         f12.shaderFloat16 = VK_TRUE;
         f12.vulkanMemoryModel = VK_TRUE;
     }
@@ -322,8 +374,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
         if (s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) continue;
+        const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                        .codeSize = ob_vk_spv_table[s].size, .pCode = ob_vk_spv_table[s].code};
+                                        .codeSize = spv->size, .pCode = spv->code};
         OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
     }
     if (!vk->host_visible || vk->staged_reads) {
@@ -334,8 +387,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
            vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
            vk->matvec_fast_rps ? "on" : "off",
            !vk->use_coop    ? "tiled f32"
-           : vk->coop_fast ? "cooperative matrix (NV, f16)"
-                           : "cooperative matrix (NV, split f16)");
+           : vk->coop_fast ? (vk->coop_khr ? "cooperative matrix (KHR, f16)" : "cooperative matrix (NV, f16)")
+                           : (vk->coop_khr ? "cooperative matrix (KHR, split f16)" : "cooperative matrix (NV, split f16)"));
     return OB_OK;
 }
 

@@ -26,6 +26,10 @@ static const uint32_t spv_matvec[] = {
 static const uint32_t spv_matmul_coop[] = {
 #include "matmul_coop.spv.inc"
 };
+static const uint32_t spv_matmul_coop_khr[] = {
+#include "matmul_coop_khr.spv.inc"
+};
+const ob_vk_spv ob_vk_spv_matmul_coop_khr = {spv_matmul_coop_khr, sizeof(spv_matmul_coop_khr), "matmul_coop_khr"};
 static const uint32_t spv_kv_store[] = {
 #include "kv_store.spv.inc"
 };

@@ -54,3 +54,15 @@ float wg_max(float v) {
     barrier();
     return s;
 }
+
+// cos and sin of a rope angle (up to ~1e5 rad at long contexts). GPU sin/cos are accurate
+// near [-pi, pi] but reduce large arguments coarsely (NVIDIA's driver: ~1e-4 at 511 rad),
+// so the angle is reduced first by 2*pi in two parts (Cody-Waite: the high part has 8
+// significant bits, so k * hi is exact for k < 2^16), leaving ~1e-6 rad of error.
+void rope_cos_sin(float th, out float cs, out float sn) {
+    float k = round(th * 0.15915494309189535);
+    float r = fma(-k, 6.28125, th);
+    r = fma(-k, 1.9353071795864769e-3, r);
+    cs = cos(r);
+    sn = sin(r);
+}

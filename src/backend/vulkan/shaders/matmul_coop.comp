@@ -16,9 +16,12 @@
 // 22 bits): three tensor-core products, cheap next to decoding the weights. u[4] = 1 skips
 // the lo terms. Values beyond the f16 range (65504) become infinities either way.
 //
-// GL_NV_cooperative_matrix, not GL_KHR_cooperative_matrix: the Debian glslc (glslang
-// 11.13) only knows the NV extension. The host uses this shader only on devices that
-// offer VK_NV_cooperative_matrix with a 16x16x16 f16/f32 configuration and subgroup 32.
+// Written in GL_NV_cooperative_matrix because the Debian glslc (glslang 11.13) knows no
+// GL_KHR_cooperative_matrix. The build also rewrites the compiled module into
+// SPV_KHR_cooperative_matrix (tools/spv_nv2khr.c), which is what the host prefers; the
+// NV module is used on devices that only offer the NV extension. Both need a 16x16x16
+// f16/f32 configuration at subgroup scope and subgroup 32. For the rewrite, a matrix
+// variable must serve only as A or only as B (KHR types differ by use): hence m0/m1.
 #extension GL_NV_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
 #extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
@@ -94,12 +97,13 @@ void main() {
                 c01 = coopMatMulAddNV(l0, b1, c01);
                 c10 = coopMatMulAddNV(l1, b0, c10);
                 c11 = coopMatMulAddNV(l1, b1, c11);
-                coopMatLoadNV(l0, xlo, ct * SA + kk, SA, true);
-                coopMatLoadNV(l1, xlo, (ct + 16) * SA + kk, SA, true);
-                c00 = coopMatMulAddNV(a0, l0, c00);
-                c01 = coopMatMulAddNV(a0, l1, c01);
-                c10 = coopMatMulAddNV(a1, l0, c10);
-                c11 = coopMatMulAddNV(a1, l1, c11);
+                CM_A m0, m1; // B operands: separate from l0/l1 (KHR types differ for A and B)
+                coopMatLoadNV(m0, xlo, ct * SA + kk, SA, true);
+                coopMatLoadNV(m1, xlo, (ct + 16) * SA + kk, SA, true);
+                c00 = coopMatMulAddNV(a0, m0, c00);
+                c01 = coopMatMulAddNV(a0, m1, c01);
+                c10 = coopMatMulAddNV(a1, m0, c10);
+                c11 = coopMatMulAddNV(a1, m1, c11);
             }
         }
     }

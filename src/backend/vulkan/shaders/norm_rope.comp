@@ -41,7 +41,9 @@ void main() {
         uint ia = neox ? i : 2 * i, ib = neox ? i + half_rot : 2 * i + 1;
         // as rope.comp: theta = p * fs * base^(-2i/n_rot)
         float th = p * pc.f[2] * exp2(-2.0 * float(i) / float(pc.u[2]) * log2(pc.f[1]));
-        float cs = cos(th), sn = sin(th), x0 = rs[ia], x1 = rs[ib];
+        float cs, sn;
+        rope_cos_sin(th, cs, sn);
+        float x0 = rs[ia], x1 = rs[ib];
         y.v[j] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
     }
 }

@@ -21,6 +21,8 @@ void main() {
     float p = float(BI32(pc.b).v[r / pc.u[1]]);
     // theta = p * fs * base^(-2i/n_rot); exp2/log2 keeps it in one rounding step per factor.
     float th = p * pc.f[1] * exp2(-2.0 * float(i) / float(pc.u[2]) * log2(pc.f[0]));
-    float cs = cos(th), sn = sin(th), x0 = x.v[a], x1 = x.v[b];
+    float cs, sn;
+    rope_cos_sin(th, cs, sn);
+    float x0 = x.v[a], x1 = x.v[b];
     y.v[j] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
