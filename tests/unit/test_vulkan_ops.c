@@ -294,7 +294,7 @@ static void test_rope(void) {
     for (int mode = 0; mode <= 2; mode += 2)
         for (int partial = 0; partial < 2; partial++) {
             int64_t ne[3] = {64, 3, 5}, n = 64 * 3 * 5;
-            int32_t pos[5] = {0, 1, 17, 130, 511};
+            int32_t pos[5] = {0, 1, 17, 30011, 511}; /* 30011: float theta alone would be ~1e-3 off */
             ob_graph *g = ob_graph_new(4);
             float *x = rand_f32(n, 1.0f);
             int64_t nt[1] = {5};
@@ -314,7 +314,7 @@ static void test_rope(void) {
  * tokens), also on ONEBIT_VK_NO_FUSE=1; and a norm with a second reader, which is not fused. */
 static void test_norm_rope(void) {
     ob_backend *nf = backend_with("ONEBIT_VK_NO_FUSE", "1");
-    int32_t pos[5] = {0, 1, 17, 130, 511};
+    int32_t pos[5] = {0, 1, 17, 30011, 511}; /* 30011: float theta alone would be ~1e-3 off */
     for (int hd = 64; hd <= 128; hd += 64)
         for (int mode = 0; mode <= 2; mode += 2)
             for (int partial = 0; partial < 2; partial++)

@@ -1,6 +1,8 @@
 /* What the Vulkan kernels accept, and how each node becomes a dispatch (split decode
  * attention: two) or a fused pair of nodes one: which shader, which push constants, how
  * many workgroups. Shapes follow src/graph/graph.h. */
+#include <math.h>
+
 #include "backend/vulkan/vk_internal.h"
 #include "format/quant.h"
 
@@ -179,6 +181,13 @@ bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64
            rope->ne[0] == x->ne[0] && ob_vk_supports_node(norm) && ob_vk_supports_node(rope);
 }
 
+/* The rope shaders' ratio base^(-2/n_rot), in double, as a float pair hi + lo. */
+static void rope_ratio(float base, int32_t n_rot, float *hi, float *lo) {
+    const double r = n_rot > 0 ? pow((double)base, -2.0 / (double)n_rot) : 1.0;
+    *hi = (float)r;
+    *lo = (float)(r - (double)*hi);
+}
+
 ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, char *err, size_t err_len) {
     ob_vk_pc pc;
     memset(&pc, 0, sizeof(pc));
@@ -193,7 +202,7 @@ ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ch
     pc.u[3] = (uint32_t)rope->ip[1];
     pc.u[4] = norm->src[1] != NULL;
     pc.f[0] = norm->fp[0];
-    pc.f[1] = rope->fp[0];
+    rope_ratio(rope->fp[0], rope->ip[0], &pc.f[1], &pc.f[3]);
     pc.f[2] = rope->fp[1];
     return ob_vk_dispatch(vk, OB_VK_SH_NORM_ROPE, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(x), err, err_len);
 }
@@ -271,7 +280,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[2] = (uint32_t)n->ip[0];
         pc.u[3] = (uint32_t)n->ip[1];
         pc.u[4] = (uint32_t)ob_nrows(a);
-        pc.f[0] = n->fp[0];
+        rope_ratio(n->fp[0], n->ip[0], &pc.f[0], &pc.f[2]);
         pc.f[1] = n->fp[1];
         return ob_vk_dispatch(vk, OB_VK_SH_ROPE, OB_TYPE_F32, &pc, cdiv(ne, 256), err, err_len);
     case OB_OP_KV_STORE: {

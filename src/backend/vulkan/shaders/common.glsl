@@ -55,14 +55,42 @@ float wg_max(float v) {
     return s;
 }
 
-// cos and sin of a rope angle (up to ~1e5 rad at long contexts). GPU sin/cos are accurate
-// near [-pi, pi] but reduce large arguments coarsely (NVIDIA's driver: ~1e-4 at 511 rad),
-// so the angle is reduced first by 2*pi in two parts (Cody-Waite: the high part has 8
-// significant bits, so k * hi is exact for k < 2^16), leaving ~1e-6 rad of error.
-void rope_cos_sin(float th, out float cs, out float sn) {
-    float k = round(th * 0.15915494309189535);
-    float r = fma(-k, 6.28125, th);
-    r = fma(-k, 1.9353071795864769e-3, r);
-    cs = cos(r);
-    sn = sin(r);
+// Rope angles to double-like precision in float arithmetic. The reference computes
+// theta = pos * fs * base^(-2i/n_rot) in double; float theta alone is off by up to an ulp
+// of theta (3e-5 at 500 rad, 4e-3 at 40k) and the GPU's exp2/log2 add ~1e-7 relative,
+// which on the H200 put outputs 1e-3 off at 511 positions. So: r = base^(-2/n_rot) comes
+// from the host as a float pair (hi + lo, computed in double), r^i by squaring in
+// float-float (exact products by Dekker splitting), times fs and pos, then reduced by 2*pi in
+// three parts (Cody-Waite) before sin/cos, which are accurate near [-pi, pi].
+// Exact product a * b = p + e (Dekker, with Veltkamp splits): plain multiplies and adds,
+// all `precise`, since drivers may split or fold fma(a, b, -a*b) (Mesa's lavapipe does).
+vec2 two_prod(float a, float b) {
+    precise float p = a * b;
+    precise float ca = 4097.0 * a, cb = 4097.0 * b;
+    precise float ah = ca - (ca - a), bh = cb - (cb - b);
+    precise float al = a - ah, bl = b - bh;
+    precise float e = ((ah * bh - p) + ah * bl + al * bh) + al * bl;
+    return vec2(p, e);
+}
+vec2 ff_mul(vec2 a, vec2 b) {
+    vec2 t = two_prod(a.x, b.x);
+    precise float e = t.y + (a.x * b.y + a.y * b.x);
+    precise float s = t.x + e;
+    precise float l = e - (s - t.x);
+    return vec2(s, l);
+}
+void rope_cos_sin(float pos, uint i, float fs, float r_hi, float r_lo, out float cs, out float sn) {
+    vec2 f = vec2(1.0, 0.0), b = vec2(r_hi, r_lo);
+    for (uint e = i; e != 0u; e >>= 1) {
+        if ((e & 1u) != 0u) f = ff_mul(f, b);
+        b = ff_mul(b, b);
+    }
+    vec2 th = ff_mul(ff_mul(f, vec2(fs, 0.0)), vec2(pos, 0.0));
+    float k = round(th.x * 0.15915494309189535);
+    precise float t = th.x - k * 6.28125; // exact: 6.28125 has 8 significant bits, k < 2^16
+    t = t + th.y;
+    t = t - k * 0.0019353071693331003;
+    t = t - k * 1.0253131677018246e-11;
+    cs = cos(t);
+    sn = sin(t);
 }

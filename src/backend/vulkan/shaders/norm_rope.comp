@@ -5,7 +5,8 @@
 // the backend fuses only when the rope is its one reader.
 // a x F32 [hd, n_head, T], b norm weight [hd] (u[4]), c pos I32 [T], o y F32 like x;
 // u[0] hd (<= MAXD * WG), u[1] n_head, u[2] n_rot, u[3] rope mode (0 adjacent pairs,
-// 2 NeoX halves), u[10] rows; f[0] eps, f[1] base, f[2] freq_scale.
+// 2 NeoX halves), u[10] rows; f[0] eps, f[2] freq_scale, f[1] + f[3] the ratio
+// base^(-2/n_rot) as a float pair (common.glsl: rope_cos_sin).
 #include "common.glsl"
 #define WG 128
 #define MAXD 4
@@ -39,10 +40,8 @@ void main() {
         uint i = neox ? j % half_rot : j / 2;
         bool first = neox ? j < half_rot : (j % 2u) == 0u;
         uint ia = neox ? i : 2 * i, ib = neox ? i + half_rot : 2 * i + 1;
-        // as rope.comp: theta = p * fs * base^(-2i/n_rot)
-        float th = p * pc.f[2] * exp2(-2.0 * float(i) / float(pc.u[2]) * log2(pc.f[1]));
         float cs, sn;
-        rope_cos_sin(th, cs, sn);
+        rope_cos_sin(p, i, pc.f[2], pc.f[1], pc.f[3], cs, sn); // theta = p * fs * base^(-2i/n_rot)
         float x0 = rs[ia], x1 = rs[ib];
         y.v[j] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
     }

@@ -1,7 +1,8 @@
 #version 450
 // ROPE: one invocation per (row, element of the row's first half-dim range).
 // a x F32 [hd, n_head, T], b pos I32 [T], o y; u[0] hd, u[1] n_head, u[2] n_rot,
-// u[3] mode (0 adjacent pairs, 2 NeoX halves), u[4] rows; f[0] base, f[1] freq_scale.
+// u[3] mode (0 adjacent pairs, 2 NeoX halves), u[4] rows; f[1] freq_scale, f[0] + f[2] the
+// ratio base^(-2/n_rot) as a float pair (common.glsl: rope_cos_sin).
 // Each invocation owns element j of its row: it writes j (and its partner if j is a
 // pair's first element); elements past n_rot are copied.
 #include "common.glsl"
@@ -19,10 +20,8 @@ void main() {
     bool first = neox ? j < half_rot : (j % 2u) == 0u;
     uint a = neox ? i : 2 * i, b = neox ? i + half_rot : 2 * i + 1;
     float p = float(BI32(pc.b).v[r / pc.u[1]]);
-    // theta = p * fs * base^(-2i/n_rot); exp2/log2 keeps it in one rounding step per factor.
-    float th = p * pc.f[1] * exp2(-2.0 * float(i) / float(pc.u[2]) * log2(pc.f[0]));
     float cs, sn;
-    rope_cos_sin(th, cs, sn);
+    rope_cos_sin(p, i, pc.f[1], pc.f[0], pc.f[2], cs, sn); // theta = p * fs * base^(-2i/n_rot)
     float x0 = x.v[a], x1 = x.v[b];
     y.v[j] = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
