@@ -2,13 +2,16 @@
  * has, with 1 and 2 threads, against ob_cpu_ref_matmul (dequantize, dot in double).
  * Weights are random normal values quantized with the type's reference quantizer.
  *
- * ONEBIT_BENCH=1 also times one decode-shaped matvec (K=1024, N=3072) per type and a
- * 64-token prefill tile, and prints the weight bandwidth reached. */
+ * ONEBIT_BENCH=1 also times one decode-shaped matvec (K=1024, N=3072) per type, its 4-column
+ * cost relative to one column (4 parallel sequences) and a 64-token prefill tile, and prints
+ * the weight bandwidth reached. ONEBIT_BENCH_LEVEL=N times SIMD level N instead of the best;
+ * ONEBIT_BENCH_N=rows sets N (an output head streams far more rows than 3072). */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/vec_dot.h"
 #include "testutil.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +298,87 @@ static void test_act_quant(ob_rng *rng) {
     }
 }
 
+/* Q4_K and Q6_K, the K-quants of a Q4_K_M decode, with T = 1..9 columns (past one 4- or
+ * 8-column pass), K of 1, 3 and 9 blocks, several N, through the op at every int8 level
+ * against the reference on the quantized activations; each token alone must give its bits
+ * in the batch. Weights come both from the quantizer and as random bytes (every scale, min
+ * and quant pattern, including Q6_K scale -128 and q = 63). */
+static void random_kquant_blocks(ob_type t, void *dst, size_t nblocks, ob_rng *rng) {
+    const ob_type_traits *tr = ob_type_traits_get(t);
+    uint8_t *p = dst;
+    for (size_t i = 0; i < nblocks * tr->type_size; i++) p[i] = (uint8_t)ob_rng_u64(rng);
+    for (size_t b = 0; b < nblocks; b++, p += tr->type_size) {
+        const uint16_t d = ob_f32_to_f16(0.01f + 0.02f * ob_rng_uniform(rng));
+        const uint16_t dm = ob_f32_to_f16(0.01f + 0.02f * ob_rng_uniform(rng));
+        if (t == OB_TYPE_Q6_K) {
+            memcpy(p + offsetof(ob_block_q6_k, d), &d, 2);
+        } else {
+            memcpy(p + offsetof(ob_block_q4_k, d), &d, 2);
+            memcpy(p + offsetof(ob_block_q4_k, dmin), &dm, 2);
+        }
+    }
+}
+
+static void test_kquant_batches(const int *levels, int n_levels, ob_cpu_pool *pool2, ob_rng *rng) {
+    static const ob_type types[] = { OB_TYPE_Q4_K, OB_TYPE_Q6_K };
+    static const int64_t ks[] = { 256, 768, 2304 }, ns[] = { 1, 8, 13, 27 };
+    int cases = 0;
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
+        const ob_type t = types[ti];
+        double worst = 0;
+        for (int rb = 0; rb < 2; rb++)
+            for (size_t ki = 0; ki < OB_ARRAY_LEN(ks); ki++)
+                for (size_t ni = 0; ni < OB_ARRAY_LEN(ns); ni++)
+                    for (int64_t tk = 1; tk <= 9; tk++) {
+                        const int64_t k = ks[ki], n = ns[ni];
+                        /* every T for one shape, a spread of T for the rest (test time) */
+                        if (!(ki == 1 && ni == 2) && tk != 1 && tk != 4 && tk != 9 && (tk + (int64_t)ni) % 3) continue;
+                        mm_case m;
+                        if (!make_case(&m, t, k, n, tk, rng)) {
+                            CHECKF(false, "%s: quantizer wrote an unexpected size", ob_type_name(t));
+                            free_case(&m);
+                            continue;
+                        }
+                        if (rb) random_kquant_blocks(t, m.wq, (size_t)(n * k / OB_QK_K), rng);
+                        float *qref = malloc(sizeof(float) * (size_t)(n * tk));
+                        float *col = malloc(sizeof(float) * (size_t)n);
+                        for (int li = 1; li < n_levels; li++) {
+                            ob_cpu_set_simd_level(levels[li]);
+                            const ob_act_fmt fmt = act_format(t, levels[li]);
+                            ref_on_quantized_act(&m, fmt, qref);
+                            m.y.data = m.out;
+                            for (int64_t i = 0; i < n * tk; i++) m.out[i] = NAN;
+                            run_matmul(&m.y, (tk + (int64_t)ni) % 2 ? pool2 : NULL);
+                            const double e = rel_err(m.out, qref, n * tk);
+                            if (e > worst || isnan(e)) worst = e;
+                            CHECKF(e <= 2e-5, "%s%s level %d K=%lld N=%lld T=%lld: vs quantized-act ref %.3g",
+                                   ob_type_name(t), rb ? " (random bytes)" : "", levels[li], (long long)k,
+                                   (long long)n, (long long)tk, e);
+                            for (int64_t j = 0; j < tk && tk > 1; j += tk - 1) { /* first and last token */
+                                ob_tensor xj = m.x, yj = m.y;
+                                xj.ne[1] = 1;
+                                xj.data = m.xf + j * k;
+                                yj.ne[1] = 1;
+                                yj.src[1] = &xj;
+                                yj.data = col;
+                                run_matmul(&yj, NULL);
+                                CHECKF(memcmp(col, m.out + j * n, sizeof(float) * (size_t)n) == 0,
+                                       "%s level %d K=%lld N=%lld T=%lld: token %lld alone differs from the batch",
+                                       ob_type_name(t), levels[li], (long long)k, (long long)n, (long long)tk,
+                                       (long long)j);
+                            }
+                            cases++;
+                        }
+                        m.y.data = m.ref;
+                        free(col);
+                        free(qref);
+                        free_case(&m);
+                    }
+        printf("  %-8s T=1..9: worst rel err vs quantized-act ref %.2e\n", ob_type_name(t), worst);
+    }
+    CHECK(n_levels == 1 || cases > 0);
+}
+
 /* ---- ONEBIT_BENCH=1 ---------------------------------------------------------------- */
 
 /* Single thread: this thread's CPU time, so other jobs on a shared machine do not count.
@@ -328,12 +412,14 @@ static void bench(ob_cpu_pool *pool2, ob_rng *rng) {
         OB_TYPE_Q6_K, OB_TYPE_IQ4_NL, OB_TYPE_IQ4_XS, OB_TYPE_TQ1_0, OB_TYPE_TQ2_0,
         OB_TYPE_Q1_0, OB_TYPE_IQ1_S, OB_TYPE_IQ1_M, OB_TYPE_Q4_1, OB_TYPE_Q2_K, OB_TYPE_Q3_K,
     };
-    const int64_t k = 1024, n = 3072;
+    /* ONEBIT_BENCH_N=rows: a taller matrix (an output head streams far more than 3072 rows) */
+    const char *bn = getenv("ONEBIT_BENCH_N");
+    const int64_t k = 1024, n = bn && atoll(bn) > 0 ? atoll(bn) : 3072;
     printf("bench: matvec K=%lld N=%lld, simd level %d. GB/s = weight bytes / best time;\n"
            "1t columns use thread CPU time, 2t columns wall time (noisy on a busy machine)\n",
            (long long)k, (long long)n, ob_cpu_simd_level());
-    printf("%-8s %7s %11s %9s %9s %9s %12s %12s\n", "type", "MB", "cache 1t us", "cache 1t", "DRAM 1t",
-           "DRAM 2t", "T=64 1t GF/s", "T=64 2t GF/s");
+    printf("%-8s %7s %11s %9s %9s %9s %8s %12s %12s\n", "type", "MB", "cache 1t us", "cache 1t", "DRAM 1t",
+           "DRAM 2t", "T=4/T=1", "T=64 1t GF/s", "T=64 2t GF/s");
     for (size_t i = 0; i < OB_ARRAY_LEN(bt); i++) {
         const ob_type_traits *tr = ob_type_traits_get(bt[i]);
         if (!tr || !tr->from_float || !tr->to_float) continue;
@@ -353,12 +439,15 @@ static void bench(ob_cpu_pool *pool2, ob_rng *rng) {
         const double tc = time_sweep(&m.y, &m.wq, 1, NULL, 20);
         const double t1 = time_sweep(&m.y, copies, made, NULL, 3);
         const double t2 = time_sweep(&m.y, copies, made, pool2, 3);
+        /* 4 parallel sequences: cost of the 4-column matvec relative to one column */
+        m.x.ne[1] = 4; m.y.ne[1] = 4;
+        const double t4 = time_sweep(&m.y, &m.wq, 1, NULL, 20);
         m.x.ne[1] = 64; m.y.ne[1] = 64;
         const double tp1 = time_sweep(&m.y, &m.wq, 1, NULL, 3);
         const double tp = time_sweep(&m.y, &m.wq, 1, pool2, 3);
         m.w.data = m.wq;
-        printf("%-8s %7.2f %11.1f %9.2f %9.2f %9.2f %12.1f %12.1f\n", tr->name, gb * 1e3, tc * 1e6, gb / tc,
-               gb / t1, gb / t2, 2.0 * k * n * 64 / tp1 / 1e9, 2.0 * k * n * 64 / tp / 1e9);
+        printf("%-8s %7.2f %11.1f %9.2f %9.2f %9.2f %8.2f %12.1f %12.1f\n", tr->name, gb * 1e3, tc * 1e6, gb / tc,
+               gb / t1, gb / t2, t4 / tc, 2.0 * k * n * 64 / tp1 / 1e9, 2.0 * k * n * 64 / tp / 1e9);
         for (int c = 0; c < made; c++) free(copies[c]);
         free(copies);
         free_case(&m);
@@ -383,6 +472,7 @@ int main(void) {
 
     test_act_quant(&rng);
     for (size_t i = 0; i < OB_ARRAY_LEN(all_types); i++) test_type(all_types[i], levels, n_levels, pool2, &rng);
+    test_kquant_batches(levels, n_levels, pool2, &rng);
 
     /* A kernel must refuse, not crash on, a K that is not a block multiple. */
     {
@@ -400,7 +490,9 @@ int main(void) {
 
     const char *b = getenv("ONEBIT_BENCH");
     if (b && atoi(b) > 0) {
-        ob_cpu_set_simd_level(-1);
+        /* ONEBIT_BENCH_LEVEL=N times SIMD level N instead of the best one */
+        const char *bl = getenv("ONEBIT_BENCH_LEVEL");
+        ob_cpu_set_simd_level(bl ? atoi(bl) : -1);
         bench(pool2, &rng);
     }
     ob_cpu_set_simd_level(-1);

@@ -33,6 +33,11 @@
 #define WG 128
 #define SA (BK + 8)  // f16 row stride of the A and B tiles (80 bytes: 16-byte multiple)
 #define SC (BM + 4)  // f32 column stride of the result tile
+// The low halves v - f16(v) are ~2^-11 |v|: below f16's normal range (6.1e-5) for
+// |v| < 0.5, where a device that flushes f16 subnormals loses them (the H200: results
+// 2-4x the op test's tolerance). Stored x 2^12 they stay normal; their products go to
+// separate accumulators, scaled back at the end.
+#define LO_SCALE 4096.0
 layout(local_size_x = WG) in;
 
 shared float16_t wsh[BM * SA], wlo[BM * SA]; // A: weight row m, k at m * SA + k
@@ -52,6 +57,7 @@ void main() {
     uint n0 = (g % tiles_n) * BM, t0 = (g / tiles_n) * BN;
     uint sg = gl_SubgroupID, rm = 32 * (sg % 2), ct = 32 * (sg / 2);
     CM_C c00 = CM_C(0.0), c01 = CM_C(0.0), c10 = CM_C(0.0), c11 = CM_C(0.0);
+    CM_C d00 = CM_C(0.0), d01 = CM_C(0.0), d10 = CM_C(0.0), d11 = CM_C(0.0); // lo terms, x LO_SCALE
     for (uint k0 = 0; k0 < K; k0 += BK) {
         barrier();
         if (PLAIN) {
@@ -60,7 +66,7 @@ void main() {
                 bool ok = n0 + m < N && k0 + kk < K;
                 float w = ok ? dq_elem(pc.a + uint64_t(n0 + m) * pc.u[3], k0 + kk) : 0.0;
                 wsh[m * SA + kk] = float16_t(w);
-                wlo[m * SA + kk] = float16_t(w - float(float16_t(w)));
+                wlo[m * SA + kk] = float16_t((w - float(float16_t(w))) * LO_SCALE);
             }
         } else if (tid < BM) {
             float v[32];
@@ -68,7 +74,7 @@ void main() {
             else for (uint j = 0; j < 32; j++) v[j] = 0.0;
             for (uint j = 0; j < 32; j++) {
                 wsh[tid * SA + j] = float16_t(v[j]);
-                wlo[tid * SA + j] = float16_t(v[j] - float(float16_t(v[j])));
+                wlo[tid * SA + j] = float16_t((v[j] - float(float16_t(v[j]))) * LO_SCALE);
             }
         }
         for (uint e = tid; e < BN * BK; e += WG) {
@@ -76,7 +82,7 @@ void main() {
             bool ok = t0 + t < T && k0 + kk < K;
             float x = ok ? BF32(pc.b).v[(t0 + t) * K + k0 + kk] : 0.0;
             xsh[t * SA + kk] = float16_t(x);
-            xlo[t * SA + kk] = float16_t(x - float(float16_t(x)));
+            xlo[t * SA + kk] = float16_t((x - float(float16_t(x))) * LO_SCALE);
         }
         barrier();
         for (uint kk = 0; kk < BK; kk += 16) {
@@ -93,17 +99,17 @@ void main() {
                 CM_A l0, l1;
                 coopMatLoadNV(l0, wlo, rm * SA + kk, SA, false);
                 coopMatLoadNV(l1, wlo, (rm + 16) * SA + kk, SA, false);
-                c00 = coopMatMulAddNV(l0, b0, c00);
-                c01 = coopMatMulAddNV(l0, b1, c01);
-                c10 = coopMatMulAddNV(l1, b0, c10);
-                c11 = coopMatMulAddNV(l1, b1, c11);
+                d00 = coopMatMulAddNV(l0, b0, d00);
+                d01 = coopMatMulAddNV(l0, b1, d01);
+                d10 = coopMatMulAddNV(l1, b0, d10);
+                d11 = coopMatMulAddNV(l1, b1, d11);
                 CM_A m0, m1; // B operands: separate from l0/l1 (KHR types differ for A and B)
                 coopMatLoadNV(m0, xlo, ct * SA + kk, SA, true);
                 coopMatLoadNV(m1, xlo, (ct + 16) * SA + kk, SA, true);
-                c00 = coopMatMulAddNV(a0, m0, c00);
-                c01 = coopMatMulAddNV(a0, m1, c01);
-                c10 = coopMatMulAddNV(a1, m0, c10);
-                c11 = coopMatMulAddNV(a1, m1, c11);
+                d00 = coopMatMulAddNV(a0, m0, d00);
+                d01 = coopMatMulAddNV(a0, m1, d01);
+                d10 = coopMatMulAddNV(a1, m0, d10);
+                d11 = coopMatMulAddNV(a1, m1, d11);
             }
         }
     }
@@ -113,8 +119,28 @@ void main() {
     coopMatStoreNV(c10, csh, ct * SC + rm + 16, SC, true);
     coopMatStoreNV(c11, csh, (ct + 16) * SC + rm + 16, SC, true);
     barrier();
-    for (uint e = tid; e < BM * BN; e += WG) {
-        uint m = e % BM, t = e / BM;
-        if (n0 + m < N && t0 + t < T) BF32(pc.o).v[(t0 + t) * N + n0 + m] = csh[t * SC + m];
+    float acc[BM * BN / WG];
+    for (uint q = 0; q < BM * BN / WG; q++) {
+        uint e = tid + q * WG;
+        acc[q] = csh[(e / BM) * SC + e % BM];
+    }
+    if (pc.u[4] == 0) {
+        // the lo products were taken at LO_SCALE so that they stay normal f16 numbers
+        // (matrix arithmetic on the accumulators would do this in registers, but Debian's
+        // glslang crashes on it): through shared memory once more
+        barrier();
+        coopMatStoreNV(d00, csh, ct * SC + rm, SC, true);
+        coopMatStoreNV(d01, csh, (ct + 16) * SC + rm, SC, true);
+        coopMatStoreNV(d10, csh, ct * SC + rm + 16, SC, true);
+        coopMatStoreNV(d11, csh, (ct + 16) * SC + rm + 16, SC, true);
+        barrier();
+        for (uint q = 0; q < BM * BN / WG; q++) {
+            uint e = tid + q * WG;
+            acc[q] += csh[(e / BM) * SC + e % BM] * (1.0 / LO_SCALE);
+        }
+    }
+    for (uint q = 0; q < BM * BN / WG; q++) {
+        uint e = tid + q * WG, m = e % BM, t = e / BM;
+        if (n0 + m < N && t0 + t < T) BF32(pc.o).v[(t0 + t) * N + n0 + m] = acc[q];
     }
 }
