@@ -12,6 +12,7 @@ int main(void) {
 #else
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
+#include "backend/cuda/cuda_mmvq.h"
 #include "backend/cuda/cuda_stats.h"
 #include "format/quant.h"
 #include "onebit.h"
@@ -223,6 +224,100 @@ static void test_matmul_int8(ob_backend *be) {
     }
 }
 
+/* Random Q4_K or Q6_K rows of n elements straight from random bytes (every bit pattern of
+ * their quants and sub-block scales is a valid block) with sane f16 super-block scales:
+ * quantizing floats to these types costs ~0.2 us per element on the CPU, too slow for the
+ * large decode shapes. */
+static void *rand_kblocks(ob_type t, int64_t n) {
+    const size_t nb = ob_type_row_size(t, n), bs = t == OB_TYPE_Q4_K ? 144 : 210;
+    uint8_t *q = malloc(nb);
+    for (size_t i = 0; i < nb; i += 8) {
+        const uint64_t r = ob_rng_u64(&rng);
+        memcpy(q + i, &r, nb - i < 8 ? nb - i : 8);
+    }
+    for (size_t b = 0; b + bs <= nb; b += bs) {
+        const float u = (float)(ob_rng_u64(&rng) >> 40) * 0x1p-24f, v = (float)(ob_rng_u64(&rng) >> 40) * 0x1p-24f;
+        const uint16_t d = ob_f32_to_f16(0.002f + 0.004f * u), dmin = ob_f32_to_f16(0.001f + 0.004f * v);
+        if (t == OB_TYPE_Q4_K) {
+            memcpy(q + b, &d, 2);
+            memcpy(q + b + 2, &dmin, 2);
+        } else {
+            memcpy(q + b + 208, &d, 2);
+        }
+    }
+    return q;
+}
+
+/* The staged one-column matvec (k_mmvq_run: 16-byte aligned rows of >= 1 KB) on the decode
+ * shapes: K = 4096 and 12288, one row run or several, full and partial last runs (Q4_K
+ * K = 5120: 16 + 4 blocks; Q8_0 K = 4096: 48 + 48 + 32; Q1_0/TQ2_0 K = 4096: one partial),
+ * N not a multiple of the 8 rows of a block (rows past N must not be written: the output
+ * is poisoned), a large N, x too large for shared memory (K = 32768), and two matmuls on
+ * one x (grouped launch). Q4_K/Q6_K weights are random blocks (rand_kblocks). x
+ * pre-rounded to the device's int8 grid (tol 1e-4: a wrong offset, slot or scale fails)
+ * and raw (5e-2). Also checks the kernel really ran (its
+ * launch counter moved), unless ONEBIT_CUDA_MMVQ_OLD=1 routes these to k_mmvq. */
+static void test_matmul_mmvq_run(void) {
+    /* A backend without captured graphs: a replay would enqueue nothing and leave the
+     * launch counter still. */
+    const char *was = getenv("ONEBIT_CUDA_GRAPHS");
+    char keep[32] = {0}, err[256] = {0};
+    if (was) snprintf(keep, sizeof(keep), "%s", was);
+    setenv("ONEBIT_CUDA_GRAPHS", "0", 1);
+    ob_backend *be = ob_backend_cuda_new(0, false, err, sizeof(err));
+    if (was) setenv("ONEBIT_CUDA_GRAPHS", keep, 1);
+    else unsetenv("ONEBIT_CUDA_GRAPHS");
+    CHECKF(be != NULL, "mmvq run backend: %s", err);
+    if (!be) return;
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
+    static const struct { int64_t K, N; } shapes[] = {{4096, 37}, {4096, 4101}, {12288, 1001}, {2048, 9}, {5120, 77},
+                                                      {32768, 37}, {4096, 16387}};
+    const char *old = getenv("ONEBIT_CUDA_MMVQ_OLD");
+    const bool expect_run = !(old && old[0] == '1');
+    int cases = 0;
+    for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++)
+    for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
+        const ob_type t = types[ty];
+        const int64_t K = shapes[si].K, N = shapes[si].N;
+        if (K % ob_type_block_size(t) != 0) continue;
+        if (N > 10000 && t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K) continue; /* CPU reference time */
+        const size_t rb = ob_type_row_size(t, K);
+        const bool staged = rb % 16 == 0 && rb >= 1024; /* rows 16-aligned: device buffers are */
+        const bool kq = t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K;
+        void *w = kq ? rand_kblocks(t, K * N) : rand_typed(t, K * N, 0.5f);
+        void *w2 = kq ? rand_kblocks(t, K * N) : rand_typed(t, K * N, 0.3f);
+        for (int pre = 0; pre < 3; pre++) {
+            if (pre == 0 && N > 1000) continue; /* raw x: the small shapes suffice */
+            ob_graph *g = ob_graph_new(8);
+            float *x = rand_f32(K, 1.0f);
+            if (pre >= 1) round_q8(x, K);
+            int64_t new[2] = {K, N}, nex[2] = {K, 1};
+            ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+            ob_tensor *y = ob_matmul(g, W, X);
+            if (pre == 2) y = ob_add(g, y, ob_matmul(g, ob_leaf(g, "w2", t, 2, new, w2), X));
+            char what[112];
+            snprintf(what, sizeof(what), "mmvq run %s K=%lld N=%lld rb=%zu %s", ob_type_name(t), (long long)K, (long long)N,
+                     rb, pre == 0 ? "raw x" : pre == 1 ? "rounded x" : "shared rounded x");
+            const double tol = pre ? 1e-4 : 5e-2;
+            const int before = ob_test_failures;
+            const int64_t l0 = ob_cu_mmvq_run_launches();
+            run_both(be, g, y, NULL, tol, what);
+            const int64_t dl = ob_cu_mmvq_run_launches() - l0;
+            if (expect_run && staged) CHECKF(dl > 0, "%s: k_mmvq_run did not run", what);
+            else CHECKF(dl == 0, "%s: k_mmvq_run ran (%lld launches) where it must not", what, (long long)dl);
+            printf("%s: %s (tol %.0e, %s, %lld staged launches)\n", what, ob_test_failures == before ? "ok" : "FAILED", tol,
+                   staged ? "staged" : "k_mmvq", (long long)dl);
+            cases++;
+            ob_graph_free(g);
+            free(x);
+        }
+        free(w);
+        free(w2);
+    }
+    printf("mmvq run: %d cases\n", cases);
+    ob_backend_free(be);
+}
+
 /* The int8 tensor-core matmul (op_mmq.cu) for every type it takes, at K with one and with
  * many 512-element stages, N not a multiple of any row tile, and T across the decode tiles
  * (8 and 16 columns) and the prefill tiles (32 and 64 columns), T not a multiple of 8
@@ -274,6 +369,165 @@ static void test_matmul_mmq(ob_backend *be) {
         free(w);
     }
     printf("mmq: %d cases\n", cases);
+}
+
+/* The streaming decode MMQ kernel (op_mmq.cu k_mmq_dec: Q4_K/Q6_K/Q8_0, T <= 16) with
+ * enough rows that K is not split across blocks (N = 8500: 532 row tiles, more than the
+ * default 4 blocks per SM of an H200, last tile partial), so each warp walks 8 stages of K = 8192 through its ring of 4
+ * and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
+ * offset of the 2-aligned Q6_K/Q8_0 runs or a wrong column tile (T = 5: one tile, 16: two)
+ * fails at 1e-4 on pre-rounded x. test_matmul_mmq covers the split-K, short-K shapes. */
+static void test_matmul_mmq_stream(ob_backend *be) {
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0};
+    const int64_t K = 8192, N = 8500;
+    int cases = 0;
+    for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++) {
+        const ob_type t = types[ty];
+        /* 509 distinct rows repeated (quantizing all 70M values takes ~15 s): a prime period,
+         * so a row or tile offset error reads different data. */
+        const size_t rb = ob_type_row_size(t, K);
+        uint8_t *w = malloc(rb * (size_t)N), *u = rand_typed(t, K * 509, 0.5f);
+        for (int64_t r = 0; r < N; r++) memcpy(w + (size_t)r * rb, u + (size_t)(r % 509) * rb, rb);
+        free(u);
+        for (int T = 5; T <= 16; T += 11) {
+            if (T == 16 && t != OB_TYPE_Q4_K) continue;
+            ob_graph *g = ob_graph_new(8);
+            float *x = rand_f32(K * T, 1.0f);
+            round_q8(x, K * T);
+            int64_t new[2] = {K, N}, nex[2] = {K, T};
+            ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+            ob_tensor *y = ob_matmul(g, W, X);
+            char what[96];
+            snprintf(what, sizeof(what), "mmq stream %s K=%lld N=%lld T=%d rounded x", ob_type_name(t), (long long)K,
+                     (long long)N, T);
+            const int before = ob_test_failures;
+            run_both(be, g, y, NULL, 1e-4, what);
+            printf("%s: %s (tol 1e-4)\n", what, ob_test_failures == before ? "ok" : "FAILED");
+            cases++;
+            ob_graph_free(g);
+            free(x);
+        }
+        free(w);
+    }
+    /* Two matmuls of one x (q/k/v-like): the second reuses the first's quantized x when the
+     * backend's activation buffer holds it (op_mmq.cu); their sum catches a stale or wrong
+     * reuse. Types differ (Q4_K, Q6_K) so both kernels' x reads are checked. */
+    for (int T = 3; T <= 12; T += 9) {
+        const int64_t Kq = 4096, Nq = 300;
+        void *w1 = rand_typed(OB_TYPE_Q4_K, Kq * Nq, 0.5f), *w2 = rand_typed(OB_TYPE_Q6_K, Kq * Nq, 0.5f);
+        ob_graph *g = ob_graph_new(8);
+        float *x = rand_f32(Kq * T, 1.0f);
+        round_q8(x, Kq * T);
+        int64_t new[2] = {Kq, Nq}, nex[2] = {Kq, T};
+        ob_tensor *W1 = ob_leaf(g, "w1", OB_TYPE_Q4_K, 2, new, w1), *W2 = ob_leaf(g, "w2", OB_TYPE_Q6_K, 2, new, w2);
+        ob_tensor *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+        ob_tensor *y = ob_add(g, ob_matmul(g, W1, X), ob_matmul(g, W2, X));
+        char what[96];
+        snprintf(what, sizeof(what), "mmq shared x Q4_K+Q6_K K=%lld N=%lld T=%d rounded x", (long long)Kq, (long long)Nq, T);
+        const int before = ob_test_failures;
+        run_both(be, g, y, NULL, 1e-4, what);
+        printf("%s: %s (tol 1e-4)\n", what, ob_test_failures == before ? "ok" : "FAILED");
+        cases++;
+        ob_graph_free(g);
+        free(x);
+        free(w1);
+        free(w2);
+    }
+    printf("mmq stream: %d cases\n", cases);
+}
+
+/* Sets env var k to v (NULL: unset) and returns its previous value in keep (keep[0] = 1
+ * when it was set). */
+static void env_swap(const char *k, const char *v, char keep[64]) {
+    const char *was = getenv(k);
+    char old[64] = {0};
+    if (was) {
+        old[0] = 1;
+        snprintf(old + 1, sizeof(old) - 1, "%s", was);
+    }
+    if (v) setenv(k, v, 1);
+    else unsetenv(k);
+    memcpy(keep, old, sizeof(old));
+}
+static void env_restore(const char *k, const char keep[64]) {
+    if (keep[0]) setenv(k, keep + 1, 1);
+    else unsetenv(k);
+}
+
+/* The cuBLAS prefill path (op_quant.cu): ONEBIT_CUDA_MMQ_MAX_T=16 sends every T > 16 to
+ * dequant-to-f16 + GEMM, and ONEBIT_CUDA_BLAS_SLAB=1 stages 2^20 weight elements per GEMM,
+ * so N = 300 at K = 4096 takes two slabs and the odd shapes (K = 768 Q6_K, K = 800 Q8_0)
+ * start their second slab at a weight address that is not 16-aligned (the byte-load
+ * fallback). Both knobs are read when a backend is created (per backend), so this test makes
+ * its own and restores the environment. Tolerance 2e-3: f16
+ * rounding of W and x gives ~4e-4 here while the int8 MMQ on raw x gives ~5e-3, so a node
+ * that still went to MMQ fails too. Then CPY of each type to f16 (the same staging kernel)
+ * against the reference dequant rounded to f16, byte for byte, with a block count that
+ * leaves a partial tile. */
+static void test_matmul_blas(void) {
+    char err[256] = {0}, keep_t[64], keep_s[64];
+    env_swap("ONEBIT_CUDA_MMQ_MAX_T", "16", keep_t);
+    env_swap("ONEBIT_CUDA_BLAS_SLAB", "1", keep_s);
+    ob_backend *be = ob_backend_cuda_new(0, false, err, sizeof(err));
+    env_restore("ONEBIT_CUDA_MMQ_MAX_T", keep_t);
+    env_restore("ONEBIT_CUDA_BLAS_SLAB", keep_s);
+    CHECKF(be != NULL, "blas backend: %s", err);
+    if (!be) return;
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q5_K, OB_TYPE_Q4_0,
+                                    OB_TYPE_Q1_0, OB_TYPE_TQ2_0, OB_TYPE_Q3_K, OB_TYPE_F16};
+    struct { int64_t K, N; } shapes[] = {{256, 37}, {256, 300}, {4096, 37}, {4096, 300}, {768, 1400}, {800, 1400}};
+    const int Ts[] = {64, 512};
+    int cases = 0;
+    for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++)
+    for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
+        const ob_type t = types[ty];
+        const int64_t K = shapes[si].K, N = shapes[si].N;
+        const bool hot = t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0;
+        if (K % ob_type_block_size(t) != 0) continue;
+        if (K == 4096 && N == 300 && !hot) continue; /* keep the CPU reference quick */
+        if (N == 1400 && t != OB_TYPE_Q6_K && t != OB_TYPE_Q8_0) continue;
+        void *w = rand_typed(t, K * N, 0.5f);
+        for (size_t k = 0; k < OB_ARRAY_LEN(Ts); k++) {
+            const int T = Ts[k];
+            if (N == 1400 && T != 64) continue;
+            ob_graph *g = ob_graph_new(8);
+            float *x = rand_f32(K * T, 1.0f);
+            int64_t new[2] = {K, N}, nex[2] = {K, T};
+            ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+            ob_tensor *y = ob_matmul(g, W, X);
+            char what[96];
+            snprintf(what, sizeof(what), "blas %s K=%lld N=%lld T=%d", ob_type_name(t), (long long)K, (long long)N, T);
+            const int before = ob_test_failures;
+            run_both(be, g, y, NULL, 2e-3, what);
+            printf("%s: %s (tol 2e-3)\n", what, ob_test_failures == before ? "ok" : "FAILED");
+            cases++;
+            ob_graph_free(g);
+            free(x);
+        }
+        free(w);
+    }
+    /* CPY to f16 in 4096-element tiles: 37 blocks of 256, or 256 x 45 elements of the
+     * 32/128-element types, each two full tiles and a partial one. */
+    for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++) {
+        const ob_type t = types[ty];
+        if (t == OB_TYPE_F16 || t == OB_TYPE_Q3_K) continue; /* no staging kernel: k_cpy_deq */
+        const int64_t ne0 = 256, nr = ob_type_block_size(t) == 256 ? 37 : 45;
+        void *w = rand_typed(t, ne0 * nr, 0.7f);
+        ob_graph *g = ob_graph_new(8);
+        int64_t ne[2] = {ne0, nr};
+        ob_tensor *W = ob_leaf(g, "w", t, 2, ne, w);
+        ob_tensor *y = ob_cpy(g, W, OB_TYPE_F16);
+        char what[96];
+        snprintf(what, sizeof(what), "cpy %s -> f16 (%lld elements)", ob_type_name(t), (long long)(ne0 * nr));
+        const int before = ob_test_failures;
+        run_both(be, g, y, NULL, 0, what);
+        printf("%s: %s (exact)\n", what, ob_test_failures == before ? "ok" : "FAILED");
+        cases++;
+        ob_graph_free(g);
+        free(w);
+    }
+    printf("blas: %d cases\n", cases);
+    ob_backend_free(be);
 }
 
 /* The node chains the backend fuses in decode (residual ADD + RMS_NORM + quantize, RMS_NORM
@@ -1028,7 +1282,20 @@ int main(void) {
     if (!(fo && fo[0] == '1')) {
         test_matmul_get_rows(be);
         test_matmul_int8(be);
-        test_matmul_mmq(be);
+        test_matmul_mmvq_run();
+        {
+            /* MMQ at every T it takes (by default T > 32 goes to cuBLAS: test_matmul_blas) */
+            char keep[64], e2[256] = {0};
+            env_swap("ONEBIT_CUDA_MMQ_MAX_T", "1000000", keep);
+            ob_backend *mq = ob_backend_cuda_new(0, false, e2, sizeof(e2));
+            env_restore("ONEBIT_CUDA_MMQ_MAX_T", keep);
+            CHECKF(mq != NULL, "mmq backend: %s", e2);
+            if (mq) {
+                test_matmul_mmq(mq);
+                test_matmul_mmq_stream(mq);
+                ob_backend_free(mq);
+            }
+        }
         test_elementwise(be);
         test_attention(be);
         test_attention_fa(be);
@@ -1046,6 +1313,7 @@ int main(void) {
         if (plain) test_fused_decode(be, plain);
         ob_backend_free(plain);
         test_fallback();
+        test_matmul_blas();
     }
     ob_backend_free(be);
     /* The tiny jina-bert-v2 fixture has hidden size 72: CUDA's GET_ROWS and matvecs take

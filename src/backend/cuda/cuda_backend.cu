@@ -8,6 +8,7 @@
  * call that caused it (or from the compute after a failed staged upload), and the context
  * then refuses all later work (a faulted CUDA context cannot be trusted). */
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/cuda_mmq.h"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_sample.h"
 #include <stdio.h>
@@ -185,7 +186,7 @@ static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err
 /* ---- compute ----------------------------------------------------------------------------------- */
 
 static size_t node_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
-    if (n->op == OB_OP_MATMUL) return ob_cu_matmul_tmp_size(n);
+    if (n->op == OB_OP_MATMUL) return ob_cu_matmul_tmp_size(cx, n);
     if (n->op == OB_OP_ATTENTION) return ob_cu_attention_tmp_size(cx, n);
     return 0;
 }
@@ -251,7 +252,7 @@ static bool same_or_apart(const ob_tensor *out, const ob_tensor *in) { return ou
 static bool row_safe(const ob_tensor *out, const ob_tensor *in) { return same_or_apart(out, in) || ob_nrows(out) == 1; }
 
 static bool takes_mmvq(const ob_tensor *n) {
-    return n->op == OB_OP_MATMUL && supports_node(n) && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n);
+    return n->op == OB_OP_MATMUL && supports_node(n) && ob_cu_mmvq_applies(n); /* never cuBLAS */
 }
 
 /* Node c (index k) is an int8 matvec that reads x, right after it: x's producer may
@@ -600,8 +601,12 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         size_t s = node_tmp_size(cx, n);
         if (s > need) need = s;
         if (n->op == OB_OP_ATTENTION && ob_cu_attention_cnt_size(cx, n) > cneed) cneed = ob_cu_attention_cnt_size(cx, n);
-        if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(n)) capturable = false;
-        if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(n) && ob_cu_mmvq_applies(n) && ob_cu_mmvq_qx_size(n) > qneed)
+        if (n->op == OB_OP_MATMUL && ob_cu_matmul_uses_blas(cx, n)) capturable = false;
+        /* the int8 x of the matvec, and of MMQ's batch path (T <= 16), which reuses it
+         * across matmuls of one x (q/k/v, gate/up) as the matvec does */
+        if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(cx, n) &&
+            (ob_cu_mmvq_applies(n) || (ob_cu_mmq_applies(n) && ob_nrows(n->src[1]) <= OB_CU_MMVQ_MAX_T)) &&
+            ob_cu_mmvq_qx_size(n) > qneed)
             qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;

@@ -48,6 +48,8 @@ typedef struct ob_cu_ctx {
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
     bool use_graphs;
+    int64_t mmq_max_t;         /* ONEBIT_CUDA_MMQ_MAX_T (op_quant.cu): larger T go to cuBLAS */
+    int64_t slab_elems;        /* ONEBIT_CUDA_BLAS_SLAB: f16 weight elements per GEMM slab */
     /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
@@ -96,8 +98,8 @@ bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const
  * error, which ob_cu_check has recorded). tmp_size: bytes of cx->tmp a node needs. */
 bool ob_cu_type_has_deq(ob_type t);
 bool ob_cu_supports_quant_op(const ob_tensor *n);   /* GET_ROWS, MATMUL, CPY */
-size_t ob_cu_matmul_tmp_size(const ob_tensor *n);
-bool ob_cu_matmul_uses_blas(const ob_tensor *n);
+size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);
+bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_get_rows(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n);

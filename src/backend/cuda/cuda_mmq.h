@@ -1,6 +1,10 @@
 /* The int8 tensor-core matmul (op_mmq.cu) for batches and prefill: MATMUL nodes with a hot
  * weight type and T >= ONEBIT_CUDA_MMQ_MIN_T columns (default 2). ONEBIT_CUDA_MMQ=0 turns it
- * off (comparison runs). Never applies under HIP or below sm_80. Only .cu files include this. */
+ * off (comparison runs). Never applies under HIP or below sm_80. Only .cu files include this.
+ * Decode-size T (<= ONEBIT_CUDA_MMQ_DEC, default 16) of Q4_K/Q6_K/Q8_0 streams the weights
+ * through per-warp cp.async rings (ONEBIT_CUDA_MMQ_WARPS warps a block, default 4;
+ * ONEBIT_CUDA_MMQ_STAGES ring depth, default 4; ONEBIT_CUDA_MMQ_BLOCKS grid size below which
+ * K is split, default 4 per SM); ONEBIT_CUDA_MMQ_MIN_T=1 sends single columns there too. */
 #ifndef OB_BACKEND_CUDA_MMQ_H
 #define OB_BACKEND_CUDA_MMQ_H
 
@@ -9,7 +13,8 @@
 /* Whether op_mmq.cu takes MATMUL node n (pure apart from reading the env and the device's
  * compute capability once). */
 bool ob_cu_mmq_applies(const ob_tensor *n);
-/* Bytes of cx->tmp the node needs: int8 x [T][K], then (at ob_cu_qx_dx_offset) float2 [T][K/32]. */
+/* Bytes of cx->tmp the node needs: int8 x [T][K], then (at ob_cu_qx_dx_offset) float2 [T][K/32]
+ * (used only when cx->qx is too small for them), then the split-K partial sums. */
 size_t ob_cu_mmq_tmp_size(const ob_tensor *n);
 /* Enqueues the quantization of x and the matmul on cx->stream; false on a launch error. */
 bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n);

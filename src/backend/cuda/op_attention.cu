@@ -181,7 +181,11 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     if (!valid) hi = -1;
     hi = OB_MIN(hi, a.cps - 1);
     if (a.nsplit > 1 && hi >= lo) {
-        const int64_t chunk = (hi - lo + a.nsplit) / a.nsplit; /* ceil(used / nsplit) */
+        /* ceil(used / nsplit): the used cells spread over every split, however few. A floor
+         * of 32 cells per split (fewer, longer splits early in a large cache) made decode
+         * slower on the H200 (2026-11-29, qwen3-8b Q4_K_M tg128 236 -> 210 tok/s): at batch 1
+         * the walk over a split's cells is latency-bound, so more splits win. */
+        const int64_t chunk = (hi - lo + a.nsplit) / a.nsplit;
         lo += (int64_t)sp * chunk;
         hi = OB_MIN(hi, lo + chunk - 1);
     }

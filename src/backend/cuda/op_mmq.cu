@@ -16,7 +16,11 @@
  * BN columns, and takes the sub-blocks s = wk, wk + WK, ... of each stage; with WK > 1 the
  * partial sums meet in shared memory at the end (small row tiles for decode, so that
  * enough blocks stream the weights). Grid: x = column tiles (fastest, so the blocks that
- * read the same weight rows run together and share them through L2), y = row tiles. */
+ * read the same weight rows run together and share them through L2), y = row tiles.
+ *
+ * Decode batches (T <= 16) of Q4_K, Q6_K and Q8_0 take k_mmq_dec instead: per-warp
+ * cp.async rings of raw weight bytes, A fragments unpacked straight from them (see its
+ * comment; knobs ONEBIT_CUDA_MMQ_DEC / _WARPS / _STAGES / _BLOCKS at mmq_dec_cfg). */
 #include "backend/cuda/cuda_mmq.h"
 #include <stdlib.h>
 
@@ -24,6 +28,7 @@
 
 /* 8 threads per 32-element block, 4 elements each; n = K * T elements, K % 32 == 0. */
 __global__ void k_mmq_quant(const float *__restrict__ x, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t n) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
     const bool live = i * 4 < n;
     const float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -335,6 +340,279 @@ __global__ void __launch_bounds__(WM * WK * OB_WARP)
             }
 }
 
+/* ---- decode batches: weights streamed through a cp.async pipeline ---------------------------- */
+
+/* k_mmq above unpacks each stage's weights into a shared int8 tile between two block
+ * barriers, so a block has one stage of loads in flight and then computes; at T <= 16 the
+ * tensor cores are nearly idle and that serialization, not bandwidth, set the speed
+ * (~0.5-0.7 TB/s on an H200). Here every warp owns 16 weight rows and a share of the K
+ * stages and runs its own ring of `nst` raw-byte stage buffers filled by cp.async (16-byte
+ * pieces, L1 bypassed), so nst - 1 stages per warp are in flight while it computes one;
+ * the A fragments are unpacked in registers straight from the raw bytes, B (x, at most
+ * 16 columns) comes from global memory through L1, which all warps of the SM share.
+ *
+ *   stage  = 256 weight elements of each of the warp's 16 rows (1 Q4_K/Q6_K block, 8 Q8_0
+ *            blocks); its bytes [a, a + BPS) of a row are copied as the 16-aligned pieces
+ *            covering them, so a row's data sit at offset a % 16 of its buffer row
+ *   block  = NW warps on the same 16 rows taking stages w, w + NW, ... of the block's K
+ *            range; partial sums meet in shared memory at the end
+ *   grid   = x: 16-row tiles, y: K splits (partial outputs + k_mmq_reduce when > 1) */
+template <int T> struct mmq_dec_tr;
+/* BPS: bytes of a row's stage; RB: buffer row stride, an odd number of 16-byte pieces >=
+ * the most pieces a stage can touch (so the 8 rows x 4 words of a fragment load fall in 32
+ * different banks). */
+template <> struct mmq_dec_tr<OB_TYPE_Q4_K> { static constexpr int BPS = 144, RB = 144; };
+template <> struct mmq_dec_tr<OB_TYPE_Q6_K> { static constexpr int BPS = 210, RB = 240; };
+template <> struct mmq_dec_tr<OB_TYPE_Q8_0> { static constexpr int BPS = 272, RB = 304; };
+
+static __device__ __forceinline__ void mmq_cp16(void *sdst, const void *gsrc, int bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(OB_HIP)
+    const unsigned s = (unsigned)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gsrc), "r"(bytes) : "memory");
+#else
+    /* never launched there (ob_cu_mmq_applies) */
+    uint8_t *d = (uint8_t *)sdst;
+    const uint8_t *g = (const uint8_t *)gsrc;
+    for (int i = 0; i < 16; i++) d[i] = i < bytes ? g[i] : 0;
+#endif
+}
+static __device__ __forceinline__ void mmq_cp_commit(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(OB_HIP)
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+/* Waits until at most n of this thread's committed groups are pending (n: 0..7). */
+static __device__ __forceinline__ void mmq_cp_wait(int n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800 && !defined(OB_HIP)
+    switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
+    }
+#endif
+}
+
+/* One sub-block's MMAs for all NF column tiles and the scaled accumulation:
+ * a: A fragment (rows g, g + 8); sw[h][half]: scales of row g + 8h (per 16 for Q6_K);
+ * mw[h]: mins; xq: x of column tile j, this sub-block (32 bytes per column, 4t offset
+ * applied by the caller); xd: dx of this sub-block for column tile j, columns 2t, 2t + 1. */
+template <bool SC16, bool MIN, int NF>
+static __device__ __forceinline__ void mmq_dec_sub(float (&acc)[NF][4], const int (&a)[4], const int (&b0)[NF],
+                                                   const int (&b1)[NF], const float2 (&x0)[NF], const float2 (&x1)[NF],
+                                                   const float (&sw)[2][2], const float (&mw)[2]) {
+#pragma unroll
+    for (int j = 0; j < NF; j++) {
+        if constexpr (SC16) {
+            int lo[4] = {OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS};
+            int hi[4] = {OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS};
+            mmq_mma16(lo, a[0], a[1], b0[j]);
+            mmq_mma16(hi, a[2], a[3], b1[j]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 xv = e & 1 ? x1[j] : x0[j];
+                const int h = e / 2;
+                acc[j][e] += xv.x * (sw[h][0] * mmq_unbias(lo[e]) + sw[h][1] * mmq_unbias(hi[e]));
+            }
+        } else {
+            int cc[4] = {OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS, OB_MMQ_BIAS_BITS};
+            mmq_mma32(cc, a, b0[j], b1[j]);
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float2 xv = e & 1 ? x1[j] : x0[j];
+                const int h = e / 2;
+                float v = acc[j][e] + sw[h][0] * xv.x * mmq_unbias(cc[e]);
+                if constexpr (MIN) v -= mw[h] * xv.y;
+                acc[j][e] = v;
+            }
+        }
+    }
+}
+
+/* x fragments of sub-block sg (global index in the row) for every column tile: b0/b1 the
+ * words at 4t and 16 + 4t of column 8j + g, x0/x1 dx of columns 8j + 2t, 8j + 2t + 1.
+ * Columns past nt read column nt - 1: an MMA column only feeds its own output column,
+ * and those are not written. */
+template <int NF>
+static __device__ __forceinline__ void mmq_dec_x(const int8_t *__restrict__ qx, const float2 *__restrict__ dx, int64_t K,
+                                                 int nt, int64_t sg, int g, int t4, int (&b0)[NF], int (&b1)[NF],
+                                                 float2 (&x0)[NF], float2 (&x1)[NF]) {
+#pragma unroll
+    for (int j = 0; j < NF; j++) {
+        const int c = min(8 * j + g, nt - 1), c0 = min(8 * j + 2 * t4, nt - 1), c1 = min(8 * j + 2 * t4 + 1, nt - 1);
+        const int8_t *p = qx + (int64_t)c * K + 32 * sg + 4 * t4;
+        b0[j] = __ldg((const int *)p);
+        b1[j] = __ldg((const int *)(p + 16));
+        x0[j] = __ldg(dx + (int64_t)c0 * (K / 32) + sg);
+        x1[j] = __ldg(dx + (int64_t)c1 * (K / 32) + sg);
+    }
+}
+
+/* The MMAs of one stage (256 elements) from the raw bytes of rows g (p0) and g + 8 (p1);
+ * sg0: the stage's first sub-block index in the row. */
+template <int T, int NF>
+static __device__ __forceinline__ void mmq_dec_stage(float (&acc)[NF][4], const uint8_t *p0, const uint8_t *p1,
+                                                     const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
+                                                     int64_t K, int nt, int64_t sg0, int g, int t4) {
+    int b0[NF], b1[NF];
+    float2 x0[NF], x1[NF];
+    if constexpr (T == OB_TYPE_Q4_K) {
+        const uint4 h0 = *(const uint4 *)p0, h1 = *(const uint4 *)p1; /* d, dmin, scales: 16-aligned */
+        const float d0 = mmq_f16(h0.x & 0xffff), m0 = mmq_f16(h0.x >> 16);
+        const float d1 = mmq_f16(h1.x & 0xffff), m1 = mmq_f16(h1.x >> 16);
+        /* unrolled, constant sub-block indices make the scale/min extraction a few shifts (with
+         * two column tiles that spills, so not there) */
+        constexpr int CU = NF == 1 ? 4 : 1;
+#pragma unroll CU
+        for (int c = 0; c < 4; c++) {
+            /* 32-byte chunk c: low nibbles sub-block 2c, high nibbles 2c + 1 */
+            const uint8_t *q0 = p0 + 16 + 32 * c + 4 * t4, *q1 = p1 + 16 + 32 * c + 4 * t4;
+            const uint32_t w00 = *(const uint32_t *)q0, w01 = *(const uint32_t *)(q0 + 16);
+            const uint32_t w10 = *(const uint32_t *)q1, w11 = *(const uint32_t *)(q1 + 16);
+#pragma unroll
+            for (int hn = 0; hn < 2; hn++) {
+                const int s = 2 * c + hn, sh = 4 * hn;
+                const int a[4] = {(int)((w00 >> sh) & 0x0f0f0f0fu), (int)((w10 >> sh) & 0x0f0f0f0fu),
+                                  (int)((w01 >> sh) & 0x0f0f0f0fu), (int)((w11 >> sh) & 0x0f0f0f0fu)};
+                int sc0, mn0, sc1, mn1;
+                mmq_k_scale_min(s, h0, &sc0, &mn0);
+                mmq_k_scale_min(s, h1, &sc1, &mn1);
+                const float sw[2][2] = {{d0 * (float)sc0, d0 * (float)sc0}, {d1 * (float)sc1, d1 * (float)sc1}};
+                const float mw[2] = {m0 * (float)mn0, m1 * (float)mn1};
+                mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
+                mmq_dec_sub<false, true, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+            }
+        }
+    } else if constexpr (T == OB_TYPE_Q6_K) {
+        const float d0 = mmq_f16(mmq_ld16(p0 + 208)), d1 = mmq_f16(mmq_ld16(p1 + 208));
+#pragma unroll 2
+        for (int s = 0; s < 8; s++) {
+            /* as mmq_unpack: half g6 = s / 4, low 4 bits from ql, high 2 from qh */
+            const int g6 = s / 4, r4 = s % 4, shl = 4 * (r4 / 2), shh = 2 * r4;
+            const int ol = 64 * g6 + 32 * (r4 % 2) + 4 * t4, oh = 128 + 32 * g6 + 4 * t4;
+            int a[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint8_t *p = k & 1 ? p1 : p0;
+                const int o = 16 * (k / 2);
+                const uint32_t lo = (mmq_ld32(p + ol + o) >> shl) & 0x0f0f0f0fu;
+                const uint32_t hi = (mmq_ld32(p + oh + o) >> shh) & 0x03030303u;
+                a[k] = mmq_subb(lo | hi << 4, 0x20202020u);
+            }
+            const float sw[2][2] = {{d0 * (float)(int8_t)p0[192 + 2 * s], d0 * (float)(int8_t)p0[193 + 2 * s]},
+                                    {d1 * (float)(int8_t)p1[192 + 2 * s], d1 * (float)(int8_t)p1[193 + 2 * s]}};
+            const float mw[2] = {0.0f, 0.0f};
+            mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
+            mmq_dec_sub<true, false, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+        }
+    } else if constexpr (T == OB_TYPE_Q8_0) {
+#pragma unroll 2
+        for (int s = 0; s < 8; s++) {
+            const uint8_t *q0 = p0 + 34 * s, *q1 = p1 + 34 * s;
+            const int a[4] = {(int)mmq_ld32(q0 + 2 + 4 * t4), (int)mmq_ld32(q1 + 2 + 4 * t4), (int)mmq_ld32(q0 + 18 + 4 * t4),
+                              (int)mmq_ld32(q1 + 18 + 4 * t4)};
+            const float e0 = mmq_f16(mmq_ld16(q0)), e1 = mmq_f16(mmq_ld16(q1));
+            const float sw[2][2] = {{e0, e0}, {e1, e1}};
+            const float mw[2] = {0.0f, 0.0f};
+            mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
+            mmq_dec_sub<false, false, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+        }
+    }
+}
+
+/* y[z][t][n] for the block's 16 rows; kspl: stages per K split z; nst: ring depth (2..8).
+ * Dynamic shared memory: NW * nst * 16 * RB bytes. */
+template <int T, int NF>
+__global__ void __launch_bounds__(8 * OB_WARP)
+    k_mmq_dec(const uint8_t *__restrict__ W, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
+              float *__restrict__ y, int64_t K, int64_t N, int nt, int kspl, int nst) {
+    typedef mmq_dec_tr<T> tr;
+    constexpr int STB = 16 * tr::RB;
+    extern __shared__ __align__(16) uint8_t mmq_dsm[];
+    const int lane = threadIdx.x % OB_WARP, warp = threadIdx.x / OB_WARP, nw = blockDim.x / OB_WARP;
+    const int g = lane / 4, t4 = lane % 4;
+    const int64_t n0 = (int64_t)blockIdx.x * 16;
+    const int ns = (int)(K / 256), z0 = blockIdx.y * kspl, z1 = min(z0 + kspl, ns);
+    const int cnt = z1 - z0 - warp > 0 ? (z1 - z0 - warp + nw - 1) / nw : 0; /* this warp's stages */
+    uint8_t *buf = mmq_dsm + (size_t)warp * nst * STB;
+    y += (int64_t)blockIdx.y * nt * N;
+
+    /* Issues stage j of this warp into ring slot j % nst: (row, piece) units over the lanes;
+     * rows past N repeat the last row (their results are not written). */
+    auto issue = [&](int j) {
+        const int64_t st = z0 + warp + (int64_t)j * nw;
+        uint8_t *dst = buf + (j % nst) * STB;
+        constexpr int PM = tr::RB / 16;
+        for (int u = lane; u < 16 * PM; u += OB_WARP) {
+            const int r = u / PM, p = u % PM;
+            const int64_t row = n0 + r < N ? n0 + r : N - 1;
+            const uint8_t *a = W + (size_t)row * rb + (size_t)st * tr::BPS;
+            const uint8_t *al = (const uint8_t *)((uintptr_t)a & ~(uintptr_t)15), *piece = al + 16 * p;
+            const int64_t left = (a + tr::BPS) - piece; /* bytes of the stage from this piece on */
+            if (left > 0) mmq_cp16(dst + r * tr::RB + 16 * p, piece, left < 16 ? (int)left : 16);
+        }
+    };
+
+    float acc[NF][4];
+#pragma unroll
+    for (int j = 0; j < NF; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
+
+    for (int j = 0; j < nst - 1; j++) {
+        if (j < cnt) issue(j);
+        mmq_cp_commit(); /* empty groups keep the count uniform */
+    }
+    /* No kernel writes weights: under PDL the first stages stream while the kernel that
+     * makes x (k_mmq_quant) still runs; x and y only after the wait. */
+    OB_PDL_ENTRY();
+    const int64_t r0 = n0 + g < N ? n0 + g : N - 1, r1 = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
+    for (int j = 0; j < cnt; j++) {
+        if (j + nst - 1 < cnt) issue(j + nst - 1);
+        mmq_cp_commit();
+        mmq_cp_wait(nst - 1); /* stage j landed (this lane's pieces) */
+        OB_SYNCWARP();        /* ... and every lane's */
+        const int64_t st = z0 + warp + (int64_t)j * nw;
+        const uint8_t *s = buf + (j % nst) * STB;
+        const int o0 = (int)(((uintptr_t)W + (size_t)r0 * rb + (size_t)st * tr::BPS) & 15);
+        const int o1 = (int)(((uintptr_t)W + (size_t)r1 * rb + (size_t)st * tr::BPS) & 15);
+        mmq_dec_stage<T, NF>(acc, s + g * tr::RB + o0, s + (g + 8) * tr::RB + o1, qx, dx, K, nt, st * 8, g, t4);
+        OB_SYNCWARP(); /* slot j % nst is refilled by the next iteration's issue */
+    }
+    mmq_cp_wait(0);
+
+    if (nw > 1) {
+        /* partial sums of warps > 0 through shared memory: [warp - 1][NF * 4][32] */
+        __syncthreads();
+        float *red = (float *)mmq_dsm;
+        if (warp > 0) {
+#pragma unroll
+            for (int j = 0; j < NF; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) red[((warp - 1) * NF * 4 + j * 4 + e) * OB_WARP + lane] = acc[j][e];
+        }
+        __syncthreads();
+        if (warp > 0) return;
+        for (int w = 1; w < nw; w++)
+#pragma unroll
+            for (int j = 0; j < NF; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[j][e] += red[((w - 1) * NF * 4 + j * 4 + e) * OB_WARP + lane];
+    }
+#pragma unroll
+    for (int j = 0; j < NF; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int64_t row = n0 + g + 8 * (e / 2);
+            const int col = 8 * j + 2 * t4 + (e & 1);
+            if (row < N && col < nt) y[(int64_t)col * N + row] = acc[j][e];
+        }
+}
+
 /* ---- host side ------------------------------------------------------------------------------- */
 
 static bool mmq_type(ob_type t) {
@@ -374,6 +652,13 @@ bool ob_cu_mmq_applies(const ob_tensor *n) {
     if (!mmq_type(w->type) || x->type != OB_TYPE_F32 || n->type != OB_TYPE_F32) return false;
     if (K % 128 != 0 || K > 0x3fffffff || N < 1 || T < 1 || T > 0x3fffffff) return false;
     if (T < mmq_min_t()) return false;
+    /* Small matrices at up to 4 columns stay on the int8 matvec, whose single launch beats
+     * MMQ's quantize + stream (+ reduce) there (H200, 2026-11-29, 4 sequences: qwen3-0.6b,
+     * all matrices <= 3.1M elements, 1,805 tok/s on the matvec vs 1,710; qwen3-8b, >= 4.2M,
+     * 745 on MMQ vs ~500). An explicit ONEBIT_CUDA_MMQ_MIN_T decides alone. */
+    static int explicit_min = -1;
+    if (explicit_min < 0) explicit_min = getenv("ONEBIT_CUDA_MMQ_MIN_T") != NULL;
+    if (T <= 4 && K * N < ((int64_t)4 << 20) && !explicit_min) return false;
     if (((uintptr_t)x->data & 15) != 0) return false; /* float4 loads of x */
     const uintptr_t a = (uintptr_t)w->data;
     return w->type == OB_TYPE_Q4_K || w->type == OB_TYPE_Q5_K ? (a & 15) == 0 : (a & 1) == 0;
@@ -381,6 +666,7 @@ bool ob_cu_mmq_applies(const ob_tensor *n) {
 
 /* y[i] = sum of the S partial outputs p[z][i], i < n. */
 __global__ void k_mmq_reduce(const float *__restrict__ p, float *__restrict__ y, int64_t n, int S) {
+    OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = p[i];
@@ -394,10 +680,72 @@ __global__ void k_mmq_reduce(const float *__restrict__ p, float *__restrict__ y,
  * k_mmq_reduce) when the tiles alone give too few blocks to keep the memory system busy:
  * a decode block keeps one stage of weights in flight, so small N needs several blocks per
  * SM; the targets assume an H100/H200-sized GPU (about 132 SMs) and only cost a little more
- * scratch traffic on smaller ones. */
-typedef struct mmq_plan { int cfg, S; int64_t kc, ksplit; } mmq_plan;
-static mmq_plan mmq_plan_of(int64_t K, int64_t N, int64_t T) {
+ * scratch traffic on smaller ones.
+ * dec: k_mmq_dec instead (Q4_K/Q6_K/Q8_0, T <= the dec knob, K % 256 == 0, 16-aligned
+ * weights), nw warps per 16-row block, nst ring stages per warp, K split over S blocks of
+ * ksplit elements so that the grid reaches the block target. */
+typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_plan;
+
+/* Knobs of the streaming decode kernel, read once: ONEBIT_CUDA_MMQ_DEC = the largest T it
+ * takes (0 off, at most 16; default 16), ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
+ * default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8, default 4), ONEBIT_CUDA_MMQ_BLOCKS
+ * the grid size below which K is split (default 4 per SM). */
+typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
+static const mmq_dec_knobs *mmq_dec_cfg(void) {
+    static mmq_dec_knobs k = {-1, 4, 4, 528};
+    if (k.max_t < 0) {
+        const char *e;
+        int v = 16;
+        if ((e = getenv("ONEBIT_CUDA_MMQ_DEC")) != NULL) v = atoi(e);
+        k.max_t = v < 0 ? 0 : v > 16 ? 16 : v;
+        if ((e = getenv("ONEBIT_CUDA_MMQ_WARPS")) != NULL && atoi(e) >= 1 && atoi(e) <= 8) k.nw = atoi(e);
+        if ((e = getenv("ONEBIT_CUDA_MMQ_STAGES")) != NULL && atoi(e) >= 2 && atoi(e) <= 8) k.nst = atoi(e);
+        int sms = 132;
+#ifndef OB_HIP /* never launched there (ob_cu_mmq_applies) */
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+            cudaGetLastError();
+            sms = 132;
+        }
+#endif
+        k.blocks = 4 * (sms > 0 ? sms : 132);
+        if ((e = getenv("ONEBIT_CUDA_MMQ_BLOCKS")) != NULL && atoi(e) >= 1) k.blocks = atoi(e);
+    }
+    return &k;
+}
+
+/* Bytes of a 16-row buffer of one stage (mmq_dec_tr<T>::RB * 16), 0 for types k_mmq_dec
+ * does not take. */
+static int mmq_dec_stb(ob_type t) {
+    return t == OB_TYPE_Q4_K ? 16 * mmq_dec_tr<OB_TYPE_Q4_K>::RB
+         : t == OB_TYPE_Q6_K ? 16 * mmq_dec_tr<OB_TYPE_Q6_K>::RB
+         : t == OB_TYPE_Q8_0 ? 16 * mmq_dec_tr<OB_TYPE_Q8_0>::RB : 0;
+}
+
+/* aligned: whether the weights are 16-aligned (a k_mmq_dec condition); the scratch size
+ * takes both answers, so it does not depend on where the weights were at planning. */
+static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
+    const ob_tensor *w = n->src[0];
+    const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(n->src[1]);
     mmq_plan p;
+    const mmq_dec_knobs *kn = mmq_dec_cfg();
+    p.dec = T <= kn->max_t && mmq_dec_stb(w->type) > 0 && K % 256 == 0 && aligned;
+    p.nw = kn->nw;
+    p.nst = kn->nst;
+    if (p.dec) {
+        /* ring depth within 100 KB a block (at least two blocks an SM) */
+        while (p.nst > 2 && (int64_t)p.nw * p.nst * mmq_dec_stb(w->type) > 100 * 1024) p.nst--;
+        p.cfg = 0;
+        p.kc = 256;
+        const int64_t blocks = (N + 15) / 16, stages = K / 256;
+        int64_t S = (kn->blocks + blocks - 1) / blocks;
+        if (S > 8) S = 8;
+        if (S > stages) S = stages;
+        if (S < 1) S = 1;
+        p.ksplit = (stages + S - 1) / S * 256;
+        p.S = (int)((K + p.ksplit - 1) / p.ksplit);
+        return p;
+    }
     p.cfg = T <= 8 ? 0 : T <= 16 ? 1 : T <= 32 ? 2 : 3;
     const bool dec = p.cfg < 2;
     p.kc = dec && K % 512 == 0 ? 512 : 128;
@@ -419,8 +767,9 @@ static size_t mmq_part_offset(int64_t K, int64_t T) {
 
 size_t ob_cu_mmq_tmp_size(const ob_tensor *n) {
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
-    const mmq_plan p = mmq_plan_of(K, N, T);
-    return mmq_part_offset(K, T) + (p.S > 1 ? (size_t)p.S * (size_t)(T * N) * sizeof(float) : 0);
+    const mmq_plan p = mmq_plan_of(n, true), q = mmq_plan_of(n, false);
+    const int S = p.S > q.S ? p.S : q.S;
+    return mmq_part_offset(K, T) + (S > 1 ? (size_t)S * (size_t)(T * N) * sizeof(float) : 0);
 }
 
 template <int T, int MF, int NF, int WM, int WK, int SB>
@@ -436,6 +785,31 @@ static void mmq_go(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, const fl
 /* Decode batches (T <= 16): 32-row tiles and two warps per row group splitting K, so even
  * N = 1024 gets 32 blocks, with 512-element stages (more weight bytes in flight per block).
  * Prefill: 128 x 64 (or 128 x 32) tiles, 4 warps of 32 rows each. */
+/* k_mmq_dec with NF column tiles; the dynamic shared-memory limit is raised once per
+ * kernel (the knobs, hence the size, are fixed for the process). */
+template <int T, int NF>
+static void mmq_go_dec(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, const float2 *dx, float *y, const mmq_plan *p) {
+    const ob_tensor *w = n->src[0];
+    const int64_t K = w->ne[0], N = w->ne[1], nt = ob_nrows(n->src[1]);
+    const size_t shm = (size_t)p->nw * p->nst * 16 * mmq_dec_tr<T>::RB;
+#ifndef OB_HIP
+    static size_t raised = 48 * 1024;
+    if (shm > raised) {
+        if (!OB_CU(cx, cudaFuncSetAttribute(k_mmq_dec<T, NF>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm))) return;
+        raised = shm;
+    }
+#endif
+    const dim3 grid(ob_cu_blocks(N, 16), (unsigned)p->S);
+    OB_CU_LAUNCH(cx, k_mmq_dec<T, NF>, grid, p->nw * OB_WARP, shm, (const uint8_t *)w->data, ob_row_size(w->type, K), qx, dx, y,
+                 K, N, (int)nt, (int)(p->ksplit / 256), p->nst);
+}
+
+template <int T>
+static void mmq_launch_dec(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, const float2 *dx, float *y, const mmq_plan *p) {
+    if (ob_nrows(n->src[1]) <= 8) mmq_go_dec<T, 1>(cx, n, qx, dx, y, p);
+    else mmq_go_dec<T, 2>(cx, n, qx, dx, y, p);
+}
+
 template <int T>
 static void mmq_launch(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, const float2 *dx, float *y, const mmq_plan *p) {
     const bool long_k = p->kc == 512;
@@ -456,13 +830,27 @@ static void mmq_launch(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, cons
 bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *x = n->src[1];
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(x);
-    const mmq_plan p = mmq_plan_of(K, N, T);
-    int8_t *qx = (int8_t *)cx->tmp;
+    const mmq_plan p = mmq_plan_of(n, ((uintptr_t)n->src[0]->data & 15) == 0);
     float *part = (float *)((char *)cx->tmp + mmq_part_offset(K, T)), *y = p.S > 1 ? part : (float *)n->data;
-    float2 *dx = (float2 *)((char *)cx->tmp + ob_cu_qx_dx_offset(K, T));
-    k_mmq_quant<<<ob_cu_blocks(K * T / 4, 256), 256, 0, cx->stream>>>((const float *)x->data, qx, dx, K * T);
-    if (!OB_CU_LAUNCHED(cx)) return false;
-    switch (n->src[0]->type) {
+    /* x quantized into cx->qx where it fits (the matvec's buffer, kept while x is: q/k/v
+     * and gate/up share one quantization, as in op_mmvq.cu), else into cx->tmp. */
+    const bool keep = cx->qx && ob_cu_qx_dx_offset(K, T) + (size_t)(K / 32 * T) * sizeof(float2) <= cx->qx_size;
+    char *qb = keep ? (char *)cx->qx : (char *)cx->tmp;
+    int8_t *qx = (int8_t *)qb;
+    float2 *dx = (float2 *)(qb + ob_cu_qx_dx_offset(K, T));
+    if (!keep || cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
+        if (!OB_CU_LAUNCH(cx, k_mmq_quant, ob_cu_blocks(K * T / 4, 256), 256, 0, (const float *)x->data, qx, dx, K * T))
+            return false;
+        if (keep) {
+            cx->qx_src = x->data;
+            cx->qx_k = K;
+            cx->qx_t = T;
+        }
+    }
+    switch (p.dec ? -1 - (int)n->src[0]->type : (int)n->src[0]->type) {
+    case -1 - OB_TYPE_Q4_K: mmq_launch_dec<OB_TYPE_Q4_K>(cx, n, qx, dx, y, &p); break;
+    case -1 - OB_TYPE_Q6_K: mmq_launch_dec<OB_TYPE_Q6_K>(cx, n, qx, dx, y, &p); break;
+    case -1 - OB_TYPE_Q8_0: mmq_launch_dec<OB_TYPE_Q8_0>(cx, n, qx, dx, y, &p); break;
     case OB_TYPE_Q4_K: mmq_launch<OB_TYPE_Q4_K>(cx, n, qx, dx, y, &p); break;
     case OB_TYPE_Q5_K: mmq_launch<OB_TYPE_Q5_K>(cx, n, qx, dx, y, &p); break;
     case OB_TYPE_Q6_K: mmq_launch<OB_TYPE_Q6_K>(cx, n, qx, dx, y, &p); break;
@@ -472,10 +860,10 @@ bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_TYPE_TQ2_0: mmq_launch<OB_TYPE_TQ2_0>(cx, n, qx, dx, y, &p); break;
     default: return false;
     }
-    if (!OB_CU_LAUNCHED(cx)) return false;
+    if (cx->faulted || !OB_CU_LAUNCHED(cx)) return false; /* faulted: mmq_go_dec's attribute call */
     if (p.S > 1) {
-        k_mmq_reduce<<<ob_cu_blocks(T * N, 256), 256, 0, cx->stream>>>(part, (float *)n->data, T * N, p.S);
-        return OB_CU_LAUNCHED(cx);
+        return OB_CU_LAUNCH(cx, k_mmq_reduce, ob_cu_blocks(T * N, 256), 256, 0, (const float *)part, (float *)n->data, T * N,
+                            p.S);
     }
     return true;
 }

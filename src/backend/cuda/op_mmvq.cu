@@ -9,11 +9,15 @@
  *
  * Each weight block is split into "slots" of 16 to 32 elements; a warp owns one output
  * row and its lanes walk the row's (block, slot) pairs, so adjacent lanes read adjacent
- * bytes. The quantized x of the last matmul is kept (cx->qx_src) so q/k/v and gate/up,
- * which share an input, quantize it once; cuda_backend.cu drops it when a node writes
- * over that input. */
+ * bytes (k_mmvq). One column with 16-byte aligned rows of >= 1 KB takes k_mmvq_run
+ * instead: the warp stages runs of whole blocks of its row through shared memory with
+ * 16-byte loads (ONEBIT_CUDA_MMVQ_OLD=1: always k_mmvq, for comparison). The quantized x
+ * of the last matmul is kept (cx->qx_src) so q/k/v and gate/up, which share an input,
+ * quantize it once; cuda_backend.cu drops it when a node writes over that input. */
 #include "backend/cuda/cuda_int.h"
 #include "backend/cuda/cuda_mmq.h"
+#include "backend/cuda/cuda_mmvq.h"
+#include <stdlib.h>
 #include <string.h>
 
 #define OB_MMVQ_ROWS 4 /* warps (= rows) per block */
@@ -37,30 +41,49 @@ static __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(_
 #ifdef OB_HIP
 static __device__ __forceinline__ uint4 ldw16(const uint8_t *p) { return *(const uint4 *)p; }
 static __device__ __forceinline__ uint32_t ldw2(const uint8_t *p) { return *(const uint16_t *)p; }
+static __device__ __forceinline__ uint4 ldw16_early(const uint8_t *p) { return *(const uint4 *)p; }
 #else
 static __device__ __forceinline__ uint4 ldw16(const uint8_t *p) {
     uint4 r;
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
     return r;
 }
+/* The same for loads that must be issued before the grid-dependency wait: ptxas moves
+ * that wait above .nc (read-only) loads, so these are plain coherent loads, volatile to
+ * keep their place. */
+static __device__ __forceinline__ uint4 ldw16_early(const uint8_t *p) {
+    uint4 r;
+    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(p));
+    return r;
+}
 /* 2-byte pieces go through L1: the 2-aligned block types read a sector in several
  * pieces (one per instruction), and L1 serves the repeats. */
 static __device__ __forceinline__ uint32_t ldw2(const uint8_t *p) { return __ldg((const unsigned short *)p); }
 #endif
+/* The same loads on a weight block that is either in global memory (SM false) or already
+ * staged in shared memory by k_mmvq_run (SM true: plain loads of the same alignment). */
+template <bool SM> static __device__ __forceinline__ uint4 ld16(const uint8_t *p) {
+    if constexpr (SM) return *(const uint4 *)p;
+    else return ldw16(p);
+}
+template <bool SM> static __device__ __forceinline__ uint32_t ld2(const uint8_t *p) {
+    if constexpr (SM) return *(const uint16_t *)p;
+    else return ldw2(p);
+}
 /* 32 bits from a 2-byte aligned address (Q6_K, Q8_0, Q1_0, TQ2_0 blocks are 2-aligned). */
-static __device__ __forceinline__ int ld32a2(const uint8_t *p) { return (int)(ldw2(p) | ldw2(p + 2) << 16); }
+template <bool SM> static __device__ __forceinline__ int ld32(const uint8_t *p) {
+    return (int)(ld2<SM>(p) | ld2<SM>(p + 2) << 16);
+}
 #ifdef OB_HIP
-/* Portable forms (the HIP build is compile-checked, not tuned). */
+/* Portable form (the HIP build is compile-checked, not tuned). */
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
     for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> (8 * k)) * (int)(int8_t)(b >> (8 * k));
     return c;
 }
-static __device__ __forceinline__ unsigned vsub4(unsigned a, unsigned b) {
-    return ((a | 0x80808080u) - (b & 0x7f7f7f7fu)) ^ ((a ^ ~b) & 0x80808080u);
-}
 #else
 static __device__ __forceinline__ int dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
-static __device__ __forceinline__ unsigned vsub4(unsigned a, unsigned b) { return __vsub4(a, b); }
 #endif
 static __device__ __forceinline__ int byte_of(uint32_t w, int k) { return (int)((w >> (8 * k)) & 0xff); }
 
@@ -78,24 +101,25 @@ static __device__ __forceinline__ void q4k_scale_min(int j, uint4 hd, int *sc, i
 }
 
 template <int T> struct mq;
-/* slots per block, elements per block, bytes per block */
-template <> struct mq<OB_TYPE_Q4_K> { static constexpr int slots = 4, qk = 256, bytes = 144; };
-template <> struct mq<OB_TYPE_Q6_K> { static constexpr int slots = 8, qk = 256, bytes = 210; };
-template <> struct mq<OB_TYPE_Q8_0> { static constexpr int slots = 2, qk = 32, bytes = 34; };
-template <> struct mq<OB_TYPE_Q1_0> { static constexpr int slots = 4, qk = 128, bytes = 18; };
-template <> struct mq<OB_TYPE_TQ2_0> { static constexpr int slots = 8, qk = 256, bytes = 66; };
+/* slots per block, elements per block, bytes per block; run: blocks per staged run of
+ * k_mmvq_run, a multiple of 8 (so run * bytes is a multiple of 16) near 1.6-2.3 KB. */
+template <> struct mq<OB_TYPE_Q4_K> { static constexpr int slots = 4, qk = 256, bytes = 144, run = 16; };
+template <> struct mq<OB_TYPE_Q6_K> { static constexpr int slots = 8, qk = 256, bytes = 210, run = 8; };
+template <> struct mq<OB_TYPE_Q8_0> { static constexpr int slots = 2, qk = 32, bytes = 34, run = 48; };
+template <> struct mq<OB_TYPE_Q1_0> { static constexpr int slots = 4, qk = 128, bytes = 18, run = 88; };
+template <> struct mq<OB_TYPE_TQ2_0> { static constexpr int slots = 8, qk = 256, bytes = 66, run = 24; };
 
 /* acc[t] += dot(slot `s` of weight block b, x block elements) for t < nt.
  * qx/dx point at the weight block's first element / 32-block of column 0; columns are
  * kx bytes / kx/32 float2 apart. */
-template <int T, int NT>
+template <int T, int NT, bool SM = false>
 static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, int s, const int8_t *__restrict__ qx,
                                                 const float2 *__restrict__ dx, int64_t kx, int nt, float *acc) {
     if constexpr (T == OB_TYPE_Q4_K) {
         /* s: 32-byte chunk s of qs: low nibbles are sub-block 2s (elements [64s, 64s+32)),
          * high nibbles sub-block 2s+1. The min term uses x's stored d * sum(q) (dx.y). */
-        const uint4 hd = ldw16(b); /* d, dmin, scales[12] */
-        const uint4 qa = ldw16(b + 16 + 32 * s), qb = ldw16(b + 32 + 32 * s);
+        const uint4 hd = ld16<SM>(b); /* d, dmin, scales[12] */
+        const uint4 qa = ld16<SM>(b + 16 + 32 * s), qb = ld16<SM>(b + 32 + 32 * s);
         const float d = f16f((uint16_t)(hd.x & 0xffff)), dmin = f16f((uint16_t)(hd.x >> 16));
         int sl, ml, sh, mh; /* 6-bit scale and min of sub-blocks 2s, 2s+1 */
         q4k_scale_min(2 * s, hd, &sl, &ml);
@@ -123,20 +147,22 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
          * hold sub-blocks 4g (low) and 4g+2 (high), [64g + 32 + j0, +8) sub-blocks 4g+1 and
          * 4g+3; qh bytes [128 + 32g + j0, +8) hold 2 bits of each of the four. */
         const int g = s / 4, j0 = 8 * (s % 4);
-        const int a0 = ld32a2(b + 64 * g + j0), a1 = ld32a2(b + 64 * g + j0 + 4);
-        const int b0 = ld32a2(b + 64 * g + 32 + j0), b1 = ld32a2(b + 64 * g + 32 + j0 + 4);
-        const int h0 = ld32a2(b + 128 + 32 * g + j0), h1 = ld32a2(b + 128 + 32 * g + j0 + 4);
-        const float d = f16f((uint16_t)ldw2(b + 208));
+        const int a0 = ld32<SM>(b + 64 * g + j0), a1 = ld32<SM>(b + 64 * g + j0 + 4);
+        const int b0 = ld32<SM>(b + 64 * g + 32 + j0), b1 = ld32<SM>(b + 64 * g + 32 + j0 + 4);
+        const int h0 = ld32<SM>(b + 128 + 32 * g + j0), h1 = ld32<SM>(b + 128 + 32 * g + j0 + 4);
+        const float d = f16f((uint16_t)ld2<SM>(b + 208));
         const int8_t *scs = (const int8_t *)(b + 192);
-        int wv[4][2]; /* sub-block r = 0..3 of this half: 8 int8 weights (q - 32) */
-        wv[0][0] = vsub4((a0 & 0x0f0f0f0f) | ((h0 << 4) & 0x30303030), 0x20202020);
-        wv[0][1] = vsub4((a1 & 0x0f0f0f0f) | ((h1 << 4) & 0x30303030), 0x20202020);
-        wv[1][0] = vsub4((b0 & 0x0f0f0f0f) | ((h0 << 2) & 0x30303030), 0x20202020);
-        wv[1][1] = vsub4((b1 & 0x0f0f0f0f) | ((h1 << 2) & 0x30303030), 0x20202020);
-        wv[2][0] = vsub4(((a0 >> 4) & 0x0f0f0f0f) | (h0 & 0x30303030), 0x20202020);
-        wv[2][1] = vsub4(((a1 >> 4) & 0x0f0f0f0f) | (h1 & 0x30303030), 0x20202020);
-        wv[3][0] = vsub4(((b0 >> 4) & 0x0f0f0f0f) | ((h0 >> 2) & 0x30303030), 0x20202020);
-        wv[3][1] = vsub4(((b1 >> 4) & 0x0f0f0f0f) | ((h1 >> 2) & 0x30303030), 0x20202020);
+        /* Sub-block r = 0..3 of this half: 8 unsigned 6-bit weights q; the -32 offset is
+         * taken off the dot as 32 * sum(x) (one dp4a, cheaper than a per-byte subtract). */
+        int wv[4][2];
+        wv[0][0] = (a0 & 0x0f0f0f0f) | ((h0 << 4) & 0x30303030);
+        wv[0][1] = (a1 & 0x0f0f0f0f) | ((h1 << 4) & 0x30303030);
+        wv[1][0] = (b0 & 0x0f0f0f0f) | ((h0 << 2) & 0x30303030);
+        wv[1][1] = (b1 & 0x0f0f0f0f) | ((h1 << 2) & 0x30303030);
+        wv[2][0] = ((a0 >> 4) & 0x0f0f0f0f) | (h0 & 0x30303030);
+        wv[2][1] = ((a1 >> 4) & 0x0f0f0f0f) | (h1 & 0x30303030);
+        wv[3][0] = ((b0 >> 4) & 0x0f0f0f0f) | ((h0 >> 2) & 0x30303030);
+        wv[3][1] = ((b1 >> 4) & 0x0f0f0f0f) | ((h1 >> 2) & 0x30303030);
         float scf[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) scf[r] = d * (float)scs[2 * (4 * g + r) + j0 / 16];
@@ -148,7 +174,8 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
             for (int r = 0; r < 4; r++) {
                 const int sub = 4 * g + r;
                 const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
-                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0));
+                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0)) -
+                               dp4a(0x20202020, xv.y, dp4a(0x20202020, xv.x, 0));
                 a += scf[r] * dx[t * (kx / 32) + sub].x * (float)si;
             }
             acc[t] += a;
@@ -158,8 +185,8 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         const uint8_t *qs = b + 2 + 16 * s;
         int w[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = ld32a2(qs + 4 * k);
-        const float d = f16f(*(const uint16_t *)b);
+        for (int k = 0; k < 4; k++) w[k] = ld32<SM>(qs + 4 * k);
+        const float d = f16f((uint16_t)ld2<SM>(b));
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
@@ -172,15 +199,13 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         }
     } else if constexpr (T == OB_TYPE_Q1_0) {
         /* s: elements [32s, 32s + 32): bit j set -> +d, clear -> -d. Each 4 bits expand to
-         * four +-1 bytes, so the dot is a signed dp4a against the int8 activations. */
-        const uint32_t bits = (uint32_t)ld32a2(b + 2 + 4 * s);
-        const float d = f16f(*(const uint16_t *)b);
+         * four 0/1 bytes for dp4a against the int8 activations. */
+        const uint32_t bits = (uint32_t)ld32<SM>(b + 2 + 4 * s);
+        const float d = f16f((uint16_t)ld2<SM>(b));
+        /* sum(sign * q) = 2 * sum(bit * q) - sum(q); x's d * sum(q) is stored (dx.y). */
         int sg[8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t m = ((bits >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u; /* bit i -> byte i */
-            sg[k] = (int)vsub4(m << 1, 0x01010101u);
-        }
+        for (int k = 0; k < 8; k++) sg[k] = (int)(((bits >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u); /* bit i -> byte i */
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
@@ -193,19 +218,21 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
             si = dp4a(sg[5], x1.y, si);
             si = dp4a(sg[6], x1.z, si);
             si = dp4a(sg[7], x1.w, si);
-            acc[t] += d * dx[t * (kx / 32) + s].x * (float)si;
+            const float2 f = dx[t * (kx / 32) + s];
+            acc[t] += d * (2.0f * f.x * (float)si - f.y);
         }
     } else if constexpr (T == OB_TYPE_TQ2_0) {
         /* s: half g = s/4, byte range j0 = 8 * (s%4) of qs[32g ..]: each byte holds 2-bit
          * trits of sub-blocks 4g + r at shift 2r; value = trit - 1 in {-1, 0, 1}. */
         const int g = s / 4, j0 = 8 * (s % 4);
-        const int q0 = ld32a2(b + 32 * g + j0), q1 = ld32a2(b + 32 * g + j0 + 4);
-        const float d = f16f(*(const uint16_t *)(b + 64));
+        const int q0 = ld32<SM>(b + 32 * g + j0), q1 = ld32<SM>(b + 32 * g + j0 + 4);
+        const float d = f16f((uint16_t)ld2<SM>(b + 64));
         int wv[4][2];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
-            wv[r][0] = (int)vsub4((q0 >> (2 * r)) & 0x03030303, 0x01010101);
-            wv[r][1] = (int)vsub4((q1 >> (2 * r)) & 0x03030303, 0x01010101);
+            /* trits 0..2; the -1 comes off as sum(x) below */
+            wv[r][0] = (q0 >> (2 * r)) & 0x03030303;
+            wv[r][1] = (q1 >> (2 * r)) & 0x03030303;
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -215,7 +242,9 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
             for (int r = 0; r < 4; r++) {
                 const int sub = 4 * g + r;
                 const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
-                a += dx[t * (kx / 32) + sub].x * (float)dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0));
+                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0)) -
+                               dp4a(0x01010101, xv.y, dp4a(0x01010101, xv.x, 0));
+                a += dx[t * (kx / 32) + sub].x * (float)si;
             }
             acc[t] += d * a;
         }
@@ -315,6 +344,113 @@ __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
         }
 }
 
+/* ---- staged matvec (one column) --------------------------------------------------------- */
+
+/* One warp per row, OB_MMVQ_SW rows per block. The 2-aligned block types (Q6_K, Q8_0,
+ * Q1_0, TQ2_0) cost k_mmvq one 16-bit load per 2 bytes; here, when a row starts 16-byte
+ * aligned and rb % 16 == 0, the warp copies runs of mq<T>::run whole blocks of its row
+ * (1.6-2.3 KB, a multiple of 16 bytes) with 16-byte loads into registers, parks each run
+ * in its slice of shared memory and decodes it from there while the next run's loads are
+ * in flight. The first run is requested before the grid-dependency wait (no kernel
+ * writes weights), so under PDL it overlaps the previous kernel's tail. */
+#define OB_MMVQ_SW 8 /* warps (= rows) per block of k_mmvq_run */
+#ifdef OB_HIP
+/* OB_SYNCWARP is empty under HIP; the loops below are block-uniform so a block barrier
+ * orders the shared-memory hand-off there instead. */
+#define MMVQ_WSYNC() __syncthreads()
+#else
+#define MMVQ_WSYNC() __syncwarp()
+#endif
+
+template <int T> struct run_vecs { static constexpr int v = mq<T>::run * mq<T>::bytes / 16; };
+
+/* y[row] = W[row] . x for one column; XS: x also staged in shared memory after the weight
+ * slices (qx K bytes, then dx K/32 float2), a template flag so that its reads compile to
+ * shared-memory loads rather than generic ones. */
+template <int T, bool XS>
+__global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 32 warps per SM */
+    k_mmvq_run(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ gqx, const float2 *__restrict__ gdx, int64_t K) {
+    static_assert(mq<T>::run * mq<T>::bytes % 16 == 0, "runs must be whole 16-byte pieces");
+    constexpr int NV = run_vecs<T>::v, VPL = (NV + OB_WARP - 1) / OB_WARP;
+    constexpr int RUN = mq<T>::run, S = mq<T>::slots, BY = mq<T>::bytes, QK = mq<T>::qk;
+    constexpr int UPL = (RUN * S + OB_WARP - 1) / OB_WARP; /* units per lane in a full run */
+    const uint8_t *W = set.w[0];
+    float *y = set.y[0];
+    int64_t N = set.n[0];
+    unsigned b0 = 0;
+#pragma unroll
+    for (int k = 1; k < OB_MMVQ_GROUP; k++)
+        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+    const int64_t r0 = (int64_t)(blockIdx.x - b0) * OB_MMVQ_SW; /* < N: blocks cover rows only */
+#if !defined(OB_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    {
+        const int64_t nr = N - r0 < OB_MMVQ_SW ? N - r0 : OB_MMVQ_SW;
+        const uint8_t *p = W + (size_t)r0 * rb;
+        const size_t bytes = (size_t)nr * rb;
+        for (size_t o = (size_t)threadIdx.x * 128; o < bytes; o += (size_t)blockDim.x * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+    }
+#endif
+    const int warp = threadIdx.x / OB_WARP, lane = threadIdx.x % OB_WARP;
+    const int64_t row = r0 + warp;
+    /* Rows past N decode row r0 again and store nothing: every warp runs the same loop. */
+    const uint4 *src = (const uint4 *)(W + (size_t)(row < N ? row : r0) * rb);
+    const int nb = (int)(K / QK);
+    uint4 v[VPL];
+#pragma unroll
+    for (int k = 0; k < VPL; k++) {
+        const int i = lane + k * OB_WARP;
+        v[k] = i < (nb < RUN ? nb : RUN) * BY / 16 ? ldw16_early((const uint8_t *)(src + i)) : make_uint4(0, 0, 0, 0);
+    }
+    OB_PDL_ENTRY();
+    extern __shared__ int4 ob_mmvq_sm[];
+    uint4 *wbuf = (uint4 *)ob_mmvq_sm + warp * NV;
+    const int8_t *qx = gqx;
+    const float2 *dx = gdx;
+    if constexpr (XS) {
+        int4 *sq = ob_mmvq_sm + OB_MMVQ_SW * NV;
+        const int nq = (int)(K / 16), nd = (int)(K / 32);
+        for (int i = threadIdx.x; i < nq; i += blockDim.x) sq[i] = ((const int4 *)gqx)[i];
+        float2 *sd = (float2 *)(sq + nq);
+        for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = gdx[i];
+        __syncthreads();
+        qx = (const int8_t *)sq;
+        dx = sd;
+    }
+    float acc = 0.0f;
+    for (int c0 = 0; c0 < nb; c0 += RUN) {
+        const int nbr = nb - c0 < RUN ? nb - c0 : RUN, nv = nbr * BY / 16;
+        MMVQ_WSYNC(); /* the previous run's readers are done with the slice */
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            const int i = lane + k * OB_WARP;
+            if (i < nv) wbuf[i] = v[k];
+        }
+        MMVQ_WSYNC();
+        /* Next run's loads go out before this run is decoded. */
+        const int nn = nb - c0 - RUN, nv2 = (nn <= 0 ? 0 : nn < RUN ? nn : RUN) * BY / 16;
+        const uint4 *s2 = src + (size_t)(c0 + RUN) * BY / 16;
+#pragma unroll
+        for (int k = 0; k < VPL; k++) {
+            const int i = lane + k * OB_WARP;
+            if (i < nv2) v[k] = ldw16((const uint8_t *)(s2 + i));
+        }
+        const uint8_t *wb = (const uint8_t *)wbuf;
+        const int nu = nbr * S;
+#pragma unroll
+        for (int k = 0; k < UPL; k++) {
+            const int u = lane + k * OB_WARP;
+            if (u < nu) {
+                const int bi = u / S, s = u % S;
+                const int64_t blk = c0 + bi; /* block of the row */
+                dot_slot<T, 1, true>(wb + bi * BY, s, qx + blk * QK, dx + blk * (QK / 32), K, 1, &acc);
+            }
+        }
+    }
+    for (int o = OB_WARP / 2; o > 0; o /= 2) acc += OB_SHFL_XOR(acc, o);
+    if (lane == 0 && row < N) y[row] = acc;
+}
+
 /* ---- host side ---------------------------------------------------------------------------- */
 
 static bool hot_type(ob_type t) {
@@ -368,6 +504,39 @@ template <int T> static void launch(ob_cu_ctx *cx, const ob_mmvq_set *set, unsig
         OB_CU_LAUNCH(cx, k_mmvq<T, OB_CU_MMVQ_MAX_T, 1>, grid, OB_MMVQ_ROWS * OB_WARP, shm, *set, rb, qx, dx, K, nt, lsh, use);
 }
 
+static int64_t g_run_launches;
+extern "C" int64_t ob_cu_mmvq_run_launches(void) { return __atomic_load_n(&g_run_launches, __ATOMIC_RELAXED); }
+
+/* k_mmvq_run: the weight slices, plus x when the total fits the default 48 KB. */
+template <int T> static void launch_run(ob_cu_ctx *cx, const ob_mmvq_set *set, unsigned grid, size_t rb, int64_t K,
+                                         const int8_t *qx, const float2 *dx) {
+    const size_t wsm = (size_t)OB_MMVQ_SW * run_vecs<T>::v * 16, xsm = (size_t)K + (size_t)(K / 32) * sizeof(float2);
+    const int bt = OB_MMVQ_SW * OB_WARP;
+    const bool ok = wsm + xsm <= 48 * 1024 ? OB_CU_LAUNCH(cx, k_mmvq_run<T, true>, grid, bt, wsm + xsm, *set, rb, qx, dx, K)
+                                           : OB_CU_LAUNCH(cx, k_mmvq_run<T, false>, grid, bt, wsm, *set, rb, qx, dx, K);
+    if (ok) __atomic_fetch_add(&g_run_launches, 1, __ATOMIC_RELAXED);
+}
+
+/* ONEBIT_CUDA_MMVQ_OLD=1: one column through k_mmvq as before k_mmvq_run (comparison
+ * runs). Read once per process. */
+static bool mmvq_old(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("ONEBIT_CUDA_MMVQ_OLD");
+        v = e && e[0] == '1';
+    }
+    return v == 1;
+}
+
+/* Whether k_mmvq_run takes one column of these matrices: 16-byte aligned rows of at least
+ * 1 KB (shorter rows leave most of a warp idle; k_mmvq splits them over fewer lanes). */
+static bool use_run(ob_tensor *const *ns, int count, size_t rb, int64_t T) {
+    if (T != 1 || rb % 16 != 0 || rb < 1024 || mmvq_old()) return false;
+    for (int i = 0; i < count; i++)
+        if (((uintptr_t)ns[i]->src[0]->data & 15) != 0) return false;
+    return true;
+}
+
 int ob_cu_mmvq_group_max(void) { return OB_MMVQ_GROUP; }
 
 bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
@@ -396,7 +565,9 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     case OB_TYPE_TQ2_0: lsh = mmvq_lsh(K / mq<OB_TYPE_TQ2_0>::qk * mq<OB_TYPE_TQ2_0>::slots); break;
     default: return false;
     }
-    const int rows_per_block = OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T, K);
+    const size_t rb = ob_row_size(w0->type, K);
+    const bool run = use_run(ns, count, rb, T);
+    const int rows_per_block = run ? OB_MMVQ_SW : OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T, K);
     for (int i = 0; i < count; i++) {
         set.w[i] = (const uint8_t *)ns[i]->src[0]->data;
         set.y[i] = (float *)ns[i]->data;
@@ -405,7 +576,17 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
         grid += ob_cu_blocks(set.n[i], rows_per_block);
     }
     set.count = count;
-    const size_t rb = ob_row_size(w0->type, K);
+    if (run) {
+        switch (w0->type) {
+        case OB_TYPE_Q4_K: launch_run<OB_TYPE_Q4_K>(cx, &set, grid, rb, K, qx, dx); break;
+        case OB_TYPE_Q6_K: launch_run<OB_TYPE_Q6_K>(cx, &set, grid, rb, K, qx, dx); break;
+        case OB_TYPE_Q8_0: launch_run<OB_TYPE_Q8_0>(cx, &set, grid, rb, K, qx, dx); break;
+        case OB_TYPE_Q1_0: launch_run<OB_TYPE_Q1_0>(cx, &set, grid, rb, K, qx, dx); break;
+        case OB_TYPE_TQ2_0: launch_run<OB_TYPE_TQ2_0>(cx, &set, grid, rb, K, qx, dx); break;
+        default: return false;
+        }
+        return !cx->faulted;
+    }
     switch (w0->type) {
     case OB_TYPE_Q4_K: launch<OB_TYPE_Q4_K>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;
     case OB_TYPE_Q6_K: launch<OB_TYPE_Q6_K>(cx, &set, grid, rb, K, (int)T, qx, dx, lsh); break;

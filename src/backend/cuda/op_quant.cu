@@ -6,18 +6,40 @@
  *   one warp per output row; each lane dequantizes 32-element chunks
  *   of the row (adjacent lanes read adjacent bytes) and dots them with the T columns, so
  *   the weights stream from memory once per step.
- *   Larger T: W is dequantized slab by slab into f16 (cx->tmp), x is converted to f16,
- *   and cuBLAS multiplies them on tensor cores with f32 accumulation. F32 weights use
- *   plain SGEMM. */
+ *   Larger T: the int8 tensor-core MMQ (op_mmq.cu) for its types, up to
+ *   ONEBIT_CUDA_MMQ_MAX_T columns. Otherwise W is dequantized slab by slab into f16
+ *   (cx->tmp; k_deq16 for the hot types), x is converted to f16, and cuBLAS multiplies them
+ *   on tensor cores with f32 accumulation. F32 weights use plain SGEMM. */
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/cuda_mmq.h"
 #include "format/quant_iq_grids.h"
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define OB_MMV_MAX_T 8 /* f32-activation matvec up to this many columns */
-#define OB_SLAB_ELEMS ((int64_t)64 << 20) /* f16 weight elements staged per GEMM */
+
+/* Routing knobs, read when a backend is created (per backend, in its context):
+ *   ONEBIT_CUDA_MMQ_MAX_T=N   MATMULs with more than N columns skip the int8 MMQ and take
+ *                             dequant-to-f16 + cuBLAS. Default 32: on the H200 (2026-11-29,
+ *                             qwen3-8b Q4_K_M, `1bit bench -p 512`) prefill ran at 19,867
+ *                             tok/s this way against 6,698 through MMQ's prefill tiles.
+ *   ONEBIT_CUDA_BLAS_SLAB=M   f16 weight elements staged per GEMM, in units of 2^20 (default
+ *                             64; 16 was slower on the H200: 11,143 tok/s). */
+static void read_knobs(ob_cu_ctx *cx) {
+    const char *e = getenv("ONEBIT_CUDA_MMQ_MAX_T");
+    cx->mmq_max_t = e && e[0] && atoll(e) >= 0 ? atoll(e) : 32;
+    e = getenv("ONEBIT_CUDA_BLAS_SLAB");
+    cx->slab_elems = e && atoll(e) > 0 && atoll(e) <= 4096 ? atoll(e) << 20 : (int64_t)64 << 20;
+}
+
+/* op_mmq.cu accepts n and ONEBIT_CUDA_MMQ_MAX_T does not send it to cuBLAS. */
+static bool mmq_takes(const ob_cu_ctx *cx, const ob_tensor *n) {
+    return ob_cu_mmq_applies(n) && ob_nrows(n->src[1]) <= cx->mmq_max_t;
+}
 
 bool ob_cu_tables_init(ob_cu_ctx *cx) {
+    read_knobs(cx);
     return OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_ksigns), ob_iq_ksigns, sizeof(ob_iq_ksigns))) &&
            OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xxs), ob_iq2xxs_grid, sizeof(ob_iq2xxs_grid))) &&
            OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xs), ob_iq2xs_grid, sizeof(ob_iq2xs_grid))) &&
@@ -94,6 +116,161 @@ __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y
     if (i < n) y[i] = __float2half_rn(x[i]);
 }
 
+/* ---- prefill staging: weights -> f16 ------------------------------------------------------
+ * A slab of whole rows is a contiguous run of blocks, and so is its f16 image, so staging
+ * dequantizes a flat block array: each 256-thread CTA copies 4096 elements' worth of blocks
+ * into shared memory with 16-byte loads (4096 / block * bytes is a multiple of 16 for every
+ * type, so consecutive tiles stay 16-aligned when the slab is), then each thread decodes
+ * twice 8 consecutive elements, each written as one 16-byte store: in each store the lanes
+ * cover consecutive 16-byte pieces of the output. Products and differences are rounded one
+ * at a time (no FMA contraction) so the f16 values equal the CPU reference's f32 dequant
+ * rounded to f16. */
+#define OB_DQ_ELEMS 4096 /* per CTA tile: 2 x 8 elements per thread, 16 KB of loads in flight per SM */
+#define OB_DQ_THREADS 256
+
+static bool deq16_type(ob_type t) {
+    return t == OB_TYPE_Q4_K || t == OB_TYPE_Q5_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q4_0 ||
+           t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
+}
+
+/* 8 bytes at p; p is A-aligned (8, or 2 for blocks whose size is only even). */
+template <int A> static __device__ __forceinline__ uint2 sm_ld8(const uint8_t *p) {
+    if constexpr (A >= 8) return *(const uint2 *)p;
+    else {
+        const uint16_t *q = (const uint16_t *)p;
+        return make_uint2((uint32_t)q[0] | (uint32_t)q[1] << 16, (uint32_t)q[2] | (uint32_t)q[3] << 16);
+    }
+}
+static __device__ __forceinline__ float sm_h2f(const uint8_t *p) { return __half2float(__ushort_as_half(*(const uint16_t *)p)); }
+static __device__ __forceinline__ int byte_of(uint2 w, int k) { return (int)(((k < 4 ? w.x : w.y) >> (8 * (k & 3))) & 255); }
+
+/* Elements [e, e + 8) (e % 8 == 0) of the block at b (shared memory, 2-aligned; 16-aligned
+ * for Q4_K and Q5_K, whose sizes are multiples of 16). */
+template <int T> static __device__ __forceinline__ void deq8(const uint8_t *b, int e, float *v) {
+    if constexpr (T == OB_TYPE_Q4_K || T == OB_TYPE_Q5_K) {
+        const int s = e / 32, j = e % 32;
+        const float d = sm_h2f(b), dmin = sm_h2f(b + 2);
+        const uint8_t *sc = b + 4;
+        int scv, mv;
+        if (s < 4) { scv = sc[s] & 63; mv = sc[s + 4] & 63; }
+        else { scv = (sc[s + 4] & 15) | (sc[s - 4] >> 6) << 4; mv = (sc[s + 4] >> 4) | (sc[s] >> 6) << 4; }
+        const float dl = d * (float)scv, ml = dmin * (float)mv;
+        const uint2 q = sm_ld8<8>(b + (T == OB_TYPE_Q4_K ? 16 : 48) + (s / 2) * 32 + j);
+        const int sh = 4 * (s % 2);
+        uint2 h = make_uint2(0, 0);
+        if constexpr (T == OB_TYPE_Q5_K) h = sm_ld8<8>(b + 16 + j);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int x = (byte_of(q, k) >> sh) & 15;
+            if constexpr (T == OB_TYPE_Q5_K) x |= ((byte_of(h, k) >> s) & 1) << 4;
+            v[k] = __fsub_rn(__fmul_rn(dl, (float)x), ml);
+        }
+    } else if constexpr (T == OB_TYPE_Q6_K) {
+        const int g = e / 128, r4 = (e % 128) / 32, j = e % 32;
+        const float d = sm_h2f(b + 208);
+        const float dl = __fmul_rn(d, (float)(int8_t)b[192 + e / 16]);
+        const uint2 ql = sm_ld8<2>(b + 64 * g + 32 * (r4 % 2) + j), qh = sm_ld8<2>(b + 128 + 32 * g + j);
+        const int shl = 4 * (r4 / 2), shh = 2 * r4;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const int x = (((byte_of(ql, k) >> shl) & 15) | ((byte_of(qh, k) >> shh) & 3) << 4) - 32;
+            v[k] = __fmul_rn(dl, (float)x);
+        }
+    } else if constexpr (T == OB_TYPE_Q8_0) {
+        const float d = sm_h2f(b);
+        const uint2 q = sm_ld8<2>(b + 2 + e);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = __fmul_rn((float)(int8_t)byte_of(q, k), d);
+    } else if constexpr (T == OB_TYPE_Q4_0) {
+        const float d = sm_h2f(b);
+        const uint2 q = sm_ld8<2>(b + 2 + e % 16);
+        const int sh = 4 * (e / 16);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = __fmul_rn(d, (float)(((byte_of(q, k) >> sh) & 15) - 8));
+    } else if constexpr (T == OB_TYPE_Q1_0) {
+        const float d = sm_h2f(b);
+        const int bits = b[2 + e / 8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (bits >> k) & 1 ? d : -d;
+    } else if constexpr (T == OB_TYPE_TQ2_0) {
+        const float d = sm_h2f(b + 64);
+        const uint2 q = sm_ld8<2>(b + 32 * (e / 128) + e % 32);
+        const int sh = 2 * ((e % 128) / 32);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = __fmul_rn(d, (float)(((byte_of(q, k) >> sh) & 3) - 1));
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = 0.0f; /* never launched: deq16_type */
+    }
+}
+
+/* out[0, nblk * block) = the nblk blocks at src, as f16. out 16-aligned. One tile
+ * (OB_DQ_ELEMS elements) per CTA. */
+template <int T>
+__global__ void __launch_bounds__(OB_DQ_THREADS) k_deq16(const uint8_t *__restrict__ src, __half *__restrict__ out, int64_t nblk) {
+    constexpr int BS = ob_tr<T>::block, BY = ob_tr<T>::bytes, NB = OB_DQ_ELEMS / BS, TB = NB * BY;
+    static_assert(TB % 16 == 0, "tiles must stay 16-aligned");
+    __shared__ __align__(16) uint8_t sm[TB];
+    const int64_t b0 = (int64_t)blockIdx.x * NB;
+    const int nb = (int)(nblk - b0 < NB ? nblk - b0 : NB), bytes = nb * BY;
+    const uint8_t *g = src + b0 * BY;
+    int i0 = 0;
+    if (((uintptr_t)g & 15) == 0) {
+        for (int i = threadIdx.x; i < bytes / 16; i += OB_DQ_THREADS) ((uint4 *)sm)[i] = ((const uint4 *)g)[i];
+        i0 = bytes & ~15;
+    }
+    for (int i = i0 + threadIdx.x; i < bytes; i += OB_DQ_THREADS) sm[i] = g[i];
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < OB_DQ_ELEMS / 8 / OB_DQ_THREADS; p++) {
+        const int e = (p * OB_DQ_THREADS + threadIdx.x) * 8;
+        if (e >= nb * BS) break;
+        float v[8];
+        deq8<T>(sm + (e / BS) * BY, e % BS, v);
+        uint4 o;
+        __half2 h[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+        memcpy(&o, h, 16);
+        *(uint4 *)(out + b0 * BS + e) = o;
+    }
+}
+
+template <int T> static void launch_deq16(ob_cu_ctx *cx, const uint8_t *src, __half *out, int64_t nblk) {
+    constexpr int NB = OB_DQ_ELEMS / ob_tr<T>::block;
+    k_deq16<T><<<ob_cu_blocks(nblk, NB), OB_DQ_THREADS, 0, cx->stream>>>(src, out, nblk);
+}
+
+/* Flat dequant of ne elements (whole blocks) to f16 with k_deq16; false when the type has
+ * no such kernel or out is not 16-aligned (the caller takes the generic kernels). */
+static bool deq16(ob_cu_ctx *cx, ob_type t, const uint8_t *src, __half *out, int64_t ne) {
+    if (!deq16_type(t) || ((uintptr_t)out & 15) != 0) return false;
+    const int64_t nblk = ne / ob_type_block_size(t);
+    switch (t) {
+    case OB_TYPE_Q4_K: launch_deq16<OB_TYPE_Q4_K>(cx, src, out, nblk); break;
+    case OB_TYPE_Q5_K: launch_deq16<OB_TYPE_Q5_K>(cx, src, out, nblk); break;
+    case OB_TYPE_Q6_K: launch_deq16<OB_TYPE_Q6_K>(cx, src, out, nblk); break;
+    case OB_TYPE_Q8_0: launch_deq16<OB_TYPE_Q8_0>(cx, src, out, nblk); break;
+    case OB_TYPE_Q4_0: launch_deq16<OB_TYPE_Q4_0>(cx, src, out, nblk); break;
+    case OB_TYPE_Q1_0: launch_deq16<OB_TYPE_Q1_0>(cx, src, out, nblk); break;
+    case OB_TYPE_TQ2_0: launch_deq16<OB_TYPE_TQ2_0>(cx, src, out, nblk); break;
+    default: return false;
+    }
+    return true;
+}
+
+/* x [K, T] f32 -> f16, 8 elements per thread (n % 8 == 0, both 16-aligned). */
+__global__ void k_f32_to_f16_x8(const float4 *__restrict__ x, uint4 *__restrict__ y, int64_t n8) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const float4 a = x[2 * i], b = x[2 * i + 1];
+    __half2 h[4] = {__floats2half2_rn(a.x, a.y), __floats2half2_rn(a.z, a.w), __floats2half2_rn(b.x, b.y),
+                    __floats2half2_rn(b.z, b.w)};
+    uint4 o;
+    memcpy(&o, h, 16);
+    y[i] = o;
+}
+
 /* dst[t] = table[ids[t]] as f32; ids out of range give zeros (the engine validates them
  * first; this only keeps a bad id from reading wild memory). */
 template <int T>
@@ -161,20 +338,20 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
     }
 }
 
-bool ob_cu_matmul_uses_blas(const ob_tensor *n) {
-    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !ob_cu_mmq_applies(n) && !ob_cu_mmvq_applies(n);
+bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n) {
+    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n);
 }
 
-static int64_t slab_rows(int64_t K, int64_t N) {
-    int64_t r = OB_SLAB_ELEMS / K;
+static int64_t slab_rows(const ob_cu_ctx *cx, int64_t K, int64_t N) {
+    int64_t r = cx->slab_elems / K;
     return r < 1 ? 1 : r > N ? N : r;
 }
 
-size_t ob_cu_matmul_tmp_size(const ob_tensor *n) {
-    if (ob_cu_mmq_applies(n)) return ob_cu_mmq_tmp_size(n);
-    if (!ob_cu_matmul_uses_blas(n) || n->src[0]->type == OB_TYPE_F32) return 0;
+size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
+    if (mmq_takes(cx, n)) return ob_cu_mmq_tmp_size(n);
+    if (!ob_cu_matmul_uses_blas(cx, n) || n->src[0]->type == OB_TYPE_F32) return 0;
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
-    size_t w = n->src[0]->type == OB_TYPE_F16 ? 0 : (size_t)(slab_rows(K, N) * K) * 2;
+    size_t w = n->src[0]->type == OB_TYPE_F16 ? 0 : (size_t)(slab_rows(cx, K, N) * K) * 2;
     return ((w + 255) & ~(size_t)255) + (size_t)(K * T) * 2;
 }
 
@@ -213,17 +390,24 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
     if (w->type == OB_TYPE_F32)
         return blas_ok(cx, cublasSgemm(cx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, (const float *)w->data,
                                        (int)K, (const float *)n->src[1]->data, (int)K, &zero, y, (int)N), __FILE__, __LINE__);
-    const int64_t sr = slab_rows(K, N);
+    const int64_t sr = slab_rows(cx, K, N);
     __half *w16 = (__half *)cx->tmp;
     size_t woff = w->type == OB_TYPE_F16 ? 0 : ((size_t)(sr * K) * 2 + 255) & ~(size_t)255;
     __half *x16 = (__half *)((char *)cx->tmp + woff);
-    k_f32_to_f16<<<ob_cu_blocks(K * T, 256), 256, 0, cx->stream>>>((const float *)n->src[1]->data, x16, K * T);
+    const float *x = (const float *)n->src[1]->data;
+    if (((uintptr_t)x & 15) == 0 && ((uintptr_t)x16 & 15) == 0 && (K * T) % 8 == 0)
+        k_f32_to_f16_x8<<<ob_cu_blocks(K * T / 8, 256), 256, 0, cx->stream>>>((const float4 *)x, (uint4 *)x16, K * T / 8);
+    else
+        k_f32_to_f16<<<ob_cu_blocks(K * T, 256), 256, 0, cx->stream>>>(x, x16, K * T);
     if (!OB_CU_LAUNCHED(cx)) return false;
     for (int64_t r0 = 0; r0 < N; r0 += sr) {
         const int64_t rows = OB_MIN(sr, N - r0);
         const uint8_t *W = (const uint8_t *)w->data + (size_t)r0 * rb;
         const __half *A = (const __half *)W;
-        if (w->type != OB_TYPE_F16) {
+        if (w->type != OB_TYPE_F16 && deq16(cx, w->type, W, w16, rows * K)) {
+            if (!OB_CU_LAUNCHED(cx)) return false;
+            A = w16;
+        } else if (w->type != OB_TYPE_F16) {
             switch (w->type) {
 #define X(tt) case tt: launch_deq_f16<tt>(cx, W, rb, w16, K, rows); break;
                 OB_CU_FOR_EACH_TYPE(X)
@@ -249,7 +433,7 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
-    if (ob_cu_mmq_applies(n)) return ob_cu_op_mmq(cx, n);
+    if (mmq_takes(cx, n)) return ob_cu_op_mmq(cx, n);
     if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
     if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
     switch (n->src[0]->type) {
@@ -282,6 +466,8 @@ bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
     const int64_t nc = ob_nelements(a) / 32;
     const unsigned grid = ob_cu_blocks(nc, 128);
+    if (n->type == OB_TYPE_F16 && deq16(cx, a->type, (const uint8_t *)a->data, (__half *)n->data, ob_nelements(a)))
+        return OB_CU_LAUNCHED(cx);
     switch (a->type) {
 #define X(tt) case tt: k_cpy_deq<tt><<<grid, 128, 0, cx->stream>>>((const uint8_t *)a->data, n->data, (int)n->type, nc); break;
         OB_CU_FOR_EACH_TYPE(X)
