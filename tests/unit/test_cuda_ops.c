@@ -624,13 +624,14 @@ static void test_fused(ob_backend *be, ob_backend *plain) {
  * (OB_CU_FUSE_ATTN_ONE), and agree with the CPU and, to rounding, with fusion off. */
 static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t hd, ob_type kt, ob_type vt, int T, int mode,
                        bool extra_reader) {
-    const int64_t H = 4, Hk = 2, cps = 64, cells = 2 * cps, row = hd * Hk;
+    const int64_t H = 4, Hk = 2, cps = 192, cells = 2 * cps, row = hd * Hk;
     float *xq = rand_f32(hd * H * T, 1.0f), *bq = rand_f32(hd * H, 0.5f), *xk = rand_f32(row * T, 1.0f);
     float *bk = rand_f32(row, 0.5f), *xv = rand_f32(row * T, 1.0f), *bv = rand_f32(row, 0.5f);
     float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
     void *kc = rand_typed(kt, row * cells, 1.0f), *vc = rand_typed(vt, row * cells, 1.0f);
     int32_t pos[8], seq[8];
-    for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = 40 + 7 * (t % 2) + t / 2; }
+    /* 192 cells: 3 decode splits (one per 64 cells), so the in-block merge runs */
+    for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = 140 + 7 * (t % 2) + t / 2; }
     float *got[2] = {NULL, NULL};
     char what[160];
     /* pass 0: fused, cache K checked; 1: fused, cache V checked; 2: fusion off */
