@@ -630,7 +630,7 @@ static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t 
     float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
     void *kc = rand_typed(kt, row * cells, 1.0f), *vc = rand_typed(vt, row * cells, 1.0f);
     int32_t pos[8], seq[8];
-    /* 192 cells: 3 decode splits (one per 64 cells), so the in-block merge runs */
+    /* a cache of several splits, so the in-block merge runs */
     for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = 140 + 7 * (t % 2) + t / 2; }
     float *got[2] = {NULL, NULL};
     char what[160];

@@ -19,7 +19,7 @@
 
 #define OB_ATTN_WARPS 4
 #define OB_ATTN_MAX_NE 8      /* ceil(hd / 32): head sizes up to 256 (any multiple of 4) */
-#define OB_ATTN_CELLS_PER_SPLIT 64 /* fewest cells per split when the whole cache is in use */
+#define OB_ATTN_CELLS_PER_SPLIT 16 /* fewest cells per split when the whole cache is in use */
 #define OB_ATTN_MAX_SPLIT 256
 #define OB_ATTN_SPLIT_T 8
 
@@ -73,9 +73,11 @@ typedef struct ob_attn_args {
 
 /* Up to eight blocks per SM over (split, head, token) (a block walks its cells one per
  * warp at a time, so short splits hide the latency of those dependent loads), but at most
- * one split per OB_ATTN_CELLS_PER_SPLIT cells of the cache and 16 in all: more splits only
- * add blocks and merge work (H200, 2026-11-29, tg128 in a 648-cell context: qwen3-8b
- * Q4_K_M with 33 splits 235 tok/s, 16 258, 8 256; qwen3-0.6b with 41 splits 599, 8 699). */
+ * one split per OB_ATTN_CELLS_PER_SPLIT cells of the cache and 16 in all. H200,
+ * 2026-11-29, qwen3-8b Q4_K_M tg128 (positions 0-127): in a 648-cell context 33 splits
+ * 235 tok/s, 16 258, 8 256; in a 136-cell context 3 splits (one per 64 cells) 229; so
+ * more than ~16 splits only add blocks and merge work, and far fewer leave each block a
+ * long serial walk. qwen3-0.6b, 648 cells: 41 splits 599, 8 699. */
 static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     const int64_t T = q->ne[2] * q->ne[3], H = q->ne[1];

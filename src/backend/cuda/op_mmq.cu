@@ -687,7 +687,9 @@ __global__ void k_mmq_reduce(const float *__restrict__ p, float *__restrict__ y,
 typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_plan;
 
 /* Knobs of the streaming decode kernel, read once: ONEBIT_CUDA_MMQ_DEC = the largest T it
- * takes (0 off, at most 16; default 16), ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
+ * takes (0 off, at most 16; default 8: on the H200, 2026-11-29, qwen3-8b Q4_K_M, it gave
+ * 753 tok/s at 4 sequences against 502 on the tiled kernel, equal at 8, but 1,420 at 16
+ * against 1,510), ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
  * default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8, default 4), ONEBIT_CUDA_MMQ_BLOCKS
  * the grid size below which K is split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
@@ -695,7 +697,7 @@ static const mmq_dec_knobs *mmq_dec_cfg(void) {
     static mmq_dec_knobs k = {-1, 4, 4, 528};
     if (k.max_t < 0) {
         const char *e;
-        int v = 16;
+        int v = 8;
         if ((e = getenv("ONEBIT_CUDA_MMQ_DEC")) != NULL) v = atoi(e);
         k.max_t = v < 0 ? 0 : v > 16 ? 16 : v;
         if ((e = getenv("ONEBIT_CUDA_MMQ_WARPS")) != NULL && atoi(e) >= 1 && atoi(e) <= 8) k.nw = atoi(e);
