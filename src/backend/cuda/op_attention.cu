@@ -72,19 +72,21 @@ typedef struct ob_attn_args {
 } ob_attn_args;
 
 /* Up to eight blocks per SM over (split, head, token) (a block walks its cells one per
- * warp at a time, so short splits hide the latency of those dependent loads), but at most
- * one split per OB_ATTN_CELLS_PER_SPLIT cells of the cache and 16 in all. H200,
- * 2026-11-29, qwen3-8b Q4_K_M tg128 (positions 0-127): in a 648-cell context 33 splits
- * 235 tok/s, 16 258, 8 256; in a 136-cell context 3 splits (one per 64 cells) 229; so
- * more than ~16 splits only add blocks and merge work, and far fewer leave each block a
- * long serial walk. qwen3-0.6b, 648 cells: 41 splits 599, 8 699. */
+ * warp at a time, so short splits hide the latency of those dependent loads), at most one
+ * split per OB_ATTN_CELLS_PER_SPLIT cells of the cache, and 8 splits until the cache is
+ * large enough for 512 cells per split. H200, 2026-11-29/30, tg128 (positions 0-127) in a
+ * 648-cell context, `ONEBIT_CUDA_ATTN_SPLIT=N`: qwen3-8b Q4_K_M 4 splits 241 tok/s, 6 247,
+ * 8 260, 16 258, 33 (the old rule) 235; qwen3-0.6b 4 610, 6 615, 8 707, 16 666, 41 599.
+ * Fewer splits leave each block a long serial walk, more add blocks and merge work. */
 static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     const int64_t T = q->ne[2] * q->ne[3], H = q->ne[1];
     if (T > OB_ATTN_SPLIT_T) return 1;
     if (cx->attn_split > 0) return OB_MIN(cx->attn_split, OB_ATTN_MAX_SPLIT);
     const int64_t want = (8 * (int64_t)OB_MAX(cx->sm_count, 1) + H * T - 1) / (H * T);
-    const int64_t most = OB_MIN((n->ip[0] + OB_ATTN_CELLS_PER_SPLIT - 1) / OB_ATTN_CELLS_PER_SPLIT, (int64_t)16);
+    const int64_t cells = n->ip[0];
+    const int64_t most = OB_MIN((cells + OB_ATTN_CELLS_PER_SPLIT - 1) / OB_ATTN_CELLS_PER_SPLIT,
+                                OB_MAX((int64_t)8, (cells + 511) / 512));
     return (int)OB_MAX(1, OB_MIN(OB_MIN(want, most), OB_ATTN_MAX_SPLIT));
 }
 
