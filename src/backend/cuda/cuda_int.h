@@ -108,6 +108,9 @@ bool ob_cu_tables_init(ob_cu_ctx *cx);
 bool ob_cu_mmvq_applies(const ob_tensor *n);
 size_t ob_cu_mmvq_qx_size(const ob_tensor *n);
 bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n);
+/* x F32 [n] -> int8 blocks of 32 in qx and (scale, scale x sum) per block in dx, as the
+ * int8 matvec and MMQ read them (op_mmvq.cu k_quant_act); n % 32 == 0. */
+bool ob_cu_quant_act(ob_cu_ctx *cx, const float *x, int8_t *qx, float2 *dx, int64_t n);
 /* count (<= ob_cu_mmvq_group_max()) mmvq matmuls with one x, weight type and K, as one
  * launch; outputs must not overlap. */
 int ob_cu_mmvq_group_max(void);

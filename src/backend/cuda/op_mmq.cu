@@ -24,17 +24,6 @@
 #include "backend/cuda/cuda_mmq.h"
 #include <stdlib.h>
 
-/* ---- activations --------------------------------------------------------------------------- */
-
-/* 8 threads per 32-element block, 4 elements each; n = K * T elements, K % 32 == 0. */
-__global__ void k_mmq_quant(const float *__restrict__ x, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t n) {
-    OB_PDL_ENTRY();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
-    const bool live = i * 4 < n;
-    const float4 v = live ? ((const float4 *)x)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    ob_cu_quant_group(v, live, i, qx, dx);
-}
-
 /* ---- weight unpacking ---------------------------------------------------------------------- */
 
 template <int T> struct mmq_tr;
@@ -568,7 +557,7 @@ __global__ void __launch_bounds__(8 * OB_WARP)
         mmq_cp_commit(); /* empty groups keep the count uniform */
     }
     /* No kernel writes weights: under PDL the first stages stream while the kernel that
-     * makes x (k_mmq_quant) still runs; x and y only after the wait. */
+     * makes x (k_quant_act) still runs; x and y only after the wait. */
     OB_PDL_ENTRY();
     const int64_t r0 = n0 + g < N ? n0 + g : N - 1, r1 = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
     for (int j = 0; j < cnt; j++) {
@@ -841,8 +830,7 @@ bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
     int8_t *qx = (int8_t *)qb;
     float2 *dx = (float2 *)(qb + ob_cu_qx_dx_offset(K, T));
     if (!keep || cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
-        if (!OB_CU_LAUNCH(cx, k_mmq_quant, ob_cu_blocks(K * T / 4, 256), 256, 0, (const float *)x->data, qx, dx, K * T))
-            return false;
+        if (!ob_cu_quant_act(cx, (const float *)x->data, qx, dx, K * T)) return false;
         if (keep) {
             cx->qx_src = x->data;
             cx->qx_k = K;

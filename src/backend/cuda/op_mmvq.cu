@@ -33,6 +33,10 @@ __global__ void k_quant_act(const float *__restrict__ x, int8_t *__restrict__ qx
     ob_cu_quant_group(v, live, i, qx, dx);
 }
 
+bool ob_cu_quant_act(ob_cu_ctx *cx, const float *x, int8_t *qx, float2 *dx, int64_t n) {
+    return OB_CU_LAUNCH(cx, k_quant_act, ob_cu_blocks(n / 4, 256), 256, 0, x, qx, dx, n);
+}
+
 /* ---- helpers ------------------------------------------------------------------------------ */
 
 static __device__ __forceinline__ float f16f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
@@ -270,19 +274,28 @@ typedef struct ob_mmvq_set {
  * per row (fewer lanes when a row has fewer units than a warp). With smem, the block first
  * copies x (qx then dx of nt columns) to shared memory: every row of the block reads all
  * of x, and from L2 that traffic rivalled the weights' own. */
+/* The matrix of this block (of a grouped launch), chosen with constant indices only: a
+ * run-time index into the parameter struct would copy it to local memory. */
+static __device__ __forceinline__ void mmvq_pick(const ob_mmvq_set &set, const uint8_t *&W, float *&y, int64_t &N,
+                                                 unsigned &b0) {
+    W = set.w[0];
+    y = set.y[0];
+    N = set.n[0];
+    b0 = 0;
+#pragma unroll
+    for (int k = 1; k < OB_MMVQ_GROUP; k++)
+        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+}
+
 template <int T, int NT, int R>
 __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
     k_mmvq(ob_mmvq_set set, size_t rb, const int8_t *__restrict__ gqx, const float2 *__restrict__ gdx, int64_t K, int nt,
            int lsh, int smem) {
-    /* The matrix of this block, chosen with constant indices only (a run-time index into
-     * the parameter struct would copy it to local memory). */
-    const uint8_t *W = set.w[0];
-    float *y = set.y[0];
-    int64_t N = set.n[0];
-    unsigned b0 = 0;
-#pragma unroll
-    for (int k = 1; k < OB_MMVQ_GROUP; k++)
-        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+    const uint8_t *W;
+    float *y;
+    int64_t N;
+    unsigned b0;
+    mmvq_pick(set, W, y, N, b0);
 #if !defined(OB_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     {
         /* No kernel writes weights: under PDL this block may start pulling its rows into
@@ -374,13 +387,11 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
     constexpr int NV = run_vecs<T>::v, VPL = (NV + OB_WARP - 1) / OB_WARP;
     constexpr int RUN = mq<T>::run, S = mq<T>::slots, BY = mq<T>::bytes, QK = mq<T>::qk;
     constexpr int UPL = (RUN * S + OB_WARP - 1) / OB_WARP; /* units per lane in a full run */
-    const uint8_t *W = set.w[0];
-    float *y = set.y[0];
-    int64_t N = set.n[0];
-    unsigned b0 = 0;
-#pragma unroll
-    for (int k = 1; k < OB_MMVQ_GROUP; k++)
-        if (k < set.count && blockIdx.x >= set.b0[k]) { W = set.w[k]; y = set.y[k]; N = set.n[k]; b0 = set.b0[k]; }
+    const uint8_t *W;
+    float *y;
+    int64_t N;
+    unsigned b0;
+    mmvq_pick(set, W, y, N, b0);
     const int64_t r0 = (int64_t)(blockIdx.x - b0) * OB_MMVQ_SW; /* < N: blocks cover rows only */
 #if !defined(OB_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     {
@@ -546,9 +557,7 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     int8_t *qx = (int8_t *)cx->qx;
     float2 *dx = (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, T));
     if (cx->qx_src != x->data || cx->qx_k != K || cx->qx_t != T) {
-        const int64_t groups = K * T / 4;
-        if (!OB_CU_LAUNCH(cx, k_quant_act, ob_cu_blocks(groups, 256), 256, 0, (const float *)x->data, qx, dx, K * T))
-            return false;
+        if (!ob_cu_quant_act(cx, (const float *)x->data, qx, dx, K * T)) return false;
         cx->qx_src = x->data;
         cx->qx_k = K;
         cx->qx_t = T;
