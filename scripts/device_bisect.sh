@@ -4,11 +4,7 @@
 # then the memory and race checkers on the default configuration. Prebuilt binaries in
 # .dev/cuda (as device_cuda.sh). Finds which fused kernel breaks a model end to end.
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/onebit-out}
-mkdir -p "$OUT"
-B=.dev/cuda
-export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/device_env.sh" # repository root, OUT, B, libraries, TOK
 export ONEBIT_TEST_FIXTURES_ONLY=1
 run() { # name, env...
     local name=$1; shift

@@ -4,11 +4,7 @@
 # bench (pp512, tg128), a per-op GPU profile of decode, and aggregate decode at
 # ONEBIT_NP parallel sequences. Logs in $OUT; a summary on stdout.
 set -u
-cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/onebit-out}
-mkdir -p "$OUT"
-B=.dev/cuda
-export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/device_env.sh" # repository root, OUT, B, libraries, TOK
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; date -u
 if [ "${ONEBIT_SKIP_TEST:-0}" != 1 ]; then
     timeout 200 "$B/test_cuda_ops" >"$OUT/test.log" 2>&1
@@ -21,8 +17,6 @@ if [ "${ONEBIT_SKIP_TEST:-0}" != 1 ]; then
         echo "[$e] test_cuda_ops rc=$? $(grep -E 'checks' "$OUT/test-${e//[^A-Za-z0-9_]/_}.log" | tail -1)"
     done
 fi
-TOK=$B/tokenizer.json
-if [ ! -f "$TOK" ] && [ -f "$B/tokenizer.json.xz" ]; then xz -dc "$B/tokenizer.json.xz" >/tmp/tokenizer.json; TOK=/tmp/tokenizer.json; fi
 # ONEBIT_EMB=FILE.gguf: embeddings throughput (inputs of 128 and 512 tokens).
 if [ -n "${ONEBIT_EMB:-}" ]; then
     for pn in "128 32" "512 8" "32 256"; do

@@ -76,5 +76,11 @@ double ob_time_s(void);
  * from best = 0 finds it (a NaN at 0 wins, NaNs elsewhere never do), but vectorizable:
  * greedy sampling and speculative drafts run it over a whole vocabulary every token. */
 int ob_argmax_f32(const float *w, int n);
+/* A token from logits w[0..n) (temp > 0): the top_k best by (value desc, id asc), or with
+ * top_k off (<= 0 or >= n) every id at or above the min-p threshold; then min-p,
+ * temperature, top-p (>= 1: off) and the pick with u in [0, 1), all in double. idx:
+ * scratch of min(top_k, n) ids when top-k is on, n otherwise. */
+int32_t ob_sample_pick(const float *w, int n, float temp, int top_k, float top_p, float min_p, double u,
+                       int32_t *idx);
 
 #endif

@@ -130,13 +130,6 @@ void ob_sampler_device_params(ob_sampler *s, float *params) {
     params[5] = (float)s->n_vocab;
 }
 
-static int cmp_desc(const void *a, const void *b, void *ctx) {
-    const float *w = ctx;
-    float x = w[*(const int32_t *)a], y = w[*(const int32_t *)b];
-    if (x != y) return x < y ? 1 : -1;
-    return *(const int32_t *)a - *(const int32_t *)b; /* ties: lower id first, stable results */
-}
-
 int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
     const ob_sampler_params *p = &s->p;
     int n = s->n_vocab;
@@ -172,68 +165,8 @@ int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
         ob_sampler_accept(s, best);
         return best;
     }
-    /* Candidates: the top-k through a min-heap (O(n log k)); with top-k off, a min-p
-     * threshold (when set) prunes before the sort. */
-    int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    int m = 0;
-    if (k < n) {
-        int32_t *h = s->idx;
-        for (int i = 0; i < n; i++) {
-            if (m < k) {
-                int c = m++;
-                h[c] = i;
-                while (c > 0 && cmp_desc(&h[(c - 1) / 2], &h[c], w) < 0) { /* parent better -> swap up */
-                    int32_t t = h[c]; h[c] = h[(c - 1) / 2]; h[(c - 1) / 2] = t; c = (c - 1) / 2;
-                }
-            } else if (cmp_desc(&i, &h[0], w) < 0) {
-                h[0] = i;
-                int c = 0;
-                for (;;) {
-                    int l = 2 * c + 1, r = l + 1, worst = c;
-                    if (l < m && cmp_desc(&h[l], &h[worst], w) > 0) worst = l;
-                    if (r < m && cmp_desc(&h[r], &h[worst], w) > 0) worst = r;
-                    if (worst == c) break;
-                    int32_t t = h[c]; h[c] = h[worst]; h[worst] = t; c = worst;
-                }
-            }
-        }
-    } else {
-        float mx0 = w[0];
-        for (int i = 1; i < n; i++) if (w[i] > mx0) mx0 = w[i];
-        float lim = p->min_p > 0 ? mx0 + (float)(log(p->min_p) * p->temperature) - 1e-6f : -INFINITY;
-        for (int i = 0; i < n; i++) if (w[i] >= lim) s->idx[m++] = i;
-    }
-    qsort_r(s->idx, (size_t)m, sizeof(int32_t), cmp_desc, w);
-    float mx = w[s->idx[0]];
-    double sum = 0;
-    if (p->min_p > 0) {
-        /* keep tokens with prob >= min_p * max prob */
-        double lim = log(p->min_p) * p->temperature;
-        int keep = 1;
-        while (keep < m && (double)(w[s->idx[keep]] - mx) >= lim) keep++;
-        m = keep;
-    }
-    sum = 0;
-    for (int i = 0; i < m; i++) sum += exp((double)(w[s->idx[i]] - mx) / p->temperature);
-    if (p->top_p < 1.0f) {
-        double cum = 0;
-        int keep = 0;
-        while (keep < m) {
-            cum += exp((double)(w[s->idx[keep]] - mx) / p->temperature) / sum;
-            keep++;
-            if (cum >= p->top_p) break;
-        }
-        m = keep;
-        sum = 0;
-        for (int i = 0; i < m; i++) sum += exp((double)(w[s->idx[i]] - mx) / p->temperature);
-    }
-    double r = (double)ob_sampler_next_uniform(s) * sum;
-    int32_t pick = s->idx[m - 1];
-    double acc = 0;
-    for (int i = 0; i < m; i++) {
-        acc += exp((double)(w[s->idx[i]] - mx) / p->temperature);
-        if (r < acc) { pick = s->idx[i]; break; }
-    }
+    const int32_t pick = ob_sample_pick(w, n, p->temperature, p->top_k, p->top_p, p->min_p,
+                                        (double)ob_sampler_next_uniform(s), s->idx);
     ob_sampler_accept(s, pick);
     return pick;
 }

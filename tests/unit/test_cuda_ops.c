@@ -123,6 +123,16 @@ static ob_status run_both(ob_backend *be, ob_graph *g, ob_tensor *out, ob_tensor
     return run_both_keep(be, g, out, written, tol, what, NULL);
 }
 
+/* run_both, then one line saying how the case went (the lead reads these off a device run),
+ * counted in *cases. */
+static void run_case(ob_backend *be, ob_graph *g, ob_tensor *out, double tol, const char *what, int *cases) {
+    const int before = ob_test_failures;
+    run_both(be, g, out, NULL, tol, what);
+    if (tol > 0) printf("%s: %s (tol %.0e)\n", what, ob_test_failures == before ? "ok" : "FAILED", tol);
+    else printf("%s: %s (exact)\n", what, ob_test_failures == before ? "ok" : "FAILED");
+    (*cases)++;
+}
+
 static const ob_type all_types[] = {
     OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_BF16, OB_TYPE_Q4_0, OB_TYPE_Q4_1, OB_TYPE_Q5_0, OB_TYPE_Q5_1, OB_TYPE_Q8_0,
     OB_TYPE_Q8_1, OB_TYPE_Q2_K, OB_TYPE_Q3_K, OB_TYPE_Q4_K, OB_TYPE_Q5_K, OB_TYPE_Q6_K, OB_TYPE_Q8_K, OB_TYPE_IQ2_XXS,
@@ -358,10 +368,7 @@ static void test_matmul_mmq(ob_backend *be) {
                 snprintf(what, sizeof(what), "mmq %s K=%lld N=%lld T=%d %s", ob_type_name(t), (long long)K, (long long)N, T,
                          pre ? "rounded x" : "raw x");
                 const double tol = pre ? 1e-4 : 5e-2;
-                const int before = ob_test_failures;
-                run_both(be, g, y, NULL, tol, what);
-                printf("%s: %s (tol %.0e)\n", what, ob_test_failures == before ? "ok" : "FAILED", tol);
-                cases++;
+                run_case(be, g, y, tol, what, &cases);
                 ob_graph_free(g);
                 free(x);
             }
@@ -400,10 +407,7 @@ static void test_matmul_mmq_stream(ob_backend *be) {
             char what[96];
             snprintf(what, sizeof(what), "mmq stream %s K=%lld N=%lld T=%d rounded x", ob_type_name(t), (long long)K,
                      (long long)N, T);
-            const int before = ob_test_failures;
-            run_both(be, g, y, NULL, 1e-4, what);
-            printf("%s: %s (tol 1e-4)\n", what, ob_test_failures == before ? "ok" : "FAILED");
-            cases++;
+            run_case(be, g, y, 1e-4, what, &cases);
             ob_graph_free(g);
             free(x);
         }
@@ -424,10 +428,7 @@ static void test_matmul_mmq_stream(ob_backend *be) {
         ob_tensor *y = ob_add(g, ob_matmul(g, W1, X), ob_matmul(g, W2, X));
         char what[96];
         snprintf(what, sizeof(what), "mmq shared x Q4_K+Q6_K K=%lld N=%lld T=%d rounded x", (long long)Kq, (long long)Nq, T);
-        const int before = ob_test_failures;
-        run_both(be, g, y, NULL, 1e-4, what);
-        printf("%s: %s (tol 1e-4)\n", what, ob_test_failures == before ? "ok" : "FAILED");
-        cases++;
+        run_case(be, g, y, 1e-4, what, &cases);
         ob_graph_free(g);
         free(x);
         free(w1);
@@ -497,10 +498,7 @@ static void test_matmul_blas(void) {
             ob_tensor *y = ob_matmul(g, W, X);
             char what[96];
             snprintf(what, sizeof(what), "blas %s K=%lld N=%lld T=%d", ob_type_name(t), (long long)K, (long long)N, T);
-            const int before = ob_test_failures;
-            run_both(be, g, y, NULL, 2e-3, what);
-            printf("%s: %s (tol 2e-3)\n", what, ob_test_failures == before ? "ok" : "FAILED");
-            cases++;
+            run_case(be, g, y, 2e-3, what, &cases);
             ob_graph_free(g);
             free(x);
         }
@@ -519,10 +517,7 @@ static void test_matmul_blas(void) {
         ob_tensor *y = ob_cpy(g, W, OB_TYPE_F16);
         char what[96];
         snprintf(what, sizeof(what), "cpy %s -> f16 (%lld elements)", ob_type_name(t), (long long)(ne0 * nr));
-        const int before = ob_test_failures;
-        run_both(be, g, y, NULL, 0, what);
-        printf("%s: %s (exact)\n", what, ob_test_failures == before ? "ok" : "FAILED");
-        cases++;
+        run_case(be, g, y, 0, what, &cases);
         ob_graph_free(g);
         free(w);
     }

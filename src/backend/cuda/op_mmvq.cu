@@ -274,6 +274,19 @@ typedef struct ob_mmvq_set {
  * per row (fewer lanes when a row has fewer units than a warp). With smem, the block first
  * copies x (qx then dx of nt columns) to shared memory: every row of the block reads all
  * of x, and from L2 that traffic rivalled the weights' own. */
+/* The block copies the int8 x (n elements) and its block scales into shared memory at sq
+ * and points qx / dx there; all threads of the block must call it. */
+static __device__ __forceinline__ void stage_x(int4 *sq, const int8_t *gqx, const float2 *gdx, int64_t n,
+                                               const int8_t *&qx, const float2 *&dx) {
+    const int nq = (int)(n / 16), nd = (int)(n / 32);
+    for (int i = threadIdx.x; i < nq; i += blockDim.x) sq[i] = ((const int4 *)gqx)[i];
+    float2 *sd = (float2 *)(sq + nq);
+    for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = gdx[i];
+    __syncthreads();
+    qx = (const int8_t *)sq;
+    dx = sd;
+}
+
 /* The matrix of this block (of a grouped launch), chosen with constant indices only: a
  * run-time index into the parameter struct would copy it to local memory. */
 static __device__ __forceinline__ void mmvq_pick(const ob_mmvq_set &set, const uint8_t *&W, float *&y, int64_t &N,
@@ -314,15 +327,7 @@ __global__ void __launch_bounds__(OB_MMVQ_ROWS * OB_WARP)
     extern __shared__ int4 ob_mmvq_sm[];
     const int8_t *qx = gqx;
     const float2 *dx = gdx;
-    if (smem) {
-        const int nq = (int)(nt * K / 16), nd = (int)(nt * K / 32);
-        for (int i = threadIdx.x; i < nq; i += blockDim.x) ob_mmvq_sm[i] = ((const int4 *)gqx)[i];
-        float2 *sd = (float2 *)(ob_mmvq_sm + nq);
-        for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = gdx[i];
-        __syncthreads();
-        qx = (const int8_t *)ob_mmvq_sm;
-        dx = sd;
-    }
+    if (smem) stage_x(ob_mmvq_sm, gqx, gdx, nt * K, qx, dx);
     const int lane = threadIdx.x % OB_WARP, L = 1 << lsh, l = lane & (L - 1);
     const int rpw = OB_WARP >> lsh;
     /* R adjacent rows per lane group: with several columns the x reads, not the weights,
@@ -418,16 +423,7 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
     uint4 *wbuf = (uint4 *)ob_mmvq_sm + warp * NV;
     const int8_t *qx = gqx;
     const float2 *dx = gdx;
-    if constexpr (XS) {
-        int4 *sq = ob_mmvq_sm + OB_MMVQ_SW * NV;
-        const int nq = (int)(K / 16), nd = (int)(K / 32);
-        for (int i = threadIdx.x; i < nq; i += blockDim.x) sq[i] = ((const int4 *)gqx)[i];
-        float2 *sd = (float2 *)(sq + nq);
-        for (int i = threadIdx.x; i < nd; i += blockDim.x) sd[i] = gdx[i];
-        __syncthreads();
-        qx = (const int8_t *)sq;
-        dx = sd;
-    }
+    if constexpr (XS) stage_x(ob_mmvq_sm + OB_MMVQ_SW * NV, gqx, gdx, K, qx, dx);
     float acc = 0.0f;
     for (int c0 = 0; c0 < nb; c0 += RUN) {
         const int nbr = nb - c0 < RUN ? nb - c0 : RUN, nv = nbr * BY / 16;

@@ -103,6 +103,20 @@ static void prof_print(const ob_vk *vk) {
                     pr->node_ms[k] / s, 100.0 * pr->node_ms[k] / total, 1e3 * pr->node_ms[k] / (double)pr->node_count[k]);
 }
 
+/* Submits one command buffer and waits for it. After a fault nothing on this device can
+ * be trusted: every later call fails, so the server stops taking work and a supervisor
+ * restarts it. */
+static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, char *err, size_t err_len) {
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
+    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
+    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
+    if (r == VK_SUCCESS) return OB_OK;
+    if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
+    return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)", vk->info.name,
+                   (int)r);
+}
+
 ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     if (!vk->recording) return OB_OK;
     vk->recording = false;
@@ -110,17 +124,8 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     barrier(vk, vk->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
     OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
     double t_sub = vk->prof.in_step ? ob_time_s() : 0;
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->cmd};
-    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
-    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
-    if (r != VK_SUCCESS) {
-        /* After a fault nothing on this device can be trusted: fail every later call so
-         * the server stops taking work and a supervisor restarts it. */
-        if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
-        return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)",
-                       vk->info.name, (int)r);
-    }
+    ob_status st = submit_cmd(vk, vk->cmd, err, err_len);
+    if (st) return st;
     if (vk->prof.in_step) {
         ob_vk_prof *pr = &vk->prof;
         double t_done = ob_time_s();
@@ -332,15 +337,8 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
 static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
     ob_vk_prof *pr = &vk->prof;
     double t_sub = pr->in_step ? ob_time_s() : 0;
-    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &vk->gcmd};
-    VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
-    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
-    if (r != VK_SUCCESS) {
-        if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
-        return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)",
-                       vk->info.name, (int)r);
-    }
+    ob_status st = submit_cmd(vk, vk->gcmd, err, err_len);
+    if (st) return st;
     if (pr->in_step) {
         double t_done = ob_time_s();
         pr->record_ms += 1e3 * (t_sub - pr->t_step) - (pr->pipeline_ms - pr->pipeline_seen_ms);
