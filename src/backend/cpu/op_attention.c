@@ -16,18 +16,37 @@
 
 /* ---- KV_STORE -------------------------------------------------------------------------- */
 
+static void f16_row_ref(const float *src, uint16_t *d, int64_t n) {
+    for (int64_t i = 0; i < n; i++) d[i] = ob_f32_to_f16(src[i]);
+}
+
+#if defined(__x86_64__)
+/* F16C rounds to nearest even like ob_f32_to_f16: the same bits for every non-NaN value
+ * (a NaN stays a NaN). A decode step stores every layer's K and V rows on one thread, so the
+ * scalar conversion was a serial 20 us per layer at 4 sequences. */
+__attribute__((target("avx2,f16c"))) static void f16_row_f16c(const float *src, uint16_t *d, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = ob_f32_to_f16(src[i]);
+}
+#endif
+
 void ob_cpu_op_kv_store(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const ob_tensor *x = dst->src[0], *cache = dst->src[1];
     const int32_t *pos = dst->src[2]->data, *seq = dst->src[3]->data;
     int64_t row = cache->ne[0], T = ob_nelements(x) / row, cps = dst->ip[0], t0, t1;
     size_t rb = ob_row_size(cache->type, row);
+    void (*f16_row)(const float *, uint16_t *, int64_t) = f16_row_ref;
+#if defined(__x86_64__)
+    if (ob_cpu_simd_level() >= 1) f16_row = f16_row_f16c; /* every AVX2 CPU has F16C */
+#endif
     ob_cpu_split(T, c->ith, c->nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         const float *src = (const float *)x->data + t * row;
         char *d = (char *)cache->data + (size_t)((int64_t)seq[t] * cps + pos[t]) * rb;
         if (cache->type == OB_TYPE_F32) memcpy(d, src, rb);
-        else if (cache->type == OB_TYPE_F16)
-            for (int64_t i = 0; i < row; i++) ((uint16_t *)d)[i] = ob_f32_to_f16(src[i]);
+        else if (cache->type == OB_TYPE_F16) f16_row(src, (uint16_t *)d, row);
         else ob_quant_row_q8_0(src, d, row);
     }
     if (c->ith == 0) *(float *)dst->data = 0.0f;
