@@ -15,6 +15,9 @@ typedef struct ob_cpu_op_ctx {
     void *wdata;             /* shared by all threads of this node */
     size_t wsize;
     ob_cpu_pool *pool;
+    /* Per node and compute, zeroed before the threads start (NULL: none): a matmul hands
+     * out the last rows of its output through it (see op_matmul.c). */
+    int64_t *next;
 } ob_cpu_op_ctx;
 
 /* Waits until all nth threads of the node reach it. */

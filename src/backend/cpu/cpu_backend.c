@@ -12,6 +12,7 @@ typedef struct ob_cpu_item {
     ob_tensor *node;
     ob_cpu_kernel_fn fn;
     size_t woff, wsize;
+    int64_t next; /* the node's shared counter (ob_cpu_op_ctx.next), 0 at each compute */
 } ob_cpu_item;
 
 /* Nodes run between two barriers. A serial stage is a chain of tiny nodes that thread 0
@@ -286,6 +287,7 @@ static ob_status schedule(ob_cpu_backend *cb, ob_graph *g, size_t *wneed, char *
         it->fn = fn;
         it->woff = tiny ? 0 : cur_w;
         it->wsize = ws;
+        it->next = 0;
         if (!tiny) cur_w += ws;
         cur->count++;
         *wneed = OB_MAX(*wneed, tiny ? ws : cur_w);
@@ -294,7 +296,7 @@ static ob_status schedule(ob_cpu_backend *cb, ob_graph *g, size_t *wneed, char *
 }
 
 static void run_stages(void *arg, int ith, int nth) {
-    ob_cpu_backend *cb = arg;
+    ob_cpu_backend *cb = arg; /* items are only read here (next through atomics) */
     ob_cpu_op_ctx c = {.ith = ith, .nth = nth, .pool = cb->pool};
     ob_cpu_op_ctx one = {.ith = 0, .nth = 1, .pool = cb->pool};
     for (int64_t s = 0; s < cb->n_stages; s++) {
@@ -306,6 +308,7 @@ static void run_stages(void *arg, int ith, int nth) {
             const ob_cpu_item *it = &cb->items[k];
             cc->wdata = (char *)cb->wdata + it->woff;
             cc->wsize = it->wsize;
+            cc->next = (int64_t *)&it->next;
             it->fn(it->node, cc);
         }
     }

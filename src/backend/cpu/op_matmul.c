@@ -178,12 +178,25 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int64_t tile = (int64_t)(32768 / (w_rs ? w_rs : 1));
     tile = OB_MAX(tile, 1);
     mm_rows rows = {k, n, t, w_rs, act_rs, w->data, act, dst->data, kern.dot, kern.tile};
-    const int64_t r0 = n * c->ith / c->nth, r1 = n * (c->ith + 1) / c->nth;
-    /* A dynamic split (rows handed out through an atomic) measured slower here: each
-     * thread streaming one contiguous range keeps the prefetchers busy. */
     const int64_t cols = kern.tile ? OB_TILE_MAX_COLS : OB_DOT_MAX_COLS;
+    /* Each thread streams one contiguous home range (all rows handed out through an atomic
+     * measured slower: the prefetchers lose their streams), but the last eighth of the
+     * rows is a shared pool taken in small chunks by whichever thread is done first, so a
+     * thread that started late or was slowed does not hold the others at the next
+     * barrier. Which thread computes a row never changes its bits. */
+    int64_t pool0 = n;
+    if (c->next && c->nth > 1 && n >= 64 * (int64_t)c->nth) pool0 = n - n / 8;
+    const int64_t r0 = pool0 * c->ith / c->nth, r1 = pool0 * (c->ith + 1) / c->nth;
     const int64_t step = t <= cols ? OB_MAX(r1 - r0, 1) : tile; /* one sweep: nothing to reuse */
     for (int64_t rt = r0; rt < r1; rt += step) mm_do_rows(&rows, rt, OB_MIN(rt + step, r1));
+    if (pool0 == n) return;
+    const int64_t chunk = OB_MAX((int64_t)8, ((n - pool0) / (8 * (int64_t)c->nth) + 7) & ~(int64_t)7);
+    for (;;) {
+        const int64_t a = pool0 + __atomic_fetch_add(c->next, chunk, __ATOMIC_RELAXED);
+        if (a >= n) break;
+        const int64_t b = OB_MIN(a + chunk, n);
+        for (int64_t rt = a; rt < b; rt += OB_MIN(step, chunk)) mm_do_rows(&rows, rt, OB_MIN(rt + OB_MIN(step, chunk), b));
+    }
 }
 
 void ob_cpu_ref_matmul(ob_tensor *dst) {

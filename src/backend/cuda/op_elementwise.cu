@@ -153,6 +153,54 @@ __global__ void k_rms_fused(const float *x, const float *xb, float *xs, const fl
     }
 }
 
+/* k_rms_fused with the row held in registers: thread t owns the 4-element groups t,
+ * t + blockDim, ... (at most G), so the residual sum, the norm and the quantization read
+ * each element from memory once, and the norm weights are fetched before the wait on the
+ * previous kernel. All pointers 16-byte aligned, n % 4 == 0, n / 4 <= G * blockDim. */
+template <int G>
+__global__ void k_rms_fused4(const float *x, const float *xb, float *xs, const float *__restrict__ w, float *y, int64_t n,
+                             float eps, int8_t *__restrict__ qx, float2 *__restrict__ dx) {
+    const int64_t ng = n / 4;
+    float4 wv[G];
+#pragma unroll
+    for (int k = 0; k < G; k++) {
+        const int64_t g = threadIdx.x + (int64_t)k * blockDim.x;
+        wv[k] = w && g < ng ? ((const float4 *)w)[g] : make_float4(1.f, 1.f, 1.f, 1.f);
+    }
+    OB_PDL_ENTRY();
+    __shared__ float sh[32];
+    const float4 *xr = (const float4 *)(x + blockIdx.x * n);
+    const float4 *br = xb ? (const float4 *)(xb + blockIdx.x * n) : NULL;
+    float4 *sr = xs ? (float4 *)(xs + blockIdx.x * n) : NULL;
+    float4 *yr = (float4 *)(y + blockIdx.x * n);
+    float4 v[G];
+    float s2 = 0.0f;
+#pragma unroll
+    for (int k = 0; k < G; k++) {
+        const int64_t g = threadIdx.x + (int64_t)k * blockDim.x;
+        v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (g < ng) {
+            v[k] = xr[g];
+            if (br) {
+                const float4 b = br[g];
+                v[k] = make_float4(v[k].x + b.x, v[k].y + b.y, v[k].z + b.z, v[k].w + b.w);
+                sr[g] = v[k];
+            }
+            s2 += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+        }
+    }
+    const float sc = rsqrtf(block_sum(s2, sh) / (float)n + eps);
+#pragma unroll
+    for (int k = 0; k < G; k++) {
+        const int64_t g = threadIdx.x + (int64_t)k * blockDim.x;
+        const bool live = g < ng;
+        const float4 o = make_float4(v[k].x * sc * wv[k].x, v[k].y * sc * wv[k].y, v[k].z * sc * wv[k].z,
+                                     v[k].w * sc * wv[k].w);
+        if (live) yr[g] = o;
+        if (qx) ob_cu_quant_group(o, live, g, qx + blockIdx.x * n, dx + blockIdx.x * (n / 32));
+    }
+}
+
 /* GLU of 4 consecutive elements per thread, as k_glu, then their int8 quantization. */
 __global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n, int act, int8_t *__restrict__ qx,
                             float2 *__restrict__ dx) {
@@ -193,6 +241,22 @@ bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bo
     const int64_t n = a->ne[0], rows = ob_nrows(a);
     int8_t *qx = quant ? (int8_t *)cx->qx : NULL;
     float2 *dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(n, rows)) : NULL;
+    const float *xb = add ? (const float *)add->src[1]->data : NULL, *w = norm->src[1] ? (const float *)norm->src[1]->data : NULL;
+    float *xs = add ? (float *)add->data : NULL;
+    const uintptr_t al = (uintptr_t)a->data | (uintptr_t)xb | (uintptr_t)xs | (uintptr_t)w | (uintptr_t)norm->data;
+    const int64_t ng = n / 4;
+    if (n % 4 == 0 && (al & 15) == 0 && ng <= 4 * 1024) {
+        const int bt = (int)OB_MIN((int64_t)1024, (ng + 31) / 32 * 32), G = (int)((ng + bt - 1) / bt);
+        float *y = (float *)norm->data;
+        const float eps = norm->fp[0];
+        const float *x = (const float *)a->data;
+        switch (G) {
+        case 1: return OB_CU_LAUNCH(cx, k_rms_fused4<1>, (unsigned)rows, bt, 0, x, xb, xs, w, y, n, eps, qx, dx);
+        case 2: return OB_CU_LAUNCH(cx, k_rms_fused4<2>, (unsigned)rows, bt, 0, x, xb, xs, w, y, n, eps, qx, dx);
+        case 3: return OB_CU_LAUNCH(cx, k_rms_fused4<3>, (unsigned)rows, bt, 0, x, xb, xs, w, y, n, eps, qx, dx);
+        default: return OB_CU_LAUNCH(cx, k_rms_fused4<4>, (unsigned)rows, bt, 0, x, xb, xs, w, y, n, eps, qx, dx);
+        }
+    }
     return OB_CU_LAUNCH(cx, k_rms_fused, (unsigned)rows, row_threads(n), 0,
         (const float *)a->data, add ? (const float *)add->src[1]->data : NULL, add ? (float *)add->data : NULL,
         norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data, n, norm->fp[0], qx, dx);

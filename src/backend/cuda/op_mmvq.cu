@@ -80,6 +80,27 @@ template <bool SM> static __device__ __forceinline__ uint32_t ld2(const uint8_t 
 template <bool SM> static __device__ __forceinline__ int ld32(const uint8_t *p) {
     return (int)(ld2<SM>(p) | ld2<SM>(p + 2) << 16);
 }
+/* NW consecutive 32-bit words from a 2-byte aligned address. In shared memory: NW + 1
+ * aligned words (NW when p is 4-aligned) joined by funnel shifts instead of 2 * NW 16-bit
+ * loads; a staged run of such blocks is read by every lane at a 2-aligned offset, and the
+ * 16-bit loads were what its decode waited on. */
+template <bool SM, int NW> static __device__ __forceinline__ void ld32n(const uint8_t *p, int (&w)[NW]) {
+    if constexpr (SM) {
+        const uintptr_t a = (uintptr_t)p;
+        const uint32_t *q = (const uint32_t *)(a & ~(uintptr_t)3);
+        const unsigned sh = (unsigned)(a & 2) * 8;
+        uint32_t cur = q[0];
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            const uint32_t nxt = (k + 1 < NW || sh) ? q[k + 1] : 0u; /* never past the data */
+            w[k] = (int)(uint32_t)((((uint64_t)nxt << 32) | cur) >> sh);
+            cur = nxt;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < NW; k++) w[k] = ld32<SM>(p + 4 * k);
+    }
+}
 #ifdef OB_HIP
 /* Portable form (the HIP build is compile-checked, not tuned). */
 static __device__ __forceinline__ int dp4a(int a, int b, int c) {
@@ -151,9 +172,11 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
          * hold sub-blocks 4g (low) and 4g+2 (high), [64g + 32 + j0, +8) sub-blocks 4g+1 and
          * 4g+3; qh bytes [128 + 32g + j0, +8) hold 2 bits of each of the four. */
         const int g = s / 4, j0 = 8 * (s % 4);
-        const int a0 = ld32<SM>(b + 64 * g + j0), a1 = ld32<SM>(b + 64 * g + j0 + 4);
-        const int b0 = ld32<SM>(b + 64 * g + 32 + j0), b1 = ld32<SM>(b + 64 * g + 32 + j0 + 4);
-        const int h0 = ld32<SM>(b + 128 + 32 * g + j0), h1 = ld32<SM>(b + 128 + 32 * g + j0 + 4);
+        int aa[2], bb[2], hh[2];
+        ld32n<SM, 2>(b + 64 * g + j0, aa);
+        ld32n<SM, 2>(b + 64 * g + 32 + j0, bb);
+        ld32n<SM, 2>(b + 128 + 32 * g + j0, hh);
+        const int a0 = aa[0], a1 = aa[1], b0 = bb[0], b1 = bb[1], h0 = hh[0], h1 = hh[1];
         const float d = f16f((uint16_t)ld2<SM>(b + 208));
         const int8_t *scs = (const int8_t *)(b + 192);
         /* Sub-block r = 0..3 of this half: 8 unsigned 6-bit weights q; the -32 offset is
@@ -188,8 +211,7 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         /* s: elements [16s, 16s + 16) of the block. */
         const uint8_t *qs = b + 2 + 16 * s;
         int w[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = ld32<SM>(qs + 4 * k);
+        ld32n<SM, 4>(qs, w);
         const float d = f16f((uint16_t)ld2<SM>(b));
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -229,7 +251,9 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         /* s: half g = s/4, byte range j0 = 8 * (s%4) of qs[32g ..]: each byte holds 2-bit
          * trits of sub-blocks 4g + r at shift 2r; value = trit - 1 in {-1, 0, 1}. */
         const int g = s / 4, j0 = 8 * (s % 4);
-        const int q0 = ld32<SM>(b + 32 * g + j0), q1 = ld32<SM>(b + 32 * g + j0 + 4);
+        int qq[2];
+        ld32n<SM, 2>(b + 32 * g + j0, qq);
+        const int q0 = qq[0], q1 = qq[1];
         const float d = f16f((uint16_t)ld2<SM>(b + 64));
         int wv[4][2];
 #pragma unroll
@@ -457,6 +481,7 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
     for (int o = OB_WARP / 2; o > 0; o /= 2) acc += OB_SHFL_XOR(acc, o);
     if (lane == 0 && row < N) y[row] = acc;
 }
+
 
 /* ---- host side ---------------------------------------------------------------------------- */
 
