@@ -3,10 +3,36 @@
  * so a single decode row still uses every thread; row ops split rows. All of them read an
  * element before writing the same index, so dst may alias src0. */
 #include "backend/cpu/cpu.h"
+#include "backend/cpu/simd_exp.h"
 #include <math.h>
+#include <string.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+/* y = silu(g) * u (u NULL: silu(g)) over n values: silu(x) = x * sigmoid(x), the sigmoid
+ * from e = exp(-|x|) as 1 / (1 + e) for x >= 0 and e / (1 + e) below, so exp never
+ * overflows (relative error a few 1e-8 against expf). A decode step spent ~4% of its time
+ * in scalar expf here at 4 sequences. */
+__attribute__((target("avx2,fma,f16c"))) static void silu_avx2(float *y, const float *g, const float *u, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_loadu_ps(g + i), e = exp_neg_avx2(_mm256_or_ps(x, sign));
+        const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(x, zero, _CMP_GE_OQ));
+        __m256 r = _mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e)));
+        if (u) r = _mm256_mul_ps(r, _mm256_loadu_ps(u + i));
+        _mm256_storeu_ps(y + i, r);
+    }
+    if (i < n) { /* the tail through the same vector code: a value's bits never depend on
+                    * where a thread's share of the elements begins or ends */
+        float gt[8] = {0}, ut[8] = {0}, yt[8];
+        memcpy(gt, g + i, sizeof(float) * (size_t)(n - i));
+        if (u) memcpy(ut, u + i, sizeof(float) * (size_t)(n - i));
+        silu_avx2(yt, gt, u ? ut : NULL, 8);
+        memcpy(y + i, yt, sizeof(float) * (size_t)(n - i));
+    }
+}
 
 /* y = a + b, a * b (op 0, 1) over n values. */
 __attribute__((target("avx2,fma"))) static void binary_avx2(int op, float *y, const float *a, const float *b,
@@ -89,6 +115,12 @@ void ob_cpu_op_act(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int act = dst->ip[0];
     int64_t e0, e1;
     ob_cpu_split(ob_nelements(dst), c->ith, c->nth, &e0, &e1);
+#if defined(__x86_64__)
+    if (act == OB_ACT_SILU && ob_cpu_simd_level() >= 1) {
+        silu_avx2(y + e0, x + e0, NULL, e1 - e0);
+        return;
+    }
+#endif
     for (int64_t i = e0; i < e1; i++) y[i] = act_f(act, x[i]);
 }
 
@@ -98,6 +130,12 @@ void ob_cpu_op_glu(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int act = dst->ip[0];
     int64_t e0, e1;
     ob_cpu_split(ob_nelements(dst), c->ith, c->nth, &e0, &e1);
+#if defined(__x86_64__)
+    if (act == OB_ACT_SILU && ob_cpu_simd_level() >= 1) {
+        silu_avx2(y + e0, g + e0, u + e0, e1 - e0);
+        return;
+    }
+#endif
     for (int64_t i = e0; i < e1; i++) y[i] = act_f(act, g[i]) * u[i];
 }
 
