@@ -139,7 +139,7 @@ template <> struct mq<OB_TYPE_TQ2_0> { static constexpr int slots = 8, qk = 256,
  * kx bytes / kx/32 float2 apart. */
 template <int T, int NT, bool SM = false>
 static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, int s, const int8_t *__restrict__ qx,
-                                                const float2 *__restrict__ dx, int64_t kx, int nt, float *acc) {
+                                                const float2 *__restrict__ dx, int64_t kx, int nt, float *acc, int rot = 0) {
     if constexpr (T == OB_TYPE_Q4_K) {
         /* s: 32-byte chunk s of qs: low nibbles are sub-block 2s (elements [64s, 64s+32)),
          * high nibbles sub-block 2s+1. The min term uses x's stored d * sum(q) (dx.y). */
@@ -180,30 +180,23 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         const float d = f16f((uint16_t)ld2<SM>(b + 208));
         const int8_t *scs = (const int8_t *)(b + 192);
         /* Sub-block r = 0..3 of this half: 8 unsigned 6-bit weights q; the -32 offset is
-         * taken off the dot as 32 * sum(x) (one dp4a, cheaper than a per-byte subtract). */
-        int wv[4][2];
-        wv[0][0] = (a0 & 0x0f0f0f0f) | ((h0 << 4) & 0x30303030);
-        wv[0][1] = (a1 & 0x0f0f0f0f) | ((h1 << 4) & 0x30303030);
-        wv[1][0] = (b0 & 0x0f0f0f0f) | ((h0 << 2) & 0x30303030);
-        wv[1][1] = (b1 & 0x0f0f0f0f) | ((h1 << 2) & 0x30303030);
-        wv[2][0] = ((a0 >> 4) & 0x0f0f0f0f) | (h0 & 0x30303030);
-        wv[2][1] = ((a1 >> 4) & 0x0f0f0f0f) | (h1 & 0x30303030);
-        wv[3][0] = ((b0 >> 4) & 0x0f0f0f0f) | ((h0 >> 2) & 0x30303030);
-        wv[3][1] = ((b1 >> 4) & 0x0f0f0f0f) | ((h1 >> 2) & 0x30303030);
-        float scf[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) scf[r] = d * (float)scs[2 * (4 * g + r) + j0 / 16];
+         * taken off the dot as 32 * sum(x) (one dp4a, cheaper than a per-byte subtract).
+         * Sub-blocks are visited from rot on: the lanes of a warp serve 4 blocks whose x
+         * pieces lie 256 bytes apart, i.e. in the same shared-memory banks; rotating each
+         * block's order by its place in the warp (k_mmvq_run) spreads them over all banks. */
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
             float a = 0.0f;
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int sub = 4 * g + r;
+            for (int k = 0; k < 4; k++) {
+                const int r = (k + rot) & 3, sub = 4 * g + r;
+                const int lo0 = r & 1 ? b0 : a0, lo1 = r & 1 ? b1 : a1, ns = 4 * (r >> 1), hs = 2 * r;
+                const int w0 = ((lo0 >> ns) & 0x0f0f0f0f) | (((h0 >> hs) << 4) & 0x30303030);
+                const int w1 = ((lo1 >> ns) & 0x0f0f0f0f) | (((h1 >> hs) << 4) & 0x30303030);
                 const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
-                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0)) -
-                               dp4a(0x20202020, xv.y, dp4a(0x20202020, xv.x, 0));
-                a += scf[r] * dx[t * (kx / 32) + sub].x * (float)si;
+                const int si = dp4a(w1, xv.y, dp4a(w0, xv.x, 0)) - dp4a(0x20202020, xv.y, dp4a(0x20202020, xv.x, 0));
+                a += d * (float)scs[2 * sub + j0 / 16] * dx[t * (kx / 32) + sub].x * (float)si;
             }
             acc[t] += a;
         }
@@ -255,23 +248,18 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         ld32n<SM, 2>(b + 32 * g + j0, qq);
         const int q0 = qq[0], q1 = qq[1];
         const float d = f16f((uint16_t)ld2<SM>(b + 64));
-        int wv[4][2];
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            /* trits 0..2; the -1 comes off as sum(x) below */
-            wv[r][0] = (q0 >> (2 * r)) & 0x03030303;
-            wv[r][1] = (q1 >> (2 * r)) & 0x03030303;
-        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
             float a = 0.0f;
 #pragma unroll
-            for (int r = 0; r < 4; r++) {
-                const int sub = 4 * g + r;
+            for (int k = 0; k < 4; k++) {
+                /* trits 0..2 of sub-block r (from rot on, as for Q6_K); the -1 comes off as
+                 * sum(x) below */
+                const int r = (k + rot) & 3, sub = 4 * g + r;
+                const int w0 = (q0 >> (2 * r)) & 0x03030303, w1 = (q1 >> (2 * r)) & 0x03030303;
                 const int2 xv = *(const int2 *)(qx + t * kx + 32 * sub + j0);
-                const int si = dp4a(wv[r][1], xv.y, dp4a(wv[r][0], xv.x, 0)) -
-                               dp4a(0x01010101, xv.y, dp4a(0x01010101, xv.x, 0));
+                const int si = dp4a(w1, xv.y, dp4a(w0, xv.x, 0)) - dp4a(0x01010101, xv.y, dp4a(0x01010101, xv.x, 0));
                 a += dx[t * (kx / 32) + sub].x * (float)si;
             }
             acc[t] += d * a;
@@ -474,7 +462,7 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
             if (u < nu) {
                 const int bi = u / S, s = u % S;
                 const int64_t blk = c0 + bi; /* block of the row */
-                dot_slot<T, 1, true>(wb + bi * BY, s, qx + blk * QK, dx + blk * (QK / 32), K, 1, &acc);
+                dot_slot<T, 1, true>(wb + bi * BY, s, qx + blk * QK, dx + blk * (QK / 32), K, 1, &acc, bi & 3);
             }
         }
     }
