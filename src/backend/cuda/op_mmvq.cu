@@ -154,15 +154,19 @@ static __device__ __forceinline__ void dot_slot(const uint8_t *__restrict__ b, i
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
             const int8_t *xp = qx + t * kx + 64 * s;
-            const int4 x0 = *(const int4 *)xp, x1 = *(const int4 *)(xp + 16);
-            const int4 x2 = *(const int4 *)(xp + 32), x3 = *(const int4 *)(xp + 48);
-            const int xl[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-            const int xh[8] = {x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+            /* The four 16-byte pieces (two per sub-block) are taken from piece rot on: lanes
+             * 64 bytes apart would otherwise meet in the same shared-memory banks. */
             int dl = 0, dh = 0;
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                dl = dp4a(w[k] & 0x0f0f0f0f, xl[k], dl);
-                dh = dp4a((w[k] >> 4) & 0x0f0f0f0f, xh[k], dh);
+            for (int k = 0; k < 4; k++) {
+                const int c = (k + rot) & 3, nsh = (c & 2) ? 4 : 0;
+                const int4 xv = *(const int4 *)(xp + 16 * c);
+                const int xs[4] = {xv.x, xv.y, xv.z, xv.w};
+                int p = 0;
+#pragma unroll
+                for (int i = 0; i < 4; i++) p = dp4a(((c & 1 ? w[4 + i] : w[i]) >> nsh) & 0x0f0f0f0f, xs[i], p);
+                if (c & 2) dh += p;
+                else dl += p;
             }
             const float4 f = *(const float4 *)(dx + t * (kx / 32) + 2 * s); /* (d, d*sum) of both sub-blocks */
             acc[t] += d * ((float)(sl * dl) * f.x + (float)(sh * dh) * f.z) - dmin * ((float)ml * f.y + (float)mh * f.w);
@@ -462,7 +466,9 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
             if (u < nu) {
                 const int bi = u / S, s = u % S;
                 const int64_t blk = c0 + bi; /* block of the row */
-                dot_slot<T, 1, true>(wb + bi * BY, s, qx + blk * QK, dx + blk * (QK / 32), K, 1, &acc, bi & 3);
+                /* Q4_K: lanes 2 apart share a bank group; the rest: blocks 4 apart */
+                const int rot = T == OB_TYPE_Q4_K ? (2 * bi + (s >> 1)) & 3 : bi & 3;
+                dot_slot<T, 1, true>(wb + bi * BY, s, qx + blk * QK, dx + blk * (QK / 32), K, 1, &acc, rot);
             }
         }
     }
