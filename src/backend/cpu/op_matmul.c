@@ -191,11 +191,12 @@ void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     for (int64_t rt = r0; rt < r1; rt += step) mm_do_rows(&rows, rt, OB_MIN(rt + step, r1));
     if (pool0 == n) return;
     const int64_t chunk = OB_MAX((int64_t)8, ((n - pool0) / (8 * (int64_t)c->nth) + 7) & ~(int64_t)7);
+    const int64_t cstep = OB_MIN(step, chunk);
     for (;;) {
         const int64_t a = pool0 + __atomic_fetch_add(c->next, chunk, __ATOMIC_RELAXED);
         if (a >= n) break;
         const int64_t b = OB_MIN(a + chunk, n);
-        for (int64_t rt = a; rt < b; rt += OB_MIN(step, chunk)) mm_do_rows(&rows, rt, OB_MIN(rt + OB_MIN(step, chunk), b));
+        for (int64_t rt = a; rt < b; rt += cstep) mm_do_rows(&rows, rt, OB_MIN(rt + cstep, b));
     }
 }
 
