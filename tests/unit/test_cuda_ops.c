@@ -525,6 +525,40 @@ static void test_matmul_blas(void) {
     ob_backend_free(be);
 }
 
+/* Residual ADD + RMS_NORM + quantize for the next matvec at every register layout of
+ * k_rms_fused4 (1..4 groups of 4 per thread: K = 1024, 5120, 12288, 16384) and past it
+ * (K = 20480: the block-loop kernel), with the sum read again later (so the fused launch
+ * must store it): CPU reference and the unfused backend. */
+static void test_fused_norm_sizes(ob_backend *be, ob_backend *plain) {
+    static const int64_t Ks[] = {1024, 5120, 12288, 16384, 20480};
+    const int64_t N = 64;
+    for (size_t ki = 0; ki < OB_ARRAY_LEN(Ks); ki++)
+        for (int T = 1; T <= 3; T += 2) {
+            const int64_t K = Ks[ki];
+            void *w1 = rand_typed(OB_TYPE_Q8_0, K * N, 0.5f), *w2 = rand_typed(OB_TYPE_Q8_0, N * K, 0.5f);
+            float *x = rand_f32(K * T, 1.0f), *r = rand_f32(K * T, 1.0f), *nw = rand_f32(K, 1.0f);
+            float *got[2] = {NULL, NULL};
+            for (int pass = 0; pass < 2; pass++) {
+                ob_graph *g = ob_graph_new(16);
+                int64_t nx[2] = {K, T}, nkn[2] = {K, N}, nnk[2] = {N, K}, nk[1] = {K};
+                ob_tensor *s1 = ob_add(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "r", OB_TYPE_F32, 2, nx, r));
+                ob_tensor *h = ob_rms_norm(g, s1, ob_leaf(g, "nw", OB_TYPE_F32, 1, nk, nw), 1e-6f);
+                ob_tensor *y = ob_matmul(g, ob_leaf(g, "w1", OB_TYPE_Q8_0, 2, nkn, w1), h);
+                ob_tensor *z = ob_matmul(g, ob_leaf(g, "w2", OB_TYPE_Q8_0, 2, nnk, w2), y);
+                ob_tensor *out = ob_add(g, s1, z);
+                char what[80];
+                snprintf(what, sizeof(what), "add+norm+matvec K=%lld T=%d %s", (long long)K, T, pass ? "unfused" : "fused");
+                run_both_keep(pass ? plain : be, g, out, NULL, 5e-2, what, &got[pass]);
+                ob_graph_free(g);
+            }
+            if (got[0] && got[1]) {
+                double e = rel_err(got[0], got[1], K * T);
+                CHECKF(e <= 1e-5, "add+norm+matvec K=%lld T=%d: fused vs unfused rel err %.3g", (long long)K, T, e);
+            }
+            free(got[0]); free(got[1]); free(x); free(r); free(nw); free(w1); free(w2);
+        }
+}
+
 /* The node chains the backend fuses in decode (residual ADD + RMS_NORM + quantize, RMS_NORM
  * + quantize, GLU + quantize, matvecs sharing x in one launch, a type change ending a
  * group), against the CPU and against the same backend with fusion off (ONEBIT_CUDA_FUSE=0):
@@ -1307,6 +1341,7 @@ int main(void) {
         CHECKF(plain != NULL, "second backend: %s", err);
         if (plain) test_fused(be, plain);
         if (plain) test_fused_decode(be, plain);
+        if (plain) test_fused_norm_sizes(be, plain);
         ob_backend_free(plain);
         test_fallback();
         test_matmul_blas();
