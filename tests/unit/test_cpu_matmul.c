@@ -160,6 +160,20 @@ static void ref_on_quantized_act(mm_case *m, ob_act_fmt fmt, float *out) {
     free(xq);
 }
 
+/* Whether token j of m's batch, run alone (with pool, or NULL: this thread), gives the bits
+ * batch[j * n ..] it got among the others; col: n floats of scratch. */
+static bool token_alone_same(const mm_case *m, int64_t j, int64_t k, int64_t n, ob_cpu_pool *pool,
+                             const float *batch, float *col) {
+    ob_tensor xj = m->x, yj = m->y;
+    xj.ne[1] = 1;
+    xj.data = m->xf + j * k;
+    yj.ne[1] = 1;
+    yj.src[1] = &xj;
+    yj.data = col;
+    run_matmul(&yj, pool);
+    return memcmp(col, batch + j * n, sizeof(float) * (size_t)n) == 0;
+}
+
 static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *pool2, ob_rng *rng) {
     static const struct { int64_t k, n, t; } shapes[] = {
         { 4096, 9, 1 }, { 256, 31, 2 }, { 768, 5, 3 }, { 512, 9, 5 }, { 1024, 7, 17 }, { 256, 13, 64 },
@@ -220,14 +234,7 @@ static void test_type(ob_type t, const int *levels, int n_levels, ob_cpu_pool *p
             }
             /* Each token alone gives the bits it got among the others (T = 1 vs tiles). */
             for (int64_t j = 0; j < tk && tk > 1; j++) {
-                ob_tensor xj = m.x, yj = m.y;
-                xj.ne[1] = 1;
-                xj.data = m.xf + j * k;
-                yj.ne[1] = 1;
-                yj.src[1] = &xj;
-                yj.data = col;
-                run_matmul(&yj, pool2);
-                CHECKF(memcmp(col, first + j * n, sizeof(float) * (size_t)n) == 0,
+                CHECKF(token_alone_same(&m, j, k, n, pool2, first, col),
                        "%s level %d K=%lld N=%lld T=%lld: token %lld alone differs from the batch", tr->name,
                        levels[li], (long long)k, (long long)n, (long long)tk, (long long)j);
             }
@@ -355,14 +362,7 @@ static void test_kquant_batches(const int *levels, int n_levels, ob_cpu_pool *po
                                    ob_type_name(t), rb ? " (random bytes)" : "", levels[li], (long long)k,
                                    (long long)n, (long long)tk, e);
                             for (int64_t j = 0; j < tk && tk > 1; j += tk - 1) { /* first and last token */
-                                ob_tensor xj = m.x, yj = m.y;
-                                xj.ne[1] = 1;
-                                xj.data = m.xf + j * k;
-                                yj.ne[1] = 1;
-                                yj.src[1] = &xj;
-                                yj.data = col;
-                                run_matmul(&yj, NULL);
-                                CHECKF(memcmp(col, m.out + j * n, sizeof(float) * (size_t)n) == 0,
+                                CHECKF(token_alone_same(&m, j, k, n, NULL, m.out, col),
                                        "%s level %d K=%lld N=%lld T=%lld: token %lld alone differs from the batch",
                                        ob_type_name(t), levels[li], (long long)k, (long long)n, (long long)tk,
                                        (long long)j);

@@ -267,16 +267,39 @@ static void *rand_kblocks(ob_type t, int64_t n) {
  * pre-rounded to the device's int8 grid (tol 1e-4: a wrong offset, slot or scale fails)
  * and raw (5e-2). Also checks the kernel really ran (its
  * launch counter moved), unless ONEBIT_CUDA_MMVQ_OLD=1 routes these to k_mmvq. */
+/* Sets env var k to v (NULL: unset) and returns its previous value in keep (keep[0] = 1
+ * when it was set). */
+static void env_swap(const char *k, const char *v, char keep[64]) {
+    const char *was = getenv(k);
+    char old[64] = {0};
+    if (was) {
+        old[0] = 1;
+        snprintf(old + 1, sizeof(old) - 1, "%s", was);
+    }
+    if (v) setenv(k, v, 1);
+    else unsetenv(k);
+    memcpy(keep, old, sizeof(old));
+}
+static void env_restore(const char *k, const char keep[64]) {
+    if (keep[0]) setenv(k, keep + 1, 1);
+    else unsetenv(k);
+}
+
+/* A CUDA backend created while env var name is value (the backend reads its switches at
+ * creation); the variable is restored after. */
+static ob_backend *cuda_backend_with(const char *name, const char *value, char *err, size_t err_len) {
+    char keep[64];
+    env_swap(name, value, keep);
+    ob_backend *be = ob_backend_cuda_new(0, false, err, err_len);
+    env_restore(name, keep);
+    return be;
+}
+
 static void test_matmul_mmvq_run(void) {
     /* A backend without captured graphs: a replay would enqueue nothing and leave the
      * launch counter still. */
-    const char *was = getenv("ONEBIT_CUDA_GRAPHS");
-    char keep[32] = {0}, err[256] = {0};
-    if (was) snprintf(keep, sizeof(keep), "%s", was);
-    setenv("ONEBIT_CUDA_GRAPHS", "0", 1);
-    ob_backend *be = ob_backend_cuda_new(0, false, err, sizeof(err));
-    if (was) setenv("ONEBIT_CUDA_GRAPHS", keep, 1);
-    else unsetenv("ONEBIT_CUDA_GRAPHS");
+    char err[256] = {0};
+    ob_backend *be = cuda_backend_with("ONEBIT_CUDA_GRAPHS", "0", err, sizeof(err));
     CHECKF(be != NULL, "mmvq run backend: %s", err);
     if (!be) return;
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
@@ -435,24 +458,6 @@ static void test_matmul_mmq_stream(ob_backend *be) {
         free(w2);
     }
     printf("mmq stream: %d cases\n", cases);
-}
-
-/* Sets env var k to v (NULL: unset) and returns its previous value in keep (keep[0] = 1
- * when it was set). */
-static void env_swap(const char *k, const char *v, char keep[64]) {
-    const char *was = getenv(k);
-    char old[64] = {0};
-    if (was) {
-        old[0] = 1;
-        snprintf(old + 1, sizeof(old) - 1, "%s", was);
-    }
-    if (v) setenv(k, v, 1);
-    else unsetenv(k);
-    memcpy(keep, old, sizeof(old));
-}
-static void env_restore(const char *k, const char keep[64]) {
-    if (keep[0]) setenv(k, keep + 1, 1);
-    else unsetenv(k);
 }
 
 /* The cuBLAS prefill path (op_quant.cu): ONEBIT_CUDA_MMQ_MAX_T=16 sends every T > 16 to
@@ -1315,10 +1320,8 @@ int main(void) {
         test_matmul_mmvq_run();
         {
             /* MMQ at every T it takes (by default T > 32 goes to cuBLAS: test_matmul_blas) */
-            char keep[64], e2[256] = {0};
-            env_swap("ONEBIT_CUDA_MMQ_MAX_T", "1000000", keep);
-            ob_backend *mq = ob_backend_cuda_new(0, false, e2, sizeof(e2));
-            env_restore("ONEBIT_CUDA_MMQ_MAX_T", keep);
+            char e2[256] = {0};
+            ob_backend *mq = cuda_backend_with("ONEBIT_CUDA_MMQ_MAX_T", "1000000", e2, sizeof(e2));
             CHECKF(mq != NULL, "mmq backend: %s", e2);
             if (mq) {
                 test_matmul_mmq(mq);
@@ -1331,13 +1334,7 @@ int main(void) {
         test_attention_fa(be);
         test_encoder_ops(be);
         test_sample_op(be);
-        const char *was = getenv("ONEBIT_CUDA_FUSE");
-        char keep[32] = {0};
-        if (was) snprintf(keep, sizeof(keep), "%s", was);
-        setenv("ONEBIT_CUDA_FUSE", "0", 1);
-        ob_backend *plain = ob_backend_cuda_new(0, false, err, sizeof(err));
-        if (was) setenv("ONEBIT_CUDA_FUSE", keep, 1);
-        else unsetenv("ONEBIT_CUDA_FUSE");
+        ob_backend *plain = cuda_backend_with("ONEBIT_CUDA_FUSE", "0", err, sizeof(err));
         CHECKF(plain != NULL, "second backend: %s", err);
         if (plain) test_fused(be, plain);
         if (plain) test_fused_decode(be, plain);

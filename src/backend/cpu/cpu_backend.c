@@ -296,7 +296,7 @@ static ob_status schedule(ob_cpu_backend *cb, ob_graph *g, size_t *wneed, char *
 }
 
 static void run_stages(void *arg, int ith, int nth) {
-    ob_cpu_backend *cb = arg; /* items are only read here (next through atomics) */
+    ob_cpu_backend *cb = arg; /* items: only their counters change here, through atomics */
     ob_cpu_op_ctx c = {.ith = ith, .nth = nth, .pool = cb->pool};
     ob_cpu_op_ctx one = {.ith = 0, .nth = 1, .pool = cb->pool};
     for (int64_t s = 0; s < cb->n_stages; s++) {
@@ -305,10 +305,10 @@ static void run_stages(void *arg, int ith, int nth) {
         if (st->serial && ith != 0) continue;
         ob_cpu_op_ctx *cc = st->serial ? &one : &c;
         for (int64_t k = st->first; k < st->first + st->count; k++) {
-            const ob_cpu_item *it = &cb->items[k];
+            ob_cpu_item *it = &cb->items[k];
             cc->wdata = (char *)cb->wdata + it->woff;
             cc->wsize = it->wsize;
-            cc->next = (int64_t *)&it->next;
+            cc->next = &it->next;
             it->fn(it->node, cc);
         }
     }

@@ -611,11 +611,13 @@ static bool mmq_type(ob_type t) {
 
 /* The env knobs and the device's mma support, read once (they do not change while the
  * process runs; one device kind per process). */
+static int g_mmq_min_explicit; /* ONEBIT_CUDA_MMQ_MIN_T is set (mmq_min_t reads it) */
 static int mmq_min_t(void) {
     static int v = -1;
     if (v < 0) {
         int m = 2;
         const char *on = getenv("ONEBIT_CUDA_MMQ"), *mt = getenv("ONEBIT_CUDA_MMQ_MIN_T");
+        g_mmq_min_explicit = mt != NULL;
         if (mt && atoi(mt) > 0) m = atoi(mt);
         if (on && on[0] == '0') m = 0x7fffffff;
 #ifdef OB_HIP
@@ -645,9 +647,7 @@ bool ob_cu_mmq_applies(const ob_tensor *n) {
      * MMQ's quantize + stream (+ reduce) there (H200, 2026-11-29, 4 sequences: qwen3-0.6b,
      * all matrices <= 3.1M elements, 1,805 tok/s on the matvec vs 1,710; qwen3-8b, >= 4.2M,
      * 745 on MMQ vs ~500). An explicit ONEBIT_CUDA_MMQ_MIN_T decides alone. */
-    static int explicit_min = -1;
-    if (explicit_min < 0) explicit_min = getenv("ONEBIT_CUDA_MMQ_MIN_T") != NULL;
-    if (T <= 4 && K * N < ((int64_t)4 << 20) && !explicit_min) return false;
+    if (T <= 4 && K * N < ((int64_t)4 << 20) && !g_mmq_min_explicit) return false;
     if (((uintptr_t)x->data & 15) != 0) return false; /* float4 loads of x */
     const uintptr_t a = (uintptr_t)w->data;
     return w->type == OB_TYPE_Q4_K || w->type == OB_TYPE_Q5_K ? (a & 15) == 0 : (a & 1) == 0;
