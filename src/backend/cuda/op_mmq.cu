@@ -422,68 +422,65 @@ static __device__ __forceinline__ void mmq_dec_sub(float (&acc)[NF][4], const in
     }
 }
 
-/* x fragments of sub-block sg (global index in the row) for every column tile: b0/b1 the
- * words at 4t and 16 + 4t of column 8j + g, x0/x1 dx of columns 8j + 2t, 8j + 2t + 1.
- * Columns past nt read column nt - 1: an MMA column only feeds its own output column,
- * and those are not written. */
+/* x fragments of sub-block s of the current stage for every column tile: b0/b1 the words
+ * at 4t and 16 + 4t of column 8j + g, x0/x1 dx of columns 8j + 2t, 8j + 2t + 1, from the
+ * lane's pointers xq[j] (column 8j + g, byte 4t of the stage), xd0[j]/xd1[j] (columns
+ * 8j + 2t and 8j + 2t + 1, the stage's first sub-block). */
 template <int NF>
-static __device__ __forceinline__ void mmq_dec_x(const int8_t *__restrict__ qx, const float2 *__restrict__ dx, int64_t K,
-                                                 int nt, int64_t sg, int g, int t4, int (&b0)[NF], int (&b1)[NF],
+static __device__ __forceinline__ void mmq_dec_x(const int8_t *const (&xq)[NF], const float2 *const (&xd0)[NF],
+                                                 const float2 *const (&xd1)[NF], int s, int (&b0)[NF], int (&b1)[NF],
                                                  float2 (&x0)[NF], float2 (&x1)[NF]) {
 #pragma unroll
     for (int j = 0; j < NF; j++) {
-        const int c = min(8 * j + g, nt - 1), c0 = min(8 * j + 2 * t4, nt - 1), c1 = min(8 * j + 2 * t4 + 1, nt - 1);
-        const int8_t *p = qx + (int64_t)c * K + 32 * sg + 4 * t4;
-        b0[j] = __ldg((const int *)p);
-        b1[j] = __ldg((const int *)(p + 16));
-        x0[j] = __ldg(dx + (int64_t)c0 * (K / 32) + sg);
-        x1[j] = __ldg(dx + (int64_t)c1 * (K / 32) + sg);
+        b0[j] = __ldg((const int *)(xq[j] + 32 * s));
+        b1[j] = __ldg((const int *)(xq[j] + 32 * s + 16));
+        x0[j] = __ldg(xd0[j] + s);
+        x1[j] = __ldg(xd1[j] + s);
     }
 }
 
-/* The MMAs of one stage (256 elements) from the raw bytes of rows g (p0) and g + 8 (p1);
- * sg0: the stage's first sub-block index in the row. */
+/* The MMAs of one stage (256 elements) from the raw bytes of rows g (p0) and g + 8 (p1),
+ * x through the lane's stage pointers (mmq_dec_x). Sub-block s + 1's x loads are issued
+ * before sub-block s's MMAs, so their latency (L1 or L2) overlaps the math; issued just
+ * before use, they stalled the warps ~40% of the time (Nsight Compute, 16 columns). */
 template <int T, int NF>
 static __device__ __forceinline__ void mmq_dec_stage(float (&acc)[NF][4], const uint8_t *p0, const uint8_t *p1,
-                                                     const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
-                                                     int64_t K, int nt, int64_t sg0, int g, int t4) {
+                                                     const int8_t *const (&xq)[NF], const float2 *const (&xd0)[NF],
+                                                     const float2 *const (&xd1)[NF], int t4) {
     int b0[NF], b1[NF];
     float2 x0[NF], x1[NF];
+    mmq_dec_x<NF>(xq, xd0, xd1, 0, b0, b1, x0, x1);
+    /* A fragment, scales and mins of sub-block s */
+    uint4 h0 = make_uint4(0, 0, 0, 0), h1 = h0;
+    float d0 = 0.0f, d1 = 0.0f, m0 = 0.0f, m1 = 0.0f;
     if constexpr (T == OB_TYPE_Q4_K) {
-        const uint4 h0 = *(const uint4 *)p0, h1 = *(const uint4 *)p1; /* d, dmin, scales: 16-aligned */
-        const float d0 = mmq_f16(h0.x & 0xffff), m0 = mmq_f16(h0.x >> 16);
-        const float d1 = mmq_f16(h1.x & 0xffff), m1 = mmq_f16(h1.x >> 16);
-        /* unrolled, constant sub-block indices make the scale/min extraction a few shifts (with
-         * two column tiles that spills, so not there) */
-        constexpr int CU = NF == 1 ? 4 : 1;
-#pragma unroll CU
-        for (int c = 0; c < 4; c++) {
-            /* 32-byte chunk c: low nibbles sub-block 2c, high nibbles 2c + 1 */
-            const uint8_t *q0 = p0 + 16 + 32 * c + 4 * t4, *q1 = p1 + 16 + 32 * c + 4 * t4;
-            const uint32_t w00 = *(const uint32_t *)q0, w01 = *(const uint32_t *)(q0 + 16);
-            const uint32_t w10 = *(const uint32_t *)q1, w11 = *(const uint32_t *)(q1 + 16);
-#pragma unroll
-            for (int hn = 0; hn < 2; hn++) {
-                const int s = 2 * c + hn, sh = 4 * hn;
-                const int a[4] = {(int)((w00 >> sh) & 0x0f0f0f0fu), (int)((w10 >> sh) & 0x0f0f0f0fu),
-                                  (int)((w01 >> sh) & 0x0f0f0f0fu), (int)((w11 >> sh) & 0x0f0f0f0fu)};
-                int sc0, mn0, sc1, mn1;
-                mmq_k_scale_min(s, h0, &sc0, &mn0);
-                mmq_k_scale_min(s, h1, &sc1, &mn1);
-                const float sw[2][2] = {{d0 * (float)sc0, d0 * (float)sc0}, {d1 * (float)sc1, d1 * (float)sc1}};
-                const float mw[2] = {m0 * (float)mn0, m1 * (float)mn1};
-                mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
-                mmq_dec_sub<false, true, NF>(acc, a, b0, b1, x0, x1, sw, mw);
-            }
-        }
+        h0 = *(const uint4 *)p0; /* d, dmin, scales: 16-aligned */
+        h1 = *(const uint4 *)p1;
+        d0 = mmq_f16(h0.x & 0xffff), m0 = mmq_f16(h0.x >> 16);
+        d1 = mmq_f16(h1.x & 0xffff), m1 = mmq_f16(h1.x >> 16);
     } else if constexpr (T == OB_TYPE_Q6_K) {
-        const float d0 = mmq_f16(mmq_ld16(p0 + 208)), d1 = mmq_f16(mmq_ld16(p1 + 208));
-#pragma unroll 2
-        for (int s = 0; s < 8; s++) {
+        d0 = mmq_f16(mmq_ld16(p0 + 208)), d1 = mmq_f16(mmq_ld16(p1 + 208));
+    }
+    auto asub = [&](int s, int (&a)[4], float (&sw)[2][2], float (&mw)[2]) {
+        if constexpr (T == OB_TYPE_Q4_K) {
+            /* 32-byte chunk s / 2: low nibbles sub-block 2c, high nibbles 2c + 1 */
+            const int c = s / 2, sh = 4 * (s % 2);
+            const uint8_t *q0 = p0 + 16 + 32 * c + 4 * t4, *q1 = p1 + 16 + 32 * c + 4 * t4;
+            a[0] = (int)((*(const uint32_t *)q0 >> sh) & 0x0f0f0f0fu);
+            a[1] = (int)((*(const uint32_t *)q1 >> sh) & 0x0f0f0f0fu);
+            a[2] = (int)((*(const uint32_t *)(q0 + 16) >> sh) & 0x0f0f0f0fu);
+            a[3] = (int)((*(const uint32_t *)(q1 + 16) >> sh) & 0x0f0f0f0fu);
+            int sc0, mn0, sc1, mn1;
+            mmq_k_scale_min(s, h0, &sc0, &mn0);
+            mmq_k_scale_min(s, h1, &sc1, &mn1);
+            sw[0][0] = sw[0][1] = d0 * (float)sc0;
+            sw[1][0] = sw[1][1] = d1 * (float)sc1;
+            mw[0] = m0 * (float)mn0;
+            mw[1] = m1 * (float)mn1;
+        } else if constexpr (T == OB_TYPE_Q6_K) {
             /* as mmq_unpack: half g6 = s / 4, low 4 bits from ql, high 2 from qh */
             const int g6 = s / 4, r4 = s % 4, shl = 4 * (r4 / 2), shh = 2 * r4;
             const int ol = 64 * g6 + 32 * (r4 % 2) + 4 * t4, oh = 128 + 32 * g6 + 4 * t4;
-            int a[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const uint8_t *p = k & 1 ? p1 : p0;
@@ -492,23 +489,47 @@ static __device__ __forceinline__ void mmq_dec_stage(float (&acc)[NF][4], const 
                 const uint32_t hi = (mmq_ld32(p + oh + o) >> shh) & 0x03030303u;
                 a[k] = mmq_subb(lo | hi << 4, 0x20202020u);
             }
-            const float sw[2][2] = {{d0 * (float)(int8_t)p0[192 + 2 * s], d0 * (float)(int8_t)p0[193 + 2 * s]},
-                                    {d1 * (float)(int8_t)p1[192 + 2 * s], d1 * (float)(int8_t)p1[193 + 2 * s]}};
-            const float mw[2] = {0.0f, 0.0f};
-            mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
-            mmq_dec_sub<true, false, NF>(acc, a, b0, b1, x0, x1, sw, mw);
-        }
-    } else if constexpr (T == OB_TYPE_Q8_0) {
-#pragma unroll 2
-        for (int s = 0; s < 8; s++) {
+            sw[0][0] = d0 * (float)(int8_t)p0[192 + 2 * s];
+            sw[0][1] = d0 * (float)(int8_t)p0[193 + 2 * s];
+            sw[1][0] = d1 * (float)(int8_t)p1[192 + 2 * s];
+            sw[1][1] = d1 * (float)(int8_t)p1[193 + 2 * s];
+            mw[0] = mw[1] = 0.0f;
+        } else {
             const uint8_t *q0 = p0 + 34 * s, *q1 = p1 + 34 * s;
-            const int a[4] = {(int)mmq_ld32(q0 + 2 + 4 * t4), (int)mmq_ld32(q1 + 2 + 4 * t4), (int)mmq_ld32(q0 + 18 + 4 * t4),
-                              (int)mmq_ld32(q1 + 18 + 4 * t4)};
-            const float e0 = mmq_f16(mmq_ld16(q0)), e1 = mmq_f16(mmq_ld16(q1));
-            const float sw[2][2] = {{e0, e0}, {e1, e1}};
-            const float mw[2] = {0.0f, 0.0f};
-            mmq_dec_x<NF>(qx, dx, K, nt, sg0 + s, g, t4, b0, b1, x0, x1);
-            mmq_dec_sub<false, false, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+            a[0] = (int)mmq_ld32(q0 + 2 + 4 * t4);
+            a[1] = (int)mmq_ld32(q1 + 2 + 4 * t4);
+            a[2] = (int)mmq_ld32(q0 + 18 + 4 * t4);
+            a[3] = (int)mmq_ld32(q1 + 18 + 4 * t4);
+            sw[0][0] = sw[0][1] = mmq_f16(mmq_ld16(q0));
+            sw[1][0] = sw[1][1] = mmq_f16(mmq_ld16(q1));
+            mw[0] = mw[1] = 0.0f;
+        }
+    };
+    /* constant sub-block indices make the Q4_K scale/min extraction a few shifts; with two
+     * column tiles full unrolling spills */
+    constexpr int UN = NF == 1 ? 8 : 2;
+#pragma unroll UN
+    for (int s = 0; s < 8; s++) {
+        int a[4];
+        float sw[2][2], mw[2];
+        asub(s, a, sw, mw);
+        if constexpr (NF == 1) {
+            /* fully unrolled, the compiler schedules these loads early itself; the explicit
+             * prefetch cost 2-6% at 4 and 8 columns */
+            if (s > 0) mmq_dec_x<NF>(xq, xd0, xd1, s, b0, b1, x0, x1);
+            mmq_dec_sub<T == OB_TYPE_Q6_K, T == OB_TYPE_Q4_K, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+            continue;
+        }
+        int nb0[NF], nb1[NF];
+        float2 nx0[NF], nx1[NF];
+        mmq_dec_x<NF>(xq, xd0, xd1, s < 7 ? s + 1 : 7, nb0, nb1, nx0, nx1);
+        mmq_dec_sub<T == OB_TYPE_Q6_K, T == OB_TYPE_Q4_K, NF>(acc, a, b0, b1, x0, x1, sw, mw);
+#pragma unroll
+        for (int j = 0; j < NF; j++) {
+            b0[j] = nb0[j];
+            b1[j] = nb1[j];
+            x0[j] = nx0[j];
+            x1[j] = nx1[j];
         }
     }
 }
@@ -530,11 +551,11 @@ __global__ void __launch_bounds__(8 * OB_WARP)
     uint8_t *buf = mmq_dsm + (size_t)warp * nst * STB;
     y += (int64_t)blockIdx.y * nt * N;
 
-    /* Issues stage j of this warp into ring slot j % nst: (row, piece) units over the lanes;
+    /* Issues stage j of this warp into ring slot `slot`: (row, piece) units over the lanes;
      * rows past N repeat the last row (their results are not written). */
-    auto issue = [&](int j) {
+    auto issue = [&](int j, int slot) {
         const int64_t st = z0 + warp + (int64_t)j * nw;
-        uint8_t *dst = buf + (j % nst) * STB;
+        uint8_t *dst = buf + slot * STB;
         constexpr int PM = tr::RB / 16;
         for (int u = lane; u < 16 * PM; u += OB_WARP) {
             const int r = u / PM, p = u % PM;
@@ -553,24 +574,44 @@ __global__ void __launch_bounds__(8 * OB_WARP)
         for (int e = 0; e < 4; e++) acc[j][e] = 0.0f;
 
     for (int j = 0; j < nst - 1; j++) {
-        if (j < cnt) issue(j);
+        if (j < cnt) issue(j, j);
         mmq_cp_commit(); /* empty groups keep the count uniform */
     }
     /* No kernel writes weights: under PDL the first stages stream while the kernel that
      * makes x (k_quant_act) still runs; x and y only after the wait. */
     OB_PDL_ENTRY();
     const int64_t r0 = n0 + g < N ? n0 + g : N - 1, r1 = n0 + g + 8 < N ? n0 + g + 8 : N - 1;
-    for (int j = 0; j < cnt; j++) {
-        if (j + nst - 1 < cnt) issue(j + nst - 1);
+    /* The lane's x pointers at the warp's first stage (mmq_dec_x), advanced a stride of nw
+     * stages per step. Columns past nt read column nt - 1: an MMA column only feeds its own
+     * output column, and those are not written. */
+    const int8_t *xq[NF];
+    const float2 *xd0[NF], *xd1[NF];
+    const int64_t st0 = z0 + warp;
+#pragma unroll
+    for (int j = 0; j < NF; j++) {
+        const int c = min(8 * j + g, nt - 1), c0 = min(8 * j + 2 * t4, nt - 1), c1 = min(8 * j + 2 * t4 + 1, nt - 1);
+        xq[j] = qx + (int64_t)c * K + 256 * st0 + 4 * t4;
+        xd0[j] = dx + (int64_t)c0 * (K / 32) + 8 * st0;
+        xd1[j] = dx + (int64_t)c1 * (K / 32) + 8 * st0;
+    }
+    for (int j = 0, slot = 0; j < cnt; j++) {
+        if (j + nst - 1 < cnt) issue(j + nst - 1, slot == 0 ? nst - 1 : slot - 1);
         mmq_cp_commit();
         mmq_cp_wait(nst - 1); /* stage j landed (this lane's pieces) */
         OB_SYNCWARP();        /* ... and every lane's */
-        const int64_t st = z0 + warp + (int64_t)j * nw;
-        const uint8_t *s = buf + (j % nst) * STB;
+        const int64_t st = st0 + (int64_t)j * nw;
+        const uint8_t *s = buf + slot * STB;
         const int o0 = (int)(((uintptr_t)W + (size_t)r0 * rb + (size_t)st * tr::BPS) & 15);
         const int o1 = (int)(((uintptr_t)W + (size_t)r1 * rb + (size_t)st * tr::BPS) & 15);
-        mmq_dec_stage<T, NF>(acc, s + g * tr::RB + o0, s + (g + 8) * tr::RB + o1, qx, dx, K, nt, st * 8, g, t4);
-        OB_SYNCWARP(); /* slot j % nst is refilled by the next iteration's issue */
+        mmq_dec_stage<T, NF>(acc, s + g * tr::RB + o0, s + (g + 8) * tr::RB + o1, xq, xd0, xd1, t4);
+#pragma unroll
+        for (int f = 0; f < NF; f++) {
+            xq[f] += 256 * nw;
+            xd0[f] += 8 * nw;
+            xd1[f] += 8 * nw;
+        }
+        slot = slot + 1 == nst ? 0 : slot + 1;
+        OB_SYNCWARP(); /* this slot is refilled by the next iteration's issue */
     }
     mmq_cp_wait(0);
 
@@ -676,9 +717,11 @@ __global__ void k_mmq_reduce(const float *__restrict__ p, float *__restrict__ y,
 typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_plan;
 
 /* Knobs of the streaming decode kernel, read once: ONEBIT_CUDA_MMQ_DEC = the largest T it
- * takes (0 off, at most 16; default 8: on the H200, 2026-11-29, qwen3-8b Q4_K_M, it gave
- * 753 tok/s at 4 sequences against 502 on the tiled kernel, equal at 8, but 1,420 at 16
- * against 1,510), ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
+ * takes (0 off, at most 16; default 16, but Q8_0 at most 8). On the H200 (2026-11-30,
+ * qwen3-8b Q4_K_M, one machine per comparison) with the x prefetch of mmq_dec_stage it
+ * gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled kernel (qwen3-0.6b:
+ * 4,499 against 4,180), 834 at 4 against 788 and 1,338 at 8 against 1,254 before that
+ * prefetch; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
  * default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8, default 4), ONEBIT_CUDA_MMQ_BLOCKS
  * the grid size below which K is split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
@@ -686,7 +729,7 @@ static const mmq_dec_knobs *mmq_dec_cfg(void) {
     static mmq_dec_knobs k = {-1, 4, 4, 528};
     if (k.max_t < 0) {
         const char *e;
-        int v = 8;
+        int v = 16;
         if ((e = getenv("ONEBIT_CUDA_MMQ_DEC")) != NULL) v = atoi(e);
         k.max_t = v < 0 ? 0 : v > 16 ? 16 : v;
         if ((e = getenv("ONEBIT_CUDA_MMQ_WARPS")) != NULL && atoi(e) >= 1 && atoi(e) <= 8) k.nw = atoi(e);
@@ -720,7 +763,8 @@ static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
     const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(n->src[1]);
     mmq_plan p;
     const mmq_dec_knobs *kn = mmq_dec_cfg();
-    p.dec = T <= kn->max_t && mmq_dec_stb(w->type) > 0 && K % 256 == 0 && aligned;
+    p.dec = T <= (w->type == OB_TYPE_Q8_0 && kn->max_t > 8 ? 8 : kn->max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
+            aligned;
     p.nw = kn->nw;
     p.nst = kn->nst;
     if (p.dec) {
