@@ -721,12 +721,12 @@ typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_pl
  * qwen3-8b Q4_K_M, one machine per comparison) with the x prefetch of mmq_dec_stage it
  * gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled kernel (qwen3-0.6b:
  * 4,499 against 4,180), 834 at 4 against 788 and 1,338 at 8 against 1,254 before that
- * prefetch; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block (1..8,
- * default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8, default 4), ONEBIT_CUDA_MMQ_BLOCKS
- * the grid size below which K is split (default 4 per SM). */
+ * prefetch; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block
+ * (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8; default 0: 4, and 3 above 8
+ * columns), ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
 static const mmq_dec_knobs *mmq_dec_cfg(void) {
-    static mmq_dec_knobs k = {-1, 4, 4, 528};
+    static mmq_dec_knobs k = {-1, 4, 0, 528};
     if (k.max_t < 0) {
         const char *e;
         int v = 16;
@@ -766,7 +766,9 @@ static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
     p.dec = T <= (w->type == OB_TYPE_Q8_0 && kn->max_t > 8 ? 8 : kn->max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
             aligned;
     p.nw = kn->nw;
-    p.nst = kn->nst;
+    /* ring depth: 3 for two column tiles (16 sequences, qwen3-8b Q4_K_M, H200: 1,617-1,621
+     * tok/s against 1,586-1,594 with 4, twice on one machine), else 4 */
+    p.nst = kn->nst > 0 ? kn->nst : T > 8 ? 3 : 4;
     if (p.dec) {
         /* ring depth within 100 KB a block (at least two blocks an SM) */
         while (p.nst > 2 && (int64_t)p.nw * p.nst * mmq_dec_stb(w->type) > 100 * 1024) p.nst--;
