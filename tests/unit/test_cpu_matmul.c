@@ -306,7 +306,7 @@ static void test_act_quant(ob_rng *rng) {
 }
 
 /* Q4_K and Q6_K, the K-quants of a Q4_K_M decode, with T = 1..9 columns (past one 4- or
- * 8-column pass), K of 1, 3 and 9 blocks, several N, through the op at every int8 level
+ * 8-column pass), K of 1, 3, 9 and 13 blocks, several N, through the op at every int8 level
  * against the reference on the quantized activations; each token alone must give its bits
  * in the batch. Weights come both from the quantizer and as random bytes (every scale, min
  * and quant pattern, including Q6_K scale -128 and q = 63). */
@@ -328,7 +328,8 @@ static void random_kquant_blocks(ob_type t, void *dst, size_t nblocks, ob_rng *r
 
 static void test_kquant_batches(const int *levels, int n_levels, ob_cpu_pool *pool2, ob_rng *rng) {
     static const ob_type types[] = { OB_TYPE_Q4_K, OB_TYPE_Q6_K };
-    static const int64_t ks[] = { 256, 768, 2304 }, ns[] = { 1, 8, 13, 27 };
+    /* 3328: 13 blocks, past one 12-block pass of the Q4_K tile */
+    static const int64_t ks[] = { 256, 768, 2304, 3328 }, ns[] = { 1, 8, 13, 27 };
     int cases = 0;
     for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
         const ob_type t = types[ti];
