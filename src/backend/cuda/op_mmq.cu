@@ -388,8 +388,7 @@ static __device__ __forceinline__ void mmq_cp_wait(int n) {
 
 /* One sub-block's MMAs for all NF column tiles and the scaled accumulation:
  * a: A fragment (rows g, g + 8); sw[h][half]: scales of row g + 8h (per 16 for Q6_K);
- * mw[h]: mins; xq: x of column tile j, this sub-block (32 bytes per column, 4t offset
- * applied by the caller); xd: dx of this sub-block for column tile j, columns 2t, 2t + 1. */
+ * mw[h]: mins; b0/b1, x0/x1: x fragments and dx of each column tile (mmq_dec_x). */
 template <bool SC16, bool MIN, int NF>
 static __device__ __forceinline__ void mmq_dec_sub(float (&acc)[NF][4], const int (&a)[4], const int (&b0)[NF],
                                                    const int (&b1)[NF], const float2 (&x0)[NF], const float2 (&x1)[NF],
@@ -718,10 +717,10 @@ typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_pl
 
 /* Knobs of the streaming decode kernel, read once: ONEBIT_CUDA_MMQ_DEC = the largest T it
  * takes (0 off, at most 16; default 16, but Q8_0 at most 8). On the H200 (2026-11-30,
- * qwen3-8b Q4_K_M, one machine per comparison) with the x prefetch of mmq_dec_stage it
- * gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled kernel (qwen3-0.6b:
- * 4,499 against 4,180), 834 at 4 against 788 and 1,338 at 8 against 1,254 before that
- * prefetch; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block
+ * qwen3-8b Q4_K_M, one machine per comparison), with the lane pointers and the x prefetch
+ * of mmq_dec_stage, it gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled
+ * kernel (qwen3-0.6b: 4,499 against 4,180), and 834 at 4 and 1,338 at 8 against 788 and
+ * 1,254 before those changes; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block
  * (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8; default 0: 4, and 3 above 8
  * columns), ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
