@@ -401,10 +401,10 @@ static void test_matmul_mmq(ob_backend *be) {
     printf("mmq: %d cases\n", cases);
 }
 
-/* The streaming decode MMQ kernel (op_mmq.cu k_mmq_dec: Q4_K/Q6_K/Q8_0, T <= 16) with
- * enough rows that K is not split across blocks (N = 8500: 532 row tiles, more than the
- * default 4 blocks per SM of an H200, last tile partial), so each warp walks 8 stages of K = 8192 through its ring of 4
- * and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
+/* The streaming decode MMQ kernel (op_mmq.cu k_mmq_dec: Q4_K/Q6_K, T <= 16; Q8_0, T <= 8)
+ * with enough rows that K is not split across blocks (N = 8500: 532 row tiles, more than
+ * the default 4 blocks per SM of an H200, last tile partial), so each warp walks 8 stages
+ * of K = 8192 through its ring of 4 (3 above 8 columns) and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
  * offset of the 2-aligned Q6_K/Q8_0 runs or a wrong column tile (T = 5: one tile, 16: two)
  * fails at 1e-4 on pre-rounded x. test_matmul_mmq covers the split-K, short-K shapes. */
 static void test_matmul_mmq_stream(ob_backend *be) {

@@ -476,7 +476,6 @@ __global__ void __launch_bounds__(OB_MMVQ_SW * OB_WARP, 4) /* <= 64 registers: 3
     if (lane == 0 && row < N) y[row] = acc;
 }
 
-
 /* ---- host side ---------------------------------------------------------------------------- */
 
 static bool hot_type(ob_type t) {
