@@ -266,7 +266,9 @@ static void *rand_kblocks(ob_type t, int64_t n) {
  * one x (grouped launch). Q4_K/Q6_K weights are random blocks (rand_kblocks). x
  * pre-rounded to the device's int8 grid (tol 1e-4: a wrong offset, slot or scale fails)
  * and raw (5e-2). Also checks the kernel really ran (its
- * launch counter moved), unless ONEBIT_CUDA_MMVQ_OLD=1 routes these to k_mmvq. */
+ * launch counter moved), unless ONEBIT_CUDA_MMVQ_OLD=1 routes these to k_mmvq; TQ2_0,
+ * Q4_K and Q6_K at the K the bulk-copy kernel (op_mmvq_tma.cu) covers must take that
+ * kernel instead where the backend has it. */
 /* Sets env var k to v (NULL: unset) and returns its previous value in keep (keep[0] = 1
  * when it was set). */
 static void env_swap(const char *k, const char *v, char keep[64]) {
@@ -303,19 +305,35 @@ static void test_matmul_mmvq_run(void) {
     CHECKF(be != NULL, "mmvq run backend: %s", err);
     if (!be) return;
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
+    /* The last three: TQ2_0 only (the bulk-copy kernel's K = 8192 and 16384; K = 12288
+     * with the ring wrapping several times, run below with fewer blocks and stages). */
     static const struct { int64_t K, N; } shapes[] = {{4096, 37}, {4096, 4101}, {12288, 1001}, {2048, 9}, {5120, 77},
-                                                      {32768, 37}, {4096, 16387}};
+                                                      {32768, 37}, {4096, 16387}, {8192, 75}, {16384, 33}, {12288, 2000}};
     const char *old = getenv("ONEBIT_CUDA_MMVQ_OLD");
     const bool expect_run = !(old && old[0] == '1');
+    const bool tma = ob_cu_backend_tma(be);
     int cases = 0;
     for (size_t ty = 0; ty < OB_ARRAY_LEN(types); ty++)
     for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
         const ob_type t = types[ty];
         const int64_t K = shapes[si].K, N = shapes[si].N;
         if (K % ob_type_block_size(t) != 0) continue;
+        if (si >= OB_ARRAY_LEN(shapes) - 3 && t != OB_TYPE_TQ2_0) continue;
         if (N > 10000 && t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K) continue; /* CPU reference time */
         const size_t rb = ob_type_row_size(t, K);
         const bool staged = rb % 16 == 0 && rb >= 1024; /* rows 16-aligned: device buffers are */
+        /* TQ2_0 at K = 4096 * 1..4, Q4_K at 4096 * 1..3, Q6_K at 4096 take the bulk-copy
+         * kernel where the device has it */
+        const int64_t kmax = t == OB_TYPE_TQ2_0 ? 16384 : t == OB_TYPE_Q4_K ? 12288 : t == OB_TYPE_Q6_K ? 4096 : 0;
+        const bool bulk = tma && K % 4096 == 0 && K <= kmax;
+        /* the wrap case: one block of 4 warps per SM, one row per copy, 2 copies in flight */
+        const bool wrap = si == OB_ARRAY_LEN(shapes) - 1;
+        char keep_b[64], keep_s[64], keep_c[64];
+        if (wrap) {
+            env_swap("ONEBIT_CUDA_TMV_BLOCKS", "1", keep_b);
+            env_swap("ONEBIT_CUDA_TMV_STAGES", "2", keep_s);
+            env_swap("ONEBIT_CUDA_TMV_CHUNK", "1", keep_c);
+        }
         const bool kq = t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K;
         void *w = kq ? rand_kblocks(t, K * N) : rand_typed(t, K * N, 0.5f);
         void *w2 = kq ? rand_kblocks(t, K * N) : rand_typed(t, K * N, 0.3f);
@@ -333,19 +351,27 @@ static void test_matmul_mmvq_run(void) {
                      rb, pre == 0 ? "raw x" : pre == 1 ? "rounded x" : "shared rounded x");
             const double tol = pre ? 1e-4 : 5e-2;
             const int before = ob_test_failures;
-            const int64_t l0 = ob_cu_mmvq_run_launches();
+            const int64_t l0 = ob_cu_mmvq_run_launches(), b0 = ob_cu_mmvq_tma_launches();
             run_both(be, g, y, NULL, tol, what);
-            const int64_t dl = ob_cu_mmvq_run_launches() - l0;
-            if (expect_run && staged) CHECKF(dl > 0, "%s: k_mmvq_run did not run", what);
+            const int64_t dl = ob_cu_mmvq_run_launches() - l0, db = ob_cu_mmvq_tma_launches() - b0;
+            if (bulk) CHECKF(db > 0 && dl == 0, "%s: bulk-copy kernel did not run (%lld) or k_mmvq_run did (%lld)", what,
+                             (long long)db, (long long)dl);
+            else if (expect_run && staged) CHECKF(dl > 0, "%s: k_mmvq_run did not run", what);
             else CHECKF(dl == 0, "%s: k_mmvq_run ran (%lld launches) where it must not", what, (long long)dl);
-            printf("%s: %s (tol %.0e, %s, %lld staged launches)\n", what, ob_test_failures == before ? "ok" : "FAILED", tol,
-                   staged ? "staged" : "k_mmvq", (long long)dl);
+            if (!bulk) CHECKF(db == 0, "%s: bulk-copy kernel ran where it must not", what);
+            printf("%s: %s (tol %.0e, %s, %lld staged / %lld bulk launches)\n", what, ob_test_failures == before ? "ok" : "FAILED",
+                   tol, bulk ? "bulk" : staged ? "staged" : "k_mmvq", (long long)dl, (long long)db);
             cases++;
             ob_graph_free(g);
             free(x);
         }
         free(w);
         free(w2);
+        if (wrap) {
+            env_restore("ONEBIT_CUDA_TMV_BLOCKS", keep_b);
+            env_restore("ONEBIT_CUDA_TMV_STAGES", keep_s);
+            env_restore("ONEBIT_CUDA_TMV_CHUNK", keep_c);
+        }
     }
     printf("mmvq run: %d cases\n", cases);
     ob_backend_free(be);

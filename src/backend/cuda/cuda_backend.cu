@@ -860,6 +860,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
      * between launches: plain launches there. */
     const char *pd = getenv("ONEBIT_CUDA_PDL");
     cx->pdl = ok && !(pd && pd[0] == '0') && !cx->prof && pdl_capable(&prop);
+    const char *tv = getenv("ONEBIT_CUDA_TMV");
+    cx->tma = ok && !(tv && tv[0] == '0') && pdl_capable(&prop);
     const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
     cx->attn_split = as ? atoi(as) : 0;
     const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");

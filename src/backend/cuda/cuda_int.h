@@ -67,6 +67,9 @@ typedef struct ob_cu_ctx {
     /* ONEBIT_CUDA_PDL=0 turns off programmatic dependent launch (on by default where the
      * device is sm_90+ and the kernels were built for it). */
     bool pdl;
+    /* sm_90 code on an sm_90+ device: bulk copies (cp.async.bulk) may be used; ONEBIT_CUDA_TMV=0
+     * turns off the kernel that uses them (op_mmvq_tma.cu). */
+    bool tma;
     /* Split decode attention's arrival counters, one per (token, head), zero between
      * launches (the last block resets its own). */
     unsigned *attn_cnt;
@@ -115,6 +118,11 @@ bool ob_cu_quant_act(ob_cu_ctx *cx, const float *x, int8_t *qx, float2 *dx, int6
  * launch; outputs must not overlap. */
 int ob_cu_mmvq_group_max(void);
 bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count);
+/* The bulk-copy TQ2_0 matvec (op_mmvq_tma.cu): whether it takes these count matmuls of one
+ * x (one column, K = 4096 * 1..4, 16-byte aligned rows, cx->tma), and its launch on x
+ * already quantized to qx/dx. */
+bool ob_cu_mmvq_tma_applies(const ob_cu_ctx *cx, ob_tensor *const *ns, int count);
+bool ob_cu_mmvq_tma(ob_cu_ctx *cx, ob_tensor *const *ns, int count, const int8_t *qx, const float2 *dx);
 
 bool ob_cu_op_norm(ob_cu_ctx *cx, ob_tensor *n);
 /* Fused decode forms (cuda_backend.cu decides when they apply): RMS_NORM of `norm`, with

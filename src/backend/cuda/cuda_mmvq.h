@@ -4,6 +4,7 @@
 #ifndef OB_BACKEND_CUDA_MMVQ_H
 #define OB_BACKEND_CUDA_MMVQ_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -11,5 +12,18 @@ extern "C"
 #endif
     int64_t
     ob_cu_mmvq_run_launches(void);
+/* The same for the bulk-copy TQ2_0 kernel (op_mmvq_tma.cu). */
+#ifdef __cplusplus
+extern "C"
+#endif
+    int64_t
+    ob_cu_mmvq_tma_launches(void);
+/* Whether a CUDA backend may use that kernel (sm_90 code on the device, ONEBIT_CUDA_TMV not 0). */
+struct ob_backend;
+#ifdef __cplusplus
+extern "C"
+#endif
+    bool
+    ob_cu_backend_tma(const struct ob_backend *be);
 
 #endif

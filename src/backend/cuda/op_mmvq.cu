@@ -588,6 +588,7 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     case OB_TYPE_TQ2_0: lsh = mmvq_lsh(K / mq<OB_TYPE_TQ2_0>::qk * mq<OB_TYPE_TQ2_0>::slots); break;
     default: return false;
     }
+    if (ob_cu_mmvq_tma_applies(cx, ns, count)) return ob_cu_mmvq_tma(cx, ns, count, qx, dx) && !cx->faulted;
     const size_t rb = ob_row_size(w0->type, K);
     const bool run = use_run(ns, count, rb, T);
     const int rows_per_block = run ? OB_MMVQ_SW : OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T, K);
