@@ -31,10 +31,8 @@
 #include <string.h>
 
 #define TMV_WARPS 4      /* warps per block */
-#define TMV_MAX_STAGES 8 /* rows in flight per warp, at most */
+#define TMV_MAX_STAGES 8 /* copies in flight per warp, at most */
 #define TMV_GROUP 4      /* matrices sharing x in one launch (q/k/v, gate/up) */
-
-
 #define TMV_MAX_CHUNK 4  /* rows per bulk copy, at most */
 
 /* The launch's matrices, cut into chunks of `cr` consecutive rows (one bulk copy each; the
