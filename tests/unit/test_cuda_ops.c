@@ -322,9 +322,9 @@ static void test_matmul_mmvq_run(void) {
         if (N > 10000 && t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K) continue; /* CPU reference time */
         const size_t rb = ob_type_row_size(t, K);
         const bool staged = rb % 16 == 0 && rb >= 1024; /* rows 16-aligned: device buffers are */
-        /* TQ2_0 at K = 4096 * 1..4, Q4_K at 4096 * 1..3, Q6_K at 4096 take the bulk-copy
+        /* TQ2_0 at K = 4096 * 1..4, Q4_K and Q6_K at 4096 * 1..3 take the bulk-copy
          * kernel where the device has it */
-        const int64_t kmax = t == OB_TYPE_TQ2_0 ? 16384 : t == OB_TYPE_Q4_K ? 12288 : t == OB_TYPE_Q6_K ? 4096 : 0;
+        const int64_t kmax = t == OB_TYPE_TQ2_0 ? 16384 : t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K ? 12288 : 0;
         const bool bulk = tma && K % 4096 == 0 && K <= kmax;
         /* the wrap case: one block of 4 warps per SM, one row per copy, 2 copies in flight */
         const bool wrap = si == OB_ARRAY_LEN(shapes) - 1;

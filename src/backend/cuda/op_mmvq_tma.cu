@@ -18,7 +18,8 @@
  *     the activation quantizer already stores (dx.y = d * sum(q)). One LOP3 and one dp4a
  *     per 4 weights. Q4_K and Q6_K decode their half the same way (nibbles in place).
  * Measured (H200, 2026-11-30, `1bit bench -p 0 -n 128 -r 2`, against ONEBIT_CUDA_TMV=0 in
- * the same call): qwen3-8b TQ2_0 321-335 -> 427-443 tok/s, Q4_K_M 285-292 -> 327-331.
+ * the same call): qwen3-8b TQ2_0 321-335 -> 427-443 tok/s, Q4_K_M 285-292 -> 327-331
+ * (and 329-333 -> 339-348 once Q6_K at K = 12288, half the ffn_down of that mix, came too).
  * A read-only probe (bench/stream_bw.cu) streams 26 MB in ~9 us by bulk copies or plain
  * 16-byte loads alike: past ~5 TB/s per extra byte, each launch costs ~3.5 us of its own.
  * Used for one column (T = 1) when K is 4096 * HPL, rows are 16-byte aligned (cp.async.bulk
@@ -337,7 +338,7 @@ static int tmv_max_hpl(ob_type t) {
     switch (t) {
     case OB_TYPE_TQ2_0: return mask & 1 ? 4 : 0;
     case OB_TYPE_Q4_K: return mask & 2 ? 3 : 0;
-    case OB_TYPE_Q6_K: return mask & 4 ? 1 : 0;
+    case OB_TYPE_Q6_K: return mask & 4 ? 3 : 0;
     default: return 0;
     }
 }
@@ -437,6 +438,8 @@ bool ob_cu_mmvq_tma(ob_cu_ctx *cx, ob_tensor *const *ns, int count, const int8_t
     case OB_TYPE_Q4_K * 8 + 2: return tmv_launch<OB_TYPE_Q4_K, 2>(cx, &set, rb, qx, dx);
     case OB_TYPE_Q4_K * 8 + 3: return tmv_launch<OB_TYPE_Q4_K, 3>(cx, &set, rb, qx, dx);
     case OB_TYPE_Q6_K * 8 + 1: return tmv_launch<OB_TYPE_Q6_K, 1>(cx, &set, rb, qx, dx);
+    case OB_TYPE_Q6_K * 8 + 2: return tmv_launch<OB_TYPE_Q6_K, 2>(cx, &set, rb, qx, dx);
+    case OB_TYPE_Q6_K * 8 + 3: return tmv_launch<OB_TYPE_Q6_K, 3>(cx, &set, rb, qx, dx);
     default: return false;
     }
 }
