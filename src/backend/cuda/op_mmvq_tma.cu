@@ -410,6 +410,7 @@ static bool tmv_launch(ob_cu_ctx *cx, tmv_set *set, size_t rb, const int8_t *qx,
     const int64_t per = (int64_t)TMV_WARPS * (rmin < 1 ? 1 : rmin);
     const int64_t need = (set->chunks + per - 1) / per, cap = (int64_t)cx->sm_count * bps;
     const unsigned grid = (unsigned)(need < cap ? need : cap);
+    if (grid == 0) return true; /* no rows: nothing to launch (a grid of 0 is an error) */
     const int flags = env_int("ONEBIT_CUDA_TMV_FLAGS", 0); /* 1: skip the dot products (streaming only; diagnostics) */
     if (!OB_CU_LAUNCH(cx, k_mmvq_tma<T, HPL>, grid, TMV_WARPS * OB_WARP, shm, *set, rb, qx, dx, stages, flags)) return false;
     __atomic_fetch_add(&g_tmv_launches, 1, __ATOMIC_RELAXED);
