@@ -53,9 +53,9 @@ typedef struct ob_cu_ctx {
     /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
-    int attn_split;
+    int attn_split;            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
     bool fa_off;               /* ONEBIT_CUDA_FA=0 or below sm_80: no tensor-core prefill attention (op_flash_attn.cu) */
-    bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
+    bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */
     /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
      * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
     bool prof;
