@@ -792,6 +792,40 @@ static void test_matvec_variants(void) {
             }
         ob_backend_free(be);
     }
+    /* the split-K path (ONEBIT_VK_MATVEC_SPLITK=1): one token at K = 4096 * 1..3 (x in
+     * registers, 1..3 pieces per invocation), N not a multiple of its 8-row batches nor of
+     * its rows per workgroup; 3 tokens stay on the streaming path */
+    ob_backend *sk = backend_with("ONEBIT_VK_MATVEC_SPLITK", "1");
+    /* its own random stream: the tests after it keep the inputs they had before it */
+    const ob_rng keep_rng = g_rng;
+    ob_rng_seed(&g_rng, 0x5b17u);
+    if (sk) {
+        ob_vk *vk = sk->ctx;
+        CHECKF(vk->matvec_splitk == (vk->info.subgroup >= 4 && vk->info.subgroup <= 128), "split-K path %s with subgroup %u",
+               vk->matvec_splitk ? "on" : "off", vk->info.subgroup);
+        static const struct { int64_t K, N; } shapes[] = {{4096, 37}, {4096, 4100}, {8192, 21}, {12288, 300}};
+        for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
+            for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++)
+                for (int64_t T = 1; T <= 3; T += 2) {
+                    const int64_t K = shapes[si].K, N = shapes[si].N, nw[2] = {K, N}, nx[2] = {K, T};
+                    if (T == 3 && si != 0) continue;
+                    void *w = rand_typed(types[ti], K, N, 1.0f);
+                    float *x = rand_f32(K * T, 1.0f);
+                    ob_graph *g = ob_graph_new(4);
+                    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", types[ti], 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+                    char what[96];
+                    snprintf(what, sizeof(what), "matvec split-K %s K=%lld N=%lld T=%lld", ob_type_name(types[ti]), (long long)K,
+                             (long long)N, (long long)T);
+                    check_on(sk, g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+                    const uint32_t want = vk->matvec_splitk && T == 1 ? (uint32_t)(K / 4096) : 0;
+                    CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[7] == want, "%s: pieces per invocation %u, want %u", what,
+                           vk->n_prev ? vk->prev[0].pc.u[7] : 0, want);
+                    ob_graph_free(g);
+                    free(w); free(x);
+                }
+        ob_backend_free(sk);
+    }
+    g_rng = keep_rng;
     /* the default backend takes the streaming path too */
     ob_vk *vk0 = g_be[0]->ctx;
     matmul_case(OB_TYPE_Q4_K, 512, 16, 1);

@@ -158,6 +158,8 @@ typedef struct ob_vk {
     uint32_t matvec_fast_rps;  /* rows per subgroup of matvec.comp's streaming path (0: off,
                                   ONEBIT_VK_MATVEC_OLD=1) */
     uint32_t matvec_fast_rows; /* its rows per workgroup */
+    bool matvec_splitk;        /* one token through matvec.comp's split-K path
+                                  (ONEBIT_VK_MATVEC_SPLITK=1; not yet measured on a GPU) */
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */

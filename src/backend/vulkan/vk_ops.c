@@ -247,6 +247,15 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         /* Up to 8 tokens (decode, small batches) W is read once by matvec.comp; beyond, the
          * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
         if (T <= 8 && !vk->no_matvec) {
+            const uint64_t K = (uint64_t)a->ne[0];
+            if (T == 1 && vk->matvec_splitk && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
+                /* rows per workgroup: ~512 workgroups, 8..64 rows, whole batches of 8 */
+                uint64_t rw = (cdiv(N, 512) + 7) / 8 * 8;
+                rw = rw < 8 ? 8 : rw > 64 ? 64 : rw;
+                pc.u[4] = (uint32_t)rw;
+                pc.u[7] = (uint32_t)(K / 4096);
+                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, rw), err, err_len);
+            }
             if (matvec_fast_ok(vk, a, b)) {
                 pc.u[4] = vk->matvec_fast_rows;
                 pc.u[6] = vk->matvec_fast_rps;

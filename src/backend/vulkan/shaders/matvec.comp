@@ -3,7 +3,7 @@
 // b x F32 [K, T], o y F32 [N, T].
 // u[0] K, u[1] N, u[2] T, u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
 // shared memory (when it fits), u[6] rows per subgroup on the streaming path (0: off),
-// u[10] workgroups.
+// u[7] pieces per invocation on the split-K path (0: off), u[10] workgroups.
 //
 // Decode is bound by reading W once, so: one subgroup per weight row, each invocation
 // decoding whole 32-element chunks with wide loads (dequant.glsl), neighbouring lanes on
@@ -210,12 +210,56 @@ void main_fast(uint g) {
     }
 }
 
+// ---- split-K path (u[7] = pieces per invocation PPI = K / 4096, 1..3; one token) ----------
+// ONEBIT_VK_MATVEC_SPLITK=1; off by default until measured on a GPU. Invocation i of the
+// workgroup owns pieces i + WG j (j < PPI) of every row, so its x (8 vec4 per piece) is
+// loaded once, into registers, and serves all u[4] rows of the workgroup (the streaming
+// path above loads x again for every R rows). A batch of SK_RB rows at a time: each
+// invocation dots its pieces, the subgroups sum theirs (subgroupAdd), and the subgroup
+// partials meet in shared memory.
+#define SK_PMAX 3
+#define SK_RB 8
+shared float sk_red[WG / 4 * SK_RB]; // [subgroup][row of the batch]; subgroups of >= 4 invocations
+
+void main_splitk(uint g) {
+    uint N = pc.u[1], RW = pc.u[4], PPI = pc.u[7];
+    uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
+    vec4 xv[SK_PMAX][8];
+    for (uint j = 0; j < SK_PMAX; j++)
+        if (j < PPI) x_load(pc.b, tid + WG * j, xv[j]);
+    uint n0 = g * RW;
+    for (uint r0 = 0; r0 < RW; r0 += SK_RB) { // uniform over the workgroup
+        float acc[SK_RB];
+        for (uint r = 0; r < SK_RB; r++) {
+            acc[r] = 0.0;
+            uint n = n0 + r0 + r;
+            if (r0 + r < RW && n < N) { // uniform
+                uint64_t row = pc.a + uint64_t(n) * pc.u[3];
+                for (uint j = 0; j < SK_PMAX; j++)
+                    if (j < PPI) acc[r] += piece_dot(row, tid + WG * j, xv[j]);
+            }
+        }
+        for (uint r = 0; r < SK_RB; r++) {
+            float s = subgroupAdd(acc[r]);
+            if (subgroupElect()) sk_red[sg * SK_RB + r] = s;
+        }
+        barrier();
+        if (tid < SK_RB) {
+            uint n = n0 + r0 + tid;
+            float s = 0.0;
+            for (uint k = 0; k < nsg; k++) s += sk_red[k * SK_RB + tid];
+            if (r0 + tid < RW && n < N) BF32(pc.o).v[n] = s;
+        }
+        barrier();
+    }
+}
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
     iq_init(tid, WG);
     uint g = group_id();
     if (g >= pc.u[10]) return; // uniform over the workgroup: no barrier is skipped by part of it
+    if (FAST && pc.u[7] != 0) { main_splitk(g); return; }
     if (FAST && pc.u[6] != 0) { main_fast(g); return; }
     uint K = pc.u[0], N = pc.u[1], T = pc.u[2], R = pc.u[4];
     uint nc = K / 32, P = nc + 1, CS = PLAIN ? K : 32 * P; // staged floats per token
