@@ -861,7 +861,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     const char *pd = getenv("ONEBIT_CUDA_PDL");
     cx->pdl = ok && !(pd && pd[0] == '0') && !cx->prof && pdl_capable(&prop);
     const char *tv = getenv("ONEBIT_CUDA_TMV");
-    cx->tma = ok && !(tv && tv[0] == '0') && pdl_capable(&prop);
+    const unsigned tmask = tv && tv[0] ? (unsigned)strtoul(tv, NULL, 0) & (unsigned)OB_CU_TMA_ALL : (unsigned)OB_CU_TMA_ALL;
+    cx->tma = ok && pdl_capable(&prop) ? tmask : 0u;
     const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
     cx->attn_split = as ? atoi(as) : 0;
     const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");

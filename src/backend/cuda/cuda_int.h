@@ -30,6 +30,8 @@ enum {
     OB_CU_FUSE_QKV = 256, OB_CU_FUSE_ALL = 511
 };
 
+enum { OB_CU_TMA_TQ2_0 = 1, OB_CU_TMA_Q4_K = 2, OB_CU_TMA_Q6_K = 4, OB_CU_TMA_ALL = 7 };
+
 typedef struct ob_cu_ctx {
     int device;
     bool allow_fallback;
@@ -67,9 +69,10 @@ typedef struct ob_cu_ctx {
     /* ONEBIT_CUDA_PDL=0 turns off programmatic dependent launch (on by default where the
      * device is sm_90+ and the kernels were built for it). */
     bool pdl;
-    /* sm_90 code on an sm_90+ device: bulk copies (cp.async.bulk) may be used; ONEBIT_CUDA_TMV=0
-     * turns off the kernel that uses them (op_mmvq_tma.cu). */
-    bool tma;
+    /* The weight types of the bulk-copy matvec (op_mmvq_tma.cu), OB_CU_TMA_* bits: all of
+     * them where sm_90 code runs on an sm_90+ device, none elsewhere; ONEBIT_CUDA_TMV=MASK
+     * keeps only those bits (0: off, for comparisons). */
+    unsigned tma;
     /* Split decode attention's arrival counters, one per (token, head), zero between
      * launches (the last block resets its own). */
     unsigned *attn_cnt;
@@ -118,8 +121,8 @@ bool ob_cu_quant_act(ob_cu_ctx *cx, const float *x, int8_t *qx, float2 *dx, int6
  * launch; outputs must not overlap. */
 int ob_cu_mmvq_group_max(void);
 bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count);
-/* The bulk-copy TQ2_0 matvec (op_mmvq_tma.cu): whether it takes these count matmuls of one
- * x (one column, K = 4096 * 1..4, 16-byte aligned rows, cx->tma), and its launch on x
+/* The bulk-copy matvec (op_mmvq_tma.cu): whether it takes these count matmuls of one x (one
+ * column, a type of cx->tma at the K it covers, 16-byte aligned rows), and its launch on x
  * already quantized to qx/dx. */
 bool ob_cu_mmvq_tma_applies(const ob_cu_ctx *cx, ob_tensor *const *ns, int count);
 bool ob_cu_mmvq_tma(ob_cu_ctx *cx, ob_tensor *const *ns, int count, const int8_t *qx, const float2 *dx);

@@ -12,13 +12,14 @@ extern "C"
 #endif
     int64_t
     ob_cu_mmvq_run_launches(void);
-/* The same for the bulk-copy TQ2_0 kernel (op_mmvq_tma.cu). */
+/* The same for the bulk-copy kernel (op_mmvq_tma.cu: TQ2_0, Q4_K, Q6_K). */
 #ifdef __cplusplus
 extern "C"
 #endif
     int64_t
     ob_cu_mmvq_tma_launches(void);
-/* Whether a CUDA backend may use that kernel (sm_90 code on the device, ONEBIT_CUDA_TMV not 0). */
+/* Whether a CUDA backend may use that kernel for any type (sm_90 code on the device,
+ * ONEBIT_CUDA_TMV not 0). */
 struct ob_backend;
 #ifdef __cplusplus
 extern "C"

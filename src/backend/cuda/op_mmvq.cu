@@ -13,7 +13,9 @@
  * instead: the warp stages runs of whole blocks of its row through shared memory with
  * 16-byte loads (ONEBIT_CUDA_MMVQ_OLD=1: always k_mmvq, for comparison). The quantized x
  * of the last matmul is kept (cx->qx_src) so q/k/v and gate/up, which share an input,
- * quantize it once; cuda_backend.cu drops it when a node writes over that input. */
+ * quantize it once; cuda_backend.cu drops it when a node writes over that input. On sm_90,
+ * one column of TQ2_0, Q4_K or Q6_K at the K it covers goes to the bulk-copy kernel of
+ * op_mmvq_tma.cu instead, on the same quantized x. */
 #include "backend/cuda/cuda_int.h"
 #include "backend/cuda/cuda_mmq.h"
 #include "backend/cuda/cuda_mmvq.h"
@@ -576,6 +578,7 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
         cx->qx_k = K;
         cx->qx_t = T;
     }
+    if (ob_cu_mmvq_tma_applies(cx, ns, count)) return ob_cu_mmvq_tma(cx, ns, count, qx, dx) && !cx->faulted;
     ob_mmvq_set set;
     memset(&set, 0, sizeof(set));
     unsigned grid = 0;
@@ -588,7 +591,6 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     case OB_TYPE_TQ2_0: lsh = mmvq_lsh(K / mq<OB_TYPE_TQ2_0>::qk * mq<OB_TYPE_TQ2_0>::slots); break;
     default: return false;
     }
-    if (ob_cu_mmvq_tma_applies(cx, ns, count)) return ob_cu_mmvq_tma(cx, ns, count, qx, dx) && !cx->faulted;
     const size_t rb = ob_row_size(w0->type, K);
     const bool run = use_run(ns, count, rb, T);
     const int rows_per_block = run ? OB_MMVQ_SW : OB_MMVQ_ROWS * (OB_WARP >> lsh) * MMVQ_R(T, K);

@@ -24,8 +24,9 @@
  * 16-byte loads alike: past ~5 TB/s per extra byte, each launch costs ~3.5 us of its own.
  * Used for one column (T = 1) when K is 4096 * HPL, rows are 16-byte aligned (cp.async.bulk
  * needs it) and the device runs sm_90 code (ONEBIT_CUDA_TMV=0: off, =mask: per type, for
- * comparisons). ONEBIT_CUDA_TMV_CHUNK / _STAGES / _BLOCKS / _RMIN set the copy size, ring
- * depth, blocks per SM and the fewest chunks per warp. */
+ * comparisons; read into cx->tma when the backend starts). ONEBIT_CUDA_TMV_CHUNK / _STAGES /
+ * _BLOCKS / _RMIN set the copy size, ring depth, blocks per SM and the fewest chunks per
+ * warp. */
 #include "backend/cuda/cuda_int.h"
 #include "backend/cuda/cuda_mmvq.h"
 #include <stdlib.h>
@@ -104,22 +105,16 @@ struct tmv_x {
 #ifdef TMV_DEVICE
 /* NW consecutive 32-bit words from shared memory at p + o, o even (blocks of 66 and 210
  * bytes start 2-aligned): NW aligned words, one more when o % 4 == 2, joined by funnel
- * shifts. A4: o is known to be 4-aligned. */
-template <int NW, bool A4>
-static __device__ __forceinline__ void tmv_words(const unsigned char *p, int o, uint32_t (&w)[NW]) {
+ * shifts. */
+template <int NW> static __device__ __forceinline__ void tmv_words(const unsigned char *p, int o, uint32_t (&w)[NW]) {
     const uint32_t *wp = (const uint32_t *)(p + (o & ~3));
-    if constexpr (A4) {
+    const unsigned sh = (unsigned)(o & 2) * 8;
+    uint32_t u[NW + 1];
 #pragma unroll
-        for (int k = 0; k < NW; k++) w[k] = wp[k];
-    } else {
-        const unsigned sh = (unsigned)(o & 2) * 8;
-        uint32_t u[NW + 1];
+    for (int k = 0; k < NW; k++) u[k] = wp[k];
+    u[NW] = sh ? wp[NW] : 0u; /* never past the data */
 #pragma unroll
-        for (int k = 0; k < NW; k++) u[k] = wp[k];
-        u[NW] = sh ? wp[NW] : 0u; /* never past the data */
-#pragma unroll
-        for (int k = 0; k < NW; k++) w[k] = __funnelshift_r(u[k], u[k + 1], sh);
-    }
+    for (int k = 0; k < NW; k++) w[k] = __funnelshift_r(u[k], u[k + 1], sh);
 }
 static __device__ __forceinline__ int sbyte(uint32_t w, int k) { return (int)(int8_t)(w >> (8 * k)); }
 #endif
@@ -141,7 +136,7 @@ static __device__ __forceinline__ float tmv_half(const unsigned char *rp, int h,
          * against x, and the 4^-r goes into x's scale; the -1 of each trit comes off as the
          * sum of x (s[r]). One LOP3 and one dp4a per 4 weights. */
         uint32_t w[8];
-        tmv_words<8, false>(rp, o + 32 * g, w);
+        tmv_words<8>(rp, o + 32 * g, w);
         const float d = __half2float(__ushort_as_half(*(const unsigned short *)(rp + o + 64)));
         int s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #pragma unroll
@@ -183,9 +178,9 @@ static __device__ __forceinline__ float tmv_half(const unsigned char *rp, int h,
          * = 0, 1) or high (r = 2, 3) nibble of ql[64g + l + 32 (r & 1)], bits 2r of
          * qh[32g + l] on top, minus 32; scale sc[8g + 2r + l / 16]. */
         uint32_t ql[16], qh[8], scw[2];
-        tmv_words<16, false>(rp, o + 64 * g, ql);
-        tmv_words<8, false>(rp, o + 128 + 32 * g, qh);
-        tmv_words<2, false>(rp, o + 192 + 8 * g, scw);
+        tmv_words<16>(rp, o + 64 * g, ql);
+        tmv_words<8>(rp, o + 128 + 32 * g, qh);
+        tmv_words<2>(rp, o + 192 + 8 * g, scw);
         const float d = __half2float(__ushort_as_half(*(const unsigned short *)(rp + o + 208)));
         int t[4];
 #pragma unroll
@@ -328,17 +323,15 @@ static int env_int(const char *name, int dflt) {
     return e && e[0] ? atoi(e) : dflt;
 }
 
-extern "C" bool ob_cu_backend_tma(const ob_backend *be) { return ((const ob_cu_ctx *)be->ctx)->tma; }
+extern "C" bool ob_cu_backend_tma(const ob_backend *be) { return ((const ob_cu_ctx *)be->ctx)->tma != 0; }
 
-/* Which types take the kernel (ONEBIT_CUDA_TMV: bit 0 TQ2_0, 1 Q4_K, 2 Q6_K; 0 = none)
- * and at which K = 4096 * HPL: the lanes keep HPL halves of x in registers. */
-static int tmv_max_hpl(ob_type t) {
-    static int mask = -1;
-    if (mask < 0) mask = env_int("ONEBIT_CUDA_TMV", 7);
+/* Up to which K = 4096 * HPL a type takes the kernel (the lanes keep HPL halves of x in
+ * registers); 0: not at all, or not on this backend (cx->tma: OB_CU_TMA_* bits). */
+static int tmv_max_hpl(const ob_cu_ctx *cx, ob_type t) {
     switch (t) {
-    case OB_TYPE_TQ2_0: return mask & 1 ? 4 : 0;
-    case OB_TYPE_Q4_K: return mask & 2 ? 3 : 0;
-    case OB_TYPE_Q6_K: return mask & 4 ? 3 : 0;
+    case OB_TYPE_TQ2_0: return cx->tma & OB_CU_TMA_TQ2_0 ? 4 : 0;
+    case OB_TYPE_Q4_K: return cx->tma & OB_CU_TMA_Q4_K ? 3 : 0;
+    case OB_TYPE_Q6_K: return cx->tma & OB_CU_TMA_Q6_K ? 3 : 0;
     default: return 0;
     }
 }
@@ -346,10 +339,10 @@ static int tmv_max_hpl(ob_type t) {
 static size_t tmv_plan(size_t rb, int hpl, int *cr_out, int *stages_out);
 
 bool ob_cu_mmvq_tma_applies(const ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
-    if (!cx->tma || count < 1 || count > TMV_GROUP) return false;
+    if (count < 1 || count > TMV_GROUP) return false;
     const ob_tensor *w0 = ns[0]->src[0];
     const int64_t K = w0->ne[0];
-    if (ob_nrows(ns[0]->src[1]) != 1 || K % 4096 != 0 || K / 4096 > tmv_max_hpl(w0->type)) return false;
+    if (ob_nrows(ns[0]->src[1]) != 1 || K < 4096 || K % 4096 != 0 || K / 4096 > tmv_max_hpl(cx, w0->type)) return false;
     int64_t rows = 0;
     for (int i = 0; i < count; i++) {
         if (((uintptr_t)ns[i]->src[0]->data & 15) != 0) return false;
@@ -381,7 +374,7 @@ template <int T, int HPL>
 static bool tmv_launch(ob_cu_ctx *cx, tmv_set *set, size_t rb, const int8_t *qx, const float2 *dx) {
 #ifdef OB_HIP
     (void)cx, (void)set, (void)rb, (void)qx, (void)dx;
-    return false; /* no bulk copies there: cx->tma is never set */
+    return false; /* no bulk copies there: cx->tma is always 0 */
 #else
     int cr, stages;
     const size_t shm = tmv_plan(rb, HPL, &cr, &stages);
