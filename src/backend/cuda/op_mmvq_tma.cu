@@ -20,8 +20,9 @@
  * Measured (H200, 2026-11-30, `1bit bench -p 0 -n 128 -r 2`, against ONEBIT_CUDA_TMV=0 in
  * the same call): qwen3-8b TQ2_0 321-335 -> 427-443 tok/s, Q4_K_M 285-292 -> 327-331
  * (and 329-333 -> 339-348 once Q6_K at K = 12288, half the ffn_down of that mix, came too).
- * A read-only probe (bench/stream_bw.cu) streams 26 MB in ~9 us by bulk copies or plain
- * 16-byte loads alike: past ~5 TB/s per extra byte, each launch costs ~3.5 us of its own.
+ * A read-only probe (bench/stream_bw.cu, back-to-back launches, H200, 2026-11-30) streams
+ * 26 MB in ~9 us by bulk copies or plain 16-byte loads alike: past ~5 TB/s per extra byte,
+ * each launch costs ~3.5 us of its own.
  * Used for one column (T = 1) when K is 4096 * HPL, rows are 16-byte aligned (cp.async.bulk
  * needs it) and the device runs sm_90 code (ONEBIT_CUDA_TMV=0: off, =mask: per type, for
  * comparisons; read into cx->tma when the backend starts). ONEBIT_CUDA_TMV_CHUNK / _STAGES /
