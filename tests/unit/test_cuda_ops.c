@@ -430,7 +430,7 @@ static void test_matmul_mmq(ob_backend *be) {
 /* The streaming decode MMQ kernel (op_mmq.cu k_mmq_dec: Q4_K/Q6_K, T <= 16; Q8_0, T <= 8)
  * with enough rows that K is not split across blocks (N = 8500: 532 row tiles, more than
  * the default 4 blocks per SM of an H200, last tile partial), so each warp walks 8 stages
- * of K = 8192 through its ring of 4 (3 above 8 columns) and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
+ * of K = 8192 through its ring of 2 (Q8_0: 4) and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
  * offset of the 2-aligned Q6_K/Q8_0 runs or a wrong column tile (T = 5: one tile, 16: two)
  * fails at 1e-4 on pre-rounded x. test_matmul_mmq covers the split-K, short-K shapes. */
 static void test_matmul_mmq_stream(ob_backend *be) {
@@ -917,6 +917,8 @@ static void test_attention(ob_backend *be) {
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 3; b++) attn_case(be, kv[a], kv[b], 1, 1, 700, true, 0, 0);
     attn_case(be, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 300, true, 0, 0);       /* split decode, 2 seqs */
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 16, 16, 96, true, 0, 0, 40); /* split decode, 16 seqs */
+    attn_case(be, OB_TYPE_Q8_0, OB_TYPE_F16, 13, 1, 300, true, 0, 0);     /* split, 13 tokens of one seq */
     attn_case(be, OB_TYPE_F32, OB_TYPE_Q8_0, 20, 2, 64, true, 5, 0);      /* prefill, window */
     attn_case(be, OB_TYPE_F32, OB_TYPE_F32, 12, 1, 64, false, 0, 0);      /* encoder */
     attn_case(be, OB_TYPE_F16, OB_TYPE_F32, 12, 2, 64, false, 3, 30.0f);  /* encoder, window, soft-cap */
@@ -936,7 +938,7 @@ static void test_attention(ob_backend *be) {
 }
 
 /* ---- prefill attention on tensor cores (src/backend/cuda/op_flash_attn.cu) ----------------
- * Prefill (T > 8) with F16/Q8_0 caches and head size 64 or 128 takes the mma kernel (unless
+ * Prefill (T >= 32) with F16/Q8_0 caches and head size 64 or 128 takes the mma kernel (unless
  * ONEBIT_CUDA_FA=0; no existing test_attention case qualifies, so those keep 2e-5): q and
  * P are rounded to f16, hence 2e-3 (relative to the largest output) instead of 2e-5. Tokens
  * sit at pos start + t / n_seq of sequence t % n_seq (interleaved); the caches hold random

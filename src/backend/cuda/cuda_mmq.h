@@ -3,7 +3,7 @@
  * off (comparison runs). Never applies under HIP or below sm_80. Only .cu files include this.
  * Decode-size T (<= ONEBIT_CUDA_MMQ_DEC, default 16; Q8_0 at most 8) of Q4_K/Q6_K/Q8_0
  * streams the weights through per-warp cp.async rings (ONEBIT_CUDA_MMQ_WARPS warps a block,
- * default 4; ONEBIT_CUDA_MMQ_STAGES ring depth, default 4, 3 above 8 columns;
+ * default 4; ONEBIT_CUDA_MMQ_STAGES ring depth, default 2 (Q8_0: 4);
  * ONEBIT_CUDA_MMQ_BLOCKS grid size below which K is split, default 4 per SM);
  * ONEBIT_CUDA_MMQ_MIN_T=1 sends single columns there too. */
 #ifndef OB_BACKEND_CUDA_MMQ_H

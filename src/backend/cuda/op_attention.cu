@@ -21,7 +21,11 @@
 #define OB_ATTN_MAX_NE 8      /* ceil(hd / 32): head sizes up to 256 (any multiple of 4) */
 #define OB_ATTN_CELLS_PER_SPLIT 16 /* fewest cells per split when the whole cache is in use */
 #define OB_ATTN_MAX_SPLIT 256
-#define OB_ATTN_SPLIT_T 8
+/* Batches up to 16 tokens take the split decode kernel (k_attn), larger ones k_attn_pf or
+ * flash attention. At 16 parallel sequences k_attn_pf gave 128 blocks of 10 us (Nsight
+ * Compute) and no fused quantization of the output: qwen3-8b Q4_K_M, H200, 2026-11-30,
+ * `-np 16`: 1,637 tok/s there against 1,859 on k_attn (`ONEBIT_CUDA_ATTN_OLD=1`). */
+#define OB_ATTN_SPLIT_T 16
 
 /* ---- KV_STORE ---------------------------------------------------------------------------- */
 

@@ -721,8 +721,8 @@ typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_pl
  * of mmq_dec_stage, it gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled
  * kernel (qwen3-0.6b: 4,499 against 4,180), and 834 at 4 and 1,338 at 8 against 788 and
  * 1,254 before those changes; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block
- * (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8; default 0: 4, and 3 above 8
- * columns), ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is split (default 4 per SM). */
+ * (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8; default 2, Q8_0 4),
+ * ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
 static const mmq_dec_knobs *mmq_dec_cfg(void) {
     static mmq_dec_knobs k = {-1, 4, 0, 528};
@@ -765,9 +765,14 @@ static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
     p.dec = T <= (w->type == OB_TYPE_Q8_0 && kn->max_t > 8 ? 8 : kn->max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
             aligned;
     p.nw = kn->nw;
-    /* ring depth: 3 for two column tiles (16 sequences, qwen3-8b Q4_K_M, H200: 1,617-1,621
-     * tok/s against 1,586-1,594 with 4, twice on one machine), else 4 */
-    p.nst = kn->nst > 0 ? kn->nst : T > 8 ? 3 : 4;
+    /* ring depth 2: the shared memory it leaves to L1 keeps more of x there, which the
+     * x fragment loads wait on (H200, 2026-11-30, qwen3-8b Q4_K_M, one machine per
+     * comparison, `scripts/device_runs.sh`: 16 sequences 1,675-1,680 tok/s against
+     * 1,626-1,629 with the former 3; 8: 1,467 against 1,362 with the former 4; 4: 892
+     * against 826). Session 5 had 3 beat 4 at 16 (1,617-1,621 against 1,586-1,594).
+     * Q8_0 (at most 8 columns) keeps 4: 8 sequences on qwen3-8b Q8_0 ran 1,038-1,041 with
+     * 2 against 1,069-1,072 with 4. */
+    p.nst = kn->nst > 0 ? kn->nst : w->type == OB_TYPE_Q8_0 ? 4 : 2;
     if (p.dec) {
         /* ring depth within 100 KB a block (at least two blocks an SM) */
         while (p.nst > 2 && (int64_t)p.nw * p.nst * mmq_dec_stb(w->type) > 100 * 1024) p.nst--;
