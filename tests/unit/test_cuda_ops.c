@@ -430,9 +430,9 @@ static void test_matmul_mmq(ob_backend *be) {
 /* The streaming decode MMQ kernel (op_mmq.cu k_mmq_dec: Q4_K/Q6_K, T <= 16; Q8_0, T <= 8)
  * with enough rows that K is not split across blocks (N = 8500: 532 row tiles, more than
  * the default 4 blocks per SM of an H200, last tile partial), so each warp walks 8 stages
- * of K = 8192 through its ring of 2 (Q8_0: 4) and the ring wraps: a stage read before it lands, a slot refilled early, a wrong row
- * offset of the 2-aligned Q6_K/Q8_0 runs or a wrong column tile (T = 5: one tile, 16: two)
- * fails at 1e-4 on pre-rounded x. test_matmul_mmq covers the split-K, short-K shapes. */
+ * of K = 8192 through its ring of 2 (Q8_0: 4) and the ring wraps: a stage read before it
+ * lands, a slot refilled early, a wrong row offset of the 2-aligned Q6_K/Q8_0 runs or a
+ * wrong column tile (T = 5: one tile, 16: two) fails at 1e-4 on pre-rounded x. test_matmul_mmq covers the split-K, short-K shapes. */
 static void test_matmul_mmq_stream(ob_backend *be) {
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0};
     const int64_t K = 8192, N = 8500;

@@ -7,24 +7,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+struct ob_backend;
+
 #ifdef __cplusplus
-extern "C"
+extern "C" {
 #endif
-    int64_t
-    ob_cu_mmvq_run_launches(void);
+
+int64_t ob_cu_mmvq_run_launches(void);
 /* The same for the bulk-copy kernel (op_mmvq_tma.cu: TQ2_0, Q4_K, Q6_K). */
-#ifdef __cplusplus
-extern "C"
-#endif
-    int64_t
-    ob_cu_mmvq_tma_launches(void);
+int64_t ob_cu_mmvq_tma_launches(void);
 /* Whether a CUDA backend may use that kernel for any type (sm_90 code on the device,
  * ONEBIT_CUDA_TMV not 0). */
-struct ob_backend;
+bool ob_cu_backend_tma(const struct ob_backend *be);
+
 #ifdef __cplusplus
-extern "C"
+}
 #endif
-    bool
-    ob_cu_backend_tma(const struct ob_backend *be);
 
 #endif

@@ -720,9 +720,10 @@ typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_pl
  * qwen3-8b Q4_K_M, one machine per comparison), with the lane pointers and the x prefetch
  * of mmq_dec_stage, it gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled
  * kernel (qwen3-0.6b: 4,499 against 4,180), and 834 at 4 and 1,338 at 8 against 788 and
- * 1,254 before those changes; Q8_0 at 16: 1,433 against 1,486 tiled. ONEBIT_CUDA_MMQ_WARPS warps per block
- * (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring depth (2..8; default 2, Q8_0 4),
- * ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is split (default 4 per SM). */
+ * 1,254 before those changes; Q8_0 at 16: 1,433 against 1,486 tiled.
+ * ONEBIT_CUDA_MMQ_WARPS warps per block (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring
+ * depth (2..8; default 2, Q8_0 4), ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is
+ * split (default 4 per SM). */
 typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
 static const mmq_dec_knobs *mmq_dec_cfg(void) {
     static mmq_dec_knobs k = {-1, 4, 0, 528};

@@ -332,7 +332,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->matvec_fast_rps = mv_old && !strcmp(mv_old, "1") ? 0 : frps;
     vk->matvec_fast_rows = sg_per_wg * frps;
     /* matvec.comp's split-K path for one token: x in registers for a workgroup's rows.
-     * Opt-in until measured on a GPU; its partial sums need subgroups of 4..128. */
+     * Opt-in: on the H200 it did not beat the streaming path (qwen3-8b Q4_K_M tg64 113.4
+     * against tg128 114.6, `scripts/device_vulkan.sh bench`, 2026-11-30); its partial sums
+     * need subgroups of 4..128. */
     const char *mv_sk = getenv("ONEBIT_VK_MATVEC_SPLITK");
     vk->matvec_splitk = mv_sk && !strcmp(mv_sk, "1") && vk->info.subgroup >= 4 && vk->info.subgroup <= 128;
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");

@@ -159,7 +159,7 @@ typedef struct ob_vk {
                                   ONEBIT_VK_MATVEC_OLD=1) */
     uint32_t matvec_fast_rows; /* its rows per workgroup */
     bool matvec_splitk;        /* one token through matvec.comp's split-K path
-                                  (ONEBIT_VK_MATVEC_SPLITK=1; not yet measured on a GPU) */
+                                  (ONEBIT_VK_MATVEC_SPLITK=1; no faster on the H200) */
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
