@@ -931,6 +931,14 @@ static void test_attention(ob_backend *be) {
         attn_case(be, OB_TYPE_F16, OB_TYPE_F32, 1, 1, 300, true, 0, 0);
         attn_case(be, OB_TYPE_F32, OB_TYPE_F16, 3, 1, 300, true, 0, 0);
     }
+    /* f16 caches at head sizes 128 and 256 (k_attn_h: rounds of several cells per warp),
+     * deep in the cache, with a window and a soft-cap */
+    g_attn_hd = 128;
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 3000, true, 0, 0, 2500);
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 1000, true, 300, 20.0f, 900);
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 3, 3, 500, true, 0, 0, 400);
+    g_attn_hd = 256;
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 2000, true, 0, 0, 1500);
     g_attn_hd = 64;
     /* Decode early in a large cache: splits share the few used cells, most get none. */
     for (int p0 = 0; p0 < 40; p0 += 13) attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 1, 1, 4096, true, 0, 0, p0);

@@ -469,11 +469,31 @@ static uint64_t graph_key(const ob_graph *g) {
     return h;
 }
 
+/* ONEBIT_CUDA_SKIP (cuda_int.h): whether node n's launch is left out of a capturable step
+ * (diagnostics: what a stage costs inside the captured graph; the results are wrong). */
+static bool skipped(const ob_cu_ctx *cx, const ob_tensor *n) {
+    switch (n->op) {
+    case OB_OP_MATMUL: return (cx->skip & 1) != 0;
+    case OB_OP_ATTENTION: return (cx->skip & 2) != 0;
+    case OB_OP_GET_ROWS:
+    case OB_OP_SAMPLE: return false;
+    case OB_OP_GLU: return (cx->skip & (4 | 8)) != 0;
+    case OB_OP_ADD: return (cx->skip & (4 | 16)) != 0;
+    case OB_OP_RMS_NORM:
+        if ((cx->skip & 16) && n->src[0]->op == OB_OP_ADD) return true; /* the residual's norm */
+        return (cx->skip & (4 | 32)) != 0;
+    case OB_OP_ROPE:
+    case OB_OP_KV_STORE: return (cx->skip & (4 | 32)) != 0;
+    default: return (cx->skip & 4) != 0;
+    }
+}
+
 static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
     cx->qx_src = NULL;
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+        if (cx->skip && skipped(cx, n)) continue;
         bool ok;
         const int64_t last = launch_fused(cx, g, i, &ok);
         if (!ok) return false;
@@ -863,10 +883,19 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     const char *tv = getenv("ONEBIT_CUDA_TMV");
     const unsigned tmask = tv && tv[0] ? (unsigned)strtoul(tv, NULL, 0) & (unsigned)OB_CU_TMA_ALL : (unsigned)OB_CU_TMA_ALL;
     cx->tma = ok && pdl_capable(&prop) ? tmask : 0u;
+    const char *sk = getenv("ONEBIT_CUDA_SKIP");
+    cx->skip = sk && sk[0] ? (unsigned)strtoul(sk, NULL, 0) & 63u : 0u;
     const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
     cx->attn_split = as ? atoi(as) : 0;
     const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");
     cx->attn_old_pf = ao && ao[0] == '1';
+    const char *al = getenv("ONEBIT_CUDA_ATTN_LATE");
+    cx->attn_late = al && al[0] == '1';
+    const char *au = getenv("ONEBIT_CUDA_ATTN_U");
+    cx->attn_u = au && au[0] ? (atoi(au) >= 1 ? 1 : 0) : -1;
+    const char *ah = getenv("ONEBIT_CUDA_ATTN_H"), *ahu = getenv("ONEBIT_CUDA_ATTN_HU");
+    cx->attn_h = ah && ah[0] ? atoi(ah) : 2;
+    cx->attn_hu = ahu && atoi(ahu) == 8 ? 8 : 4;
     const char *fa = getenv("ONEBIT_CUDA_FA");
     cx->fa_off = (fa && fa[0] == '0') || prop.major < 8;
     const char *ns = getenv("ONEBIT_CUDA_STAGE");

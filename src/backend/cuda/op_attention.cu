@@ -11,7 +11,18 @@
  * The number of splits depends only on shapes and the GPU, not on positions, so a
  * captured step stays valid as pos grows. With OB_CU_FUSE_ATTN_ONE the split block that
  * finishes last for its (token, head) (an atomic arrival count, reset by that block) does
- * the merge itself, so decode attention is one launch. */
+ * the merge itself, so decode attention is one launch.
+ *
+ * Decode kernels: k_attn_h for f16 K and V at head sizes 64/128/256 (the default cache),
+ * k_attn for the rest. k_attn walks one cell per warp at a time, its K load, reduction,
+ * exp and V load in sequence: two memory latencies per cell, so a deep context made
+ * decode latency-bound (qwen3-8b TQ2_0, H200, 2026-11-30, `-d 4096`: 103 tok/s against
+ * 439-461 at depth 0). k_attn_h gives each lane hd/32 consecutive elements (one 4-16 byte
+ * load per row) and takes 4 cells per warp per round, every load of a round issued before
+ * any is used: 103 -> 391 tok/s at depth 4096, 247 -> 484 at 1024, 439-461 -> 535-547 at
+ * depth 0; qwen3-8b Q4_K_M 96 -> 313 at depth 4096, and at 16 sequences 1,869 -> 2,043.
+ * For one token (T = 1, causal, pos and seq inputs of the step) both load the rows of
+ * earlier positions before the PDL wait: only row p is written by the kernel ahead. */
 #include "backend/cuda/rowops.cuh"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_fa.h"
@@ -72,6 +83,10 @@ typedef struct ob_attn_args {
     int64_t hd, H, T, n_kv, cps, cells, window;
     size_t krb, vrb;
     int ktype, vtype, causal, nsplit;
+    /* early: pos and seq are inputs uploaded before the step and T == 1, causal: the
+     * cache rows of earlier positions are loaded before the PDL wait (only this step's
+     * row, p, is made by the kernels ahead). */
+    int early;
     float scale, cap, alibi; /* alibi: ALiBi max bias, 0 = none */
 } ob_attn_args;
 
@@ -158,6 +173,66 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
     }
 }
 
+/* As merge_head, with the splits' (max, sum) read once into shared memory as weights
+ * f_k / L, so each element is a sum of independent loads rather than a walk that loads
+ * and tests each split's sum again. One sequence (8 splits): qwen3-8b TQ2_0, H200,
+ * 2026-11-30, tg64 435 -> 477 tok/s. At 16 sequences (2 splits) merge_head stays:
+ * 1,813-1,828 with this one against 1,844-1,853. Every split's row is written (zeros
+ * when it saw no cell), as the sums here take each split's elements unconditionally. */
+template <bool cg>
+static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
+                                                    int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item) {
+    __shared__ float s_f[OB_ATTN_MAX_SPLIT];
+    __shared__ float s_inv;
+    const float *pp = partial + (size_t)item * nsplit * (hd + 2);
+    for (int k = threadIdx.x; k < nsplit; k += blockDim.x) {
+        const float l = ld_part<cg>(pp + k * (hd + 2) + 1);
+        s_f[k] = l > 0.0f ? ld_part<cg>(pp + k * (hd + 2)) : -INFINITY;
+    }
+    __syncthreads();
+    if (threadIdx.x < OB_WARP) {
+        float M = -INFINITY;
+        for (int k = threadIdx.x; k < nsplit; k += OB_WARP) M = fmaxf(M, s_f[k]);
+        for (int o = OB_WARP / 2; o > 0; o /= 2) M = fmaxf(M, OB_SHFL_XOR(M, o));
+        float L = 0.0f;
+        for (int k = threadIdx.x; k < nsplit; k += OB_WARP) {
+            const float f = s_f[k] > -INFINITY ? expf(s_f[k] - M) : 0.0f;
+            L += f * ld_part<cg>(pp + k * (hd + 2) + 1);
+            s_f[k] = f;
+        }
+        for (int o = OB_WARP / 2; o > 0; o /= 2) L += OB_SHFL_XOR(L, o);
+        if (threadIdx.x == 0) s_inv = L > 0.0f ? 1.0f / L : 0.0f;
+    }
+    __syncthreads();
+    const float inv = s_inv;
+    float *o = out + (size_t)item * hd;
+    const int64_t ng = hd / 4;
+    for (int64_t base = 0; base < (qx ? ng : hd); base += blockDim.x) {
+        const int64_t g = base + threadIdx.x;
+        if (!qx) {
+            if (g < hd) {
+                float v = 0.0f;
+#pragma unroll 4
+                for (int k = 0; k < nsplit; k++) v += s_f[k] * ld_part<cg>(pp + k * (hd + 2) + 2 + g);
+                o[g] = v * inv;
+            }
+            continue;
+        }
+        const bool live = g < ng;
+        float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (live) {
+#pragma unroll 4
+            for (int k = 0; k < nsplit; k++) {
+                const float *ps = pp + k * (hd + 2) + 2 + 4 * g, f = s_f[k];
+                r.x += f * ld_part<cg>(ps), r.y += f * ld_part<cg>(ps + 1), r.z += f * ld_part<cg>(ps + 2), r.w += f * ld_part<cg>(ps + 3);
+            }
+            r.x *= inv, r.y *= inv, r.z *= inv, r.w *= inv;
+            o[4 * g] = r.x, o[4 * g + 1] = r.y, o[4 * g + 2] = r.z, o[4 * g + 3] = r.w;
+        }
+        ob_cu_quant_group(r, live, item * ng + g, qx, dx);
+    }
+}
+
 /* One block (OB_ATTN_WARPS warps) per (token, head). */
 __global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
                              int8_t *__restrict__ qx, float2 *__restrict__ dx) {
@@ -165,27 +240,22 @@ __global__ void k_attn_merge(const float *__restrict__ partial, float *__restric
     merge_head<false>(partial, out, hd, nsplit, qx, dx, blockIdx.x);
 }
 
-__global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a) {
-    OB_PDL_ENTRY();
-    __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
-    __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
-    __shared__ int s_hi;
-    const int sp = blockIdx.x, lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
-    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd;
-    const int64_t kh = h / (a.H / a.n_kv);
+/* Token t's cells [lo, hi] for split sp (hi < lo: none), its position p and the first cell of
+ * its sequence; s_hi: a shared int. Reads only pos and seq (inputs), once per block. */
+static __device__ __forceinline__ void attn_range(const ob_attn_args &a, int sp, int64_t t, int *s_hi, int64_t *p_, int64_t *cell0_,
+                                                  int64_t *lo_, int64_t *hi_) {
     const int64_t p = a.pos[t], s = a.seq[t];
-    const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
     /* Whole-sequence attention reaches the furthest position of this sequence in the batch. */
-    if (threadIdx.x == 0) s_hi = (int)p;
+    if (threadIdx.x == 0) *s_hi = (int)p;
     __syncthreads();
     if (!a.causal) {
         int m = (int)p;
         for (int64_t u = threadIdx.x; u < a.T; u += blockDim.x)
             if (a.seq[u] == s && a.pos[u] > m) m = a.pos[u];
-        atomicMax(&s_hi, m);
+        atomicMax(s_hi, m);
         __syncthreads();
     }
-    int64_t lo = a.window > 0 ? OB_MAX((int64_t)0, p - a.window + 1) : 0, hi = s_hi;
+    int64_t lo = a.window > 0 ? OB_MAX((int64_t)0, p - a.window + 1) : 0, hi = *s_hi;
     if (!a.causal && a.window > 0) hi = OB_MIN(hi, p + a.window - 1);
     const bool valid = p >= 0 && p < a.cps && s >= 0 && s * a.cps + a.cps <= a.cells;
     if (!valid) hi = -1;
@@ -199,38 +269,19 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
         lo += (int64_t)sp * chunk;
         hi = OB_MIN(hi, lo + chunk - 1);
     }
-    float qv[OB_ATTN_MAX_NE], acc[OB_ATTN_MAX_NE];
-    const float *qp = a.q + (t * a.H + h) * hd;
-#pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
-    float m = -INFINITY, l = 0.0f;
-    const int64_t cell0 = s * a.cps, hoff = kh * hd;
-    for (int64_t j = lo + w; j <= hi; j += OB_ATTN_WARPS) {
-        const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
-        float d = 0.0f;
-#pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-            if (lane + 32 * i < hd) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
-        for (int o = OB_WARP / 2; o > 0; o /= 2) d += OB_SHFL_XOR(d, o);
-        if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
-        d -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
-        if (d > m) {
-            const float corr = expf(m - d);
-            l *= corr;
-#pragma unroll
-            for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
-            m = d;
-        }
-        const float pj = expf(d - m);
-        l += pj;
-#pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-            if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
-    }
-    if (lane == 0) { s_m[w] = m; s_l[w] = l; }
-#pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-        if (lane + 32 * i < hd) s_acc[w][lane + 32 * i] = acc[i];
+    *p_ = p;
+    *cell0_ = s * a.cps;
+    *lo_ = lo;
+    *hi_ = hi;
+}
+
+/* After a decode block's warps left their (max, sum, acc) in s_m, s_l, s_acc[warp][element]:
+ * the block's output (one split) or its partial, and with a.cnt the merge by the split
+ * that arrives last (wm: merge_head_w, else merge_head). */
+static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const float *s_m, const float *s_l,
+                                                   const float (*s_acc)[OB_ATTN_MAX_NE * OB_WARP], int64_t t, int64_t h, int sp,
+                                                   bool wm) {
+    const int64_t hd = a.hd;
     __syncthreads();
     float M = -INFINITY;
     for (int k = 0; k < OB_ATTN_WARPS; k++) if (s_l[k] > 0.0f) M = fmaxf(M, s_m[k]);
@@ -247,12 +298,12 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
     } else {
         float *pp = a.partial + ((t * a.H + h) * a.nsplit + sp) * (hd + 2);
         if (threadIdx.x == 0) { pp[0] = M; pp[1] = L; }
-        if (L > 0.0f)
-            for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
-                float v = 0.0f;
-                for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
-                pp[2 + e] = v;
-            }
+        /* written even when empty (zeros): the merge sums every split's row */
+        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+            float v = 0.0f;
+            for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
+            pp[2 + e] = v;
+        }
         if (!a.cnt) return;
         /* Last arrival merges: each thread's partial stores are made device-visible before
          * the block counts itself in; the last block resets the counter for the next
@@ -268,8 +319,263 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
+        if (wm) merge_head_w<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
+        else merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
     }
+}
+
+/* k_attn<U>: U = 0 walks one cell per warp at a time with every load after the PDL wait; U >= 1
+ * loads rounds of U cells (cells j0 + u * OB_ATTN_WARPS, u < U) and, for one token, the first
+ * round before the wait (a.early). Only U = 1 is launched: with 4 cells per round this
+ * kernel held 168 registers and ran slower than 1 (the k_attn_h layout does it in 72). */
+
+/* One round's K and V elements of this lane (0 past hi, and for cell `skip`). */
+template <int U>
+static __device__ __forceinline__ void attn_load(const ob_attn_args &a, int64_t cell0, int64_t hoff, int lane, int64_t j0,
+                                                 int64_t hi, int64_t skip, float (&kf)[U][OB_ATTN_MAX_NE],
+                                                 float (&vf)[U][OB_ATTN_MAX_NE]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
+        const bool on = j <= hi && j != skip;
+        const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
+#pragma unroll
+        for (int i = 0; i < OB_ATTN_MAX_NE; i++) {
+            const bool e = on && lane + 32 * i < a.hd;
+            kf[u][i] = e ? kv_at(a.ktype, kr, hoff + lane + 32 * i) : 0.0f;
+            vf[u][i] = e ? kv_at(a.vtype, vr, hoff + lane + 32 * i) : 0.0f;
+        }
+    }
+}
+
+template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a) {
+    /* early: pos, seq and the cache rows of earlier steps are complete before this step's
+     * kernels run, so the first round of loads goes out before the wait for the kernel
+     * ahead (which writes q and cache row p). */
+    if (!a.early) OB_PDL_ENTRY();
+    __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
+    __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
+    __shared__ int s_hi;
+    const int sp = blockIdx.x, lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
+    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd;
+    const int64_t kh = h / (a.H / a.n_kv);
+    int64_t p, cell0, lo, hi;
+    attn_range(a, sp, t, &s_hi, &p, &cell0, &lo, &hi);
+    const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
+    const int64_t hoff = kh * hd;
+    float qv[OB_ATTN_MAX_NE], acc[OB_ATTN_MAX_NE];
+    float m = -INFINITY, l = 0.0f;
+    if constexpr (U == 0) {
+        /* one cell per warp at a time */
+        const float *qp = a.q + (t * a.H + h) * hd;
+#pragma unroll
+        for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
+        for (int64_t j = lo + w; j <= hi; j += OB_ATTN_WARPS) {
+            const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+                if (lane + 32 * i < hd) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
+            for (int o = OB_WARP / 2; o > 0; o /= 2) d += OB_SHFL_XOR(d, o);
+            if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
+            d -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
+            if (d > m) {
+                const float corr = expf(m - d);
+                l *= corr;
+#pragma unroll
+                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
+                m = d;
+            }
+            const float pj = expf(d - m);
+            l += pj;
+#pragma unroll
+            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+                if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+        }
+    } else {
+        float kf[U][OB_ATTN_MAX_NE], vf[U][OB_ATTN_MAX_NE];
+        /* the first round; with early, all but row p (the kernel ahead writes it) before the wait */
+        attn_load<U>(a, cell0, hoff, lane, lo + w, hi, a.early ? p : (int64_t)-1, kf, vf);
+        if (a.early) {
+            OB_PDL_ENTRY();
+            const int64_t u = p - (lo + w);
+            if (u >= 0 && u % OB_ATTN_WARPS == 0 && u / OB_ATTN_WARPS < U && p <= hi) {
+                const uint8_t *kr = a.kc + (size_t)(cell0 + p) * a.krb, *vr = a.vc + (size_t)(cell0 + p) * a.vrb;
+#pragma unroll
+                for (int uu = 0; uu < U; uu++) {
+                    if (uu != u / OB_ATTN_WARPS) continue;
+#pragma unroll
+                    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+                        if (lane + 32 * i < hd) {
+                            kf[uu][i] = kv_at(a.ktype, kr, hoff + lane + 32 * i);
+                            vf[uu][i] = kv_at(a.vtype, vr, hoff + lane + 32 * i);
+                        }
+                }
+            }
+        }
+        const float *qp = a.q + (t * a.H + h) * hd;
+#pragma unroll
+        for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
+        for (int64_t j0 = lo + w; j0 <= hi; j0 += U * OB_ATTN_WARPS) {
+            if (j0 != lo + w) attn_load<U>(a, cell0, hoff, lane, j0, hi, -1, kf, vf);
+            float d[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                d[u] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < OB_ATTN_MAX_NE; i++) d[u] += qv[i] * kf[u][i];
+            }
+#pragma unroll
+            for (int o = OB_WARP / 2; o > 0; o /= 2)
+#pragma unroll
+                for (int u = 0; u < U; u++) d[u] += OB_SHFL_XOR(d[u], o);
+            float mx = m;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
+                if (a.cap > 0.0f) d[u] = a.cap * tanhf(d[u] / a.cap);
+                d[u] -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
+                if (j <= hi) mx = fmaxf(mx, d[u]);
+            }
+            if (mx > m) {
+                const float corr = expf(m - mx);
+                l *= corr;
+#pragma unroll
+                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
+                m = mx;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (j0 + (int64_t)u * OB_ATTN_WARPS > hi) continue;
+                const float pj = expf(d[u] - m);
+                l += pj;
+#pragma unroll
+                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] += pj * vf[u][i];
+            }
+        }
+    }
+    if (lane == 0) { s_m[w] = m; s_l[w] = l; }
+#pragma unroll
+    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+        if (lane + 32 * i < hd) s_acc[w][lane + 32 * i] = acc[i];
+    attn_finish(a, s_m, s_l, s_acc, t, h, sp, U != 0);
+}
+
+/* ---- decode over an f16 cache: each lane's elements in one load ---------------------------- */
+
+/* Lane l owns elements [EPL l, EPL l + EPL) of a head of hd = 32 EPL: one 4/8/16-byte load per
+ * cache row. A round takes U cells per warp: every K and V load of the round is issued (as
+ * raw bits) before any is used, so a round waits for memory once. */
+template <int EPL> struct attn_raw;
+template <> struct attn_raw<2> { typedef uint32_t t; };
+template <> struct attn_raw<4> { typedef uint2 t; };
+template <> struct attn_raw<8> { typedef uint4 t; };
+
+template <int EPL> static __device__ __forceinline__ void attn_h2f(const typename attn_raw<EPL>::t &r, float (&f)[EPL]) {
+    const uint32_t *w = (const uint32_t *)&r;
+#pragma unroll
+    for (int k = 0; k < EPL / 2; k++) {
+        const float2 v = __half22float2(*(const __half2 *)&w[k]);
+        f[2 * k] = v.x;
+        f[2 * k + 1] = v.y;
+    }
+}
+
+template <int EPL, int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
+    typedef typename attn_raw<EPL>::t raw;
+    if (!a.early) OB_PDL_ENTRY();
+    __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
+    __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
+    __shared__ int s_hi;
+    const int sp = blockIdx.x, lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
+    const int64_t h = blockIdx.y, t = blockIdx.z, hd = 32 * EPL;
+    const int64_t kh = h / (a.H / a.n_kv);
+    int64_t p, cell0, lo, hi;
+    attn_range(a, sp, t, &s_hi, &p, &cell0, &lo, &hi);
+    const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
+    /* row j of this lane: base + j * stride (raw units) */
+    const raw *kb = (const raw *)(a.kc + (size_t)cell0 * a.krb + (size_t)kh * hd * 2) + lane;
+    const raw *vb = (const raw *)(a.vc + (size_t)cell0 * a.vrb + (size_t)kh * hd * 2) + lane;
+    const size_t ks = a.krb / sizeof(raw), vs = a.vrb / sizeof(raw);
+    raw kr[U], vr[U];
+    const raw zero{};
+    /* the first round; with early, all but row p (the kernel ahead writes it) before the wait */
+    const int64_t skip = a.early ? p : -1;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t j = lo + w + (int64_t)u * OB_ATTN_WARPS;
+        const bool on = j <= hi && j != skip;
+        kr[u] = on ? kb[j * ks] : zero;
+        vr[u] = on ? vb[j * vs] : zero;
+    }
+    if (a.early) {
+        OB_PDL_ENTRY();
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (lo + w + (int64_t)u * OB_ATTN_WARPS == p && p <= hi) {
+                kr[u] = kb[p * ks];
+                vr[u] = vb[p * vs];
+            }
+    }
+    float qv[EPL], acc[EPL];
+    {
+        const float *qp = a.q + (t * a.H + h) * hd + EPL * lane;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) { qv[e] = qp[e] * a.scale; acc[e] = 0.0f; }
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = lo + w; j0 <= hi; j0 += U * OB_ATTN_WARPS) {
+        if (j0 != lo + w) {
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
+                kr[u] = j <= hi ? kb[j * ks] : zero;
+                vr[u] = j <= hi ? vb[j * vs] : zero;
+            }
+        }
+        float d[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            float kf[EPL];
+            attn_h2f<EPL>(kr[u], kf);
+            d[u] = 0.0f;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) d[u] += qv[e] * kf[e];
+        }
+#pragma unroll
+        for (int o = OB_WARP / 2; o > 0; o /= 2)
+#pragma unroll
+            for (int u = 0; u < U; u++) d[u] += OB_SHFL_XOR(d[u], o);
+        float mx = m;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
+            if (a.cap > 0.0f) d[u] = a.cap * tanhf(d[u] / a.cap);
+            d[u] -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
+            if (j <= hi) mx = fmaxf(mx, d[u]);
+        }
+        if (mx > m) {
+            const float corr = expf(m - mx);
+            l *= corr;
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[e] *= corr;
+            m = mx;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (j0 + (int64_t)u * OB_ATTN_WARPS > hi) continue;
+            const float pj = expf(d[u] - m);
+            l += pj;
+            float vf[EPL];
+            attn_h2f<EPL>(vr[u], vf);
+#pragma unroll
+            for (int e = 0; e < EPL; e++) acc[e] += pj * vf[e];
+        }
+    }
+    if (lane == 0) { s_m[w] = m; s_l[w] = l; }
+#pragma unroll
+    for (int e = 0; e < EPL; e++) s_acc[w][EPL * lane + e] = acc[e];
+    attn_finish(a, s_m, s_l, s_acc, t, h, sp, a.T == 1);
 }
 
 /* ---- prefill: one warp per (token, head), lanes over cells ----------------------------- */
@@ -417,6 +723,7 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     a.vtype = (int)vc->type;
     a.causal = n->ip[3] != 0;
     a.nsplit = attn_nsplit(cx, n);
+    a.early = a.T == 1 && a.causal && n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && !cx->attn_late;
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
@@ -432,7 +739,33 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     a.cnt = one ? cx->attn_cnt : NULL;
     if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
-    if (!OB_CU_LAUNCH(cx, k_attn, grid, dim3(OB_ATTN_WARPS * OB_WARP), 0, a)) return false;
+    const dim3 blk(OB_ATTN_WARPS * OB_WARP);
+    /* f16 K and V with hd = 64, 128, 256: k_attn_h (cx->attn_h: ONEBIT_CUDA_ATTN_H, 0 never, 1
+     * one token, 2 every decode batch; cx->attn_hu: cells per round, 4 or 8) */
+    const int epl = (int)(a.hd / 32);
+    const bool h16 = kc->type == OB_TYPE_F16 && vc->type == OB_TYPE_F16 && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
+                     ((uintptr_t)a.kc % 16) == 0 && ((uintptr_t)a.vc % 16) == 0 && a.krb % 16 == 0 && a.vrb % 16 == 0 &&
+                     (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
+    if (h16) {
+        const int hu = cx->attn_hu;
+        bool ok;
+        switch (epl * 16 + hu) {
+        case 2 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<2, 4>), grid, blk, 0, a); break;
+        case 2 * 16 + 8: ok = OB_CU_LAUNCH(cx, (k_attn_h<2, 8>), grid, blk, 0, a); break;
+        case 4 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<4, 4>), grid, blk, 0, a); break;
+        case 4 * 16 + 8: ok = OB_CU_LAUNCH(cx, (k_attn_h<4, 8>), grid, blk, 0, a); break;
+        case 8 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<8, 4>), grid, blk, 0, a); break;
+        default: ok = OB_CU_LAUNCH(cx, (k_attn_h<8, 8>), grid, blk, 0, a); break;
+        }
+        if (!ok) return false;
+    } else {
+        /* early loads (k_attn<1>: the first cell of each warp before the PDL wait) for one
+         * token (cx->attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
+        const int U = cx->attn_u >= 0 ? cx->attn_u : a.T == 1 ? 1 : 0;
+        if (U == 0) a.early = 0;
+        if (!(U == 0 ? OB_CU_LAUNCH(cx, k_attn<0>, grid, blk, 0, a) : OB_CU_LAUNCH(cx, k_attn<1>, grid, blk, 0, a)))
+            return false;
+    }
     if (a.nsplit > 1 && !one)
         return OB_CU_LAUNCH(cx, k_attn_merge, dim3((unsigned)(a.H * a.T)), dim3(OB_ATTN_WARPS * OB_WARP), 0, (const float *)a.partial,
                             a.out, a.hd, a.nsplit, a.qx, a.dx);
