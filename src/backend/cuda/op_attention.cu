@@ -16,11 +16,12 @@
  * Decode kernels: k_attn_h for f16 K and V at head sizes 64/128/256 (the default cache),
  * k_attn for the rest. k_attn walks one cell per warp at a time, its K load, reduction,
  * exp and V load in sequence: two memory latencies per cell, so a deep context made
- * decode latency-bound (qwen3-8b TQ2_0, H200, 2026-11-30, `-d 4096`: 103 tok/s against
- * 439-461 at depth 0). k_attn_h gives each lane hd/32 consecutive elements (one 4-16 byte
+ * decode latency-bound. k_attn_h gives each lane hd/32 consecutive elements (one 4-16 byte
  * load per row) and takes 4 cells per warp per round, every load of a round issued before
- * any is used: 103 -> 391 tok/s at depth 4096, 247 -> 484 at 1024, 439-461 -> 535-547 at
- * depth 0; qwen3-8b Q4_K_M 96 -> 313 at depth 4096, and at 16 sequences 1,869 -> 2,043.
+ * any is used. H200, 2026-11-30 09:05 UTC, the session's start binary against this code in
+ * one call (`1bit bench -p 0 -n 32 -d D -c 8192`): qwen3-8b TQ2_0 101 -> 372 tok/s at depth
+ * 4096, 246 -> 467 at 1024, 447 -> 541 at depth 0 (tg128); Q4_K_M 96 -> 309 at 4096, and
+ * at 16 sequences (`-np 16`) 1,882 -> 2,048-2,060 (bench/NOTES.md, session 8).
  * For one token (T = 1, causal, pos and seq inputs of the step) both load the rows of
  * earlier positions before the PDL wait: only row p is written by the kernel ahead. */
 #include "backend/cuda/rowops.cuh"
