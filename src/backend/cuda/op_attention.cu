@@ -325,6 +325,42 @@ static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const 
     }
 }
 
+/* One round's online-softmax step for the cells j0 + u * OB_ATTN_WARPS (u < U) of a warp:
+ * d[u], the lanes' partial dot products, is reduced over the warp, soft-capped and
+ * ALiBi-penalised; the running max m, sum l and accumulator acc (NA elements a lane) move
+ * to the round's max, and each cell up to hi gets its weight pj = exp(d - m), added to l
+ * and passed to add(u, pj) (which adds pj times the cell's V to acc). */
+template <int U, int NA, class F>
+static __device__ __forceinline__ void attn_round(const ob_attn_args &a, float (&d)[U], int64_t j0, int64_t hi, int64_t p, float slope,
+                                                  float &m, float &l, float (&acc)[NA], F &&add) {
+#pragma unroll
+    for (int o = OB_WARP / 2; o > 0; o /= 2)
+#pragma unroll
+        for (int u = 0; u < U; u++) d[u] += OB_SHFL_XOR(d[u], o);
+    float mx = m;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
+        if (a.cap > 0.0f) d[u] = a.cap * tanhf(d[u] / a.cap);
+        d[u] -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
+        if (j <= hi) mx = fmaxf(mx, d[u]);
+    }
+    if (mx > m) {
+        const float corr = expf(m - mx);
+        l *= corr;
+#pragma unroll
+        for (int i = 0; i < NA; i++) acc[i] *= corr;
+        m = mx;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (j0 + (int64_t)u * OB_ATTN_WARPS > hi) continue;
+        const float pj = expf(d[u] - m);
+        l += pj;
+        add(u, pj);
+    }
+}
+
 /* k_attn<U>: U = 0 walks one cell per warp at a time with every load after the PDL wait; U >= 1
  * loads rounds of U cells (cells j0 + u * OB_ATTN_WARPS, u < U) and, for one token, the first
  * round before the wait (a.early). Only U = 1 is launched: with 4 cells per round this
@@ -426,33 +462,10 @@ template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_at
 #pragma unroll
                 for (int i = 0; i < OB_ATTN_MAX_NE; i++) d[u] += qv[i] * kf[u][i];
             }
-#pragma unroll
-            for (int o = OB_WARP / 2; o > 0; o /= 2)
-#pragma unroll
-                for (int u = 0; u < U; u++) d[u] += OB_SHFL_XOR(d[u], o);
-            float mx = m;
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
-                if (a.cap > 0.0f) d[u] = a.cap * tanhf(d[u] / a.cap);
-                d[u] -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
-                if (j <= hi) mx = fmaxf(mx, d[u]);
-            }
-            if (mx > m) {
-                const float corr = expf(m - mx);
-                l *= corr;
-#pragma unroll
-                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
-                m = mx;
-            }
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (j0 + (int64_t)u * OB_ATTN_WARPS > hi) continue;
-                const float pj = expf(d[u] - m);
-                l += pj;
+            attn_round<U>(a, d, j0, hi, p, slope, m, l, acc, [&](int u, float pj) {
 #pragma unroll
                 for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] += pj * vf[u][i];
-            }
+            });
         }
     }
     if (lane == 0) { s_m[w] = m; s_l[w] = l; }
@@ -543,35 +556,12 @@ template <int EPL, int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_W
 #pragma unroll
             for (int e = 0; e < EPL; e++) d[u] += qv[e] * kf[e];
         }
-#pragma unroll
-        for (int o = OB_WARP / 2; o > 0; o /= 2)
-#pragma unroll
-            for (int u = 0; u < U; u++) d[u] += OB_SHFL_XOR(d[u], o);
-        float mx = m;
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
-            if (a.cap > 0.0f) d[u] = a.cap * tanhf(d[u] / a.cap);
-            d[u] -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
-            if (j <= hi) mx = fmaxf(mx, d[u]);
-        }
-        if (mx > m) {
-            const float corr = expf(m - mx);
-            l *= corr;
-#pragma unroll
-            for (int e = 0; e < EPL; e++) acc[e] *= corr;
-            m = mx;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (j0 + (int64_t)u * OB_ATTN_WARPS > hi) continue;
-            const float pj = expf(d[u] - m);
-            l += pj;
+        attn_round<U>(a, d, j0, hi, p, slope, m, l, acc, [&](int u, float pj) {
             float vf[EPL];
             attn_h2f<EPL>(vr[u], vf);
 #pragma unroll
             for (int e = 0; e < EPL; e++) acc[e] += pj * vf[e];
-        }
+        });
     }
     if (lane == 0) { s_m[w] = m; s_l[w] = l; }
 #pragma unroll
