@@ -940,6 +940,7 @@ static void test_attention(ob_backend *be) {
     g_attn_hd = 256;
     attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 2000, true, 0, 0, 1500);
     g_attn_hd = 64;
+    attn_case(be, OB_TYPE_F16, OB_TYPE_F16, 12, 2, 64, false, 0, 0); /* encoder on k_attn_h (added after the session's last GPU run) */
     /* Decode early in a large cache: splits share the few used cells, most get none. */
     for (int p0 = 0; p0 < 40; p0 += 13) attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 1, 1, 4096, true, 0, 0, p0);
     attn_case_at(be, OB_TYPE_F32, OB_TYPE_F16, 4, 2, 2048, true, 0, 0, 300);
