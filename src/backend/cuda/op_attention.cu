@@ -176,9 +176,9 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
 
 /* As merge_head, with the splits' (max, sum) read once into shared memory as weights
  * f_k / L, so each element is a sum of independent loads rather than a walk that loads
- * and tests each split's sum again. One sequence (8 splits): qwen3-8b TQ2_0, H200,
- * 2026-11-30, tg64 435 -> 477 tok/s. At 16 sequences (2 splits) merge_head stays:
- * 1,813-1,828 with this one against 1,844-1,853. Every split's row is written (zeros
+ * and tests each split's sum again. H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2` on
+ * qwen3-8b TQ2_0, one sequence (8 splits): 435 -> 477 tok/s. At 16 sequences (`-np 16`
+ * on Q4_K_M, 2 splits) merge_head stays: 1,813-1,828 with this one against 1,844-1,853. Every split's row is written (zeros
  * when it saw no cell), as the sums here take each split's elements unconditionally. */
 template <bool cg>
 static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
@@ -731,24 +731,19 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     const dim3 blk(OB_ATTN_WARPS * OB_WARP);
-    /* f16 K and V with hd = 64, 128, 256: k_attn_h (cx->attn_h: ONEBIT_CUDA_ATTN_H, 0 never, 1
-     * one token, 2 every decode batch; cx->attn_hu: cells per round, 4 or 8) */
+    /* f16 K and V with hd = 64, 128, 256: k_attn_h, 4 cells a round (cx->attn_h:
+     * ONEBIT_CUDA_ATTN_H, 0 never, 1 one token, 2 every decode batch). 8 cells a round ran no
+     * faster: H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2 -np 16` on qwen3-8b Q4_K_M 2,039
+     * tok/s against 2,048-2,060, tg128 on TQ2_0 513 against 513 (bench/NOTES.md, session 8). */
     const int epl = (int)(a.hd / 32);
     const bool h16 = kc->type == OB_TYPE_F16 && vc->type == OB_TYPE_F16 && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
                      ((uintptr_t)a.kc % 16) == 0 && ((uintptr_t)a.vc % 16) == 0 && a.krb % 16 == 0 && a.vrb % 16 == 0 &&
                      (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
     if (h16) {
-        const int hu = cx->attn_hu;
-        bool ok;
-        switch (epl * 16 + hu) {
-        case 2 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<2, 4>), grid, blk, 0, a); break;
-        case 2 * 16 + 8: ok = OB_CU_LAUNCH(cx, (k_attn_h<2, 8>), grid, blk, 0, a); break;
-        case 4 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<4, 4>), grid, blk, 0, a); break;
-        case 4 * 16 + 8: ok = OB_CU_LAUNCH(cx, (k_attn_h<4, 8>), grid, blk, 0, a); break;
-        case 8 * 16 + 4: ok = OB_CU_LAUNCH(cx, (k_attn_h<8, 4>), grid, blk, 0, a); break;
-        default: ok = OB_CU_LAUNCH(cx, (k_attn_h<8, 8>), grid, blk, 0, a); break;
-        }
-        if (!ok) return false;
+        if (!(epl == 2   ? OB_CU_LAUNCH(cx, (k_attn_h<2, 4>), grid, blk, 0, a)
+              : epl == 4 ? OB_CU_LAUNCH(cx, (k_attn_h<4, 4>), grid, blk, 0, a)
+                         : OB_CU_LAUNCH(cx, (k_attn_h<8, 4>), grid, blk, 0, a)))
+            return false;
     } else {
         /* early loads (k_attn<1>: the first cell of each warp before the PDL wait) for one
          * token (cx->attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
