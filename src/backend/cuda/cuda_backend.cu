@@ -893,9 +893,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->attn_late = al && al[0] == '1';
     const char *au = getenv("ONEBIT_CUDA_ATTN_U");
     cx->attn_u = au && au[0] ? (atoi(au) >= 1 ? 1 : 0) : -1;
-    const char *ah = getenv("ONEBIT_CUDA_ATTN_H"), *ahu = getenv("ONEBIT_CUDA_ATTN_HU");
+    const char *ah = getenv("ONEBIT_CUDA_ATTN_H");
     cx->attn_h = ah && ah[0] ? atoi(ah) : 2;
-    cx->attn_hu = ahu && atoi(ahu) == 8 ? 8 : 4;
     const char *fa = getenv("ONEBIT_CUDA_FA");
     cx->fa_off = (fa && fa[0] == '0') || prop.major < 8;
     const char *ns = getenv("ONEBIT_CUDA_STAGE");
