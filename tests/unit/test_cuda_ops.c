@@ -937,8 +937,11 @@ static void test_attention(ob_backend *be) {
     attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 3000, true, 0, 0, 2500);
     attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 1000, true, 300, 20.0f, 900);
     attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 3, 3, 500, true, 0, 0, 400);
+    attn_case_at(be, OB_TYPE_Q8_0, OB_TYPE_Q8_0, 1, 1, 3000, true, 0, 0, 2500);
+    attn_case_at(be, OB_TYPE_Q8_0, OB_TYPE_F16, 5, 5, 600, true, 0, 0, 450);
     g_attn_hd = 256;
     attn_case_at(be, OB_TYPE_F16, OB_TYPE_F16, 1, 1, 2000, true, 0, 0, 1500);
+    attn_case_at(be, OB_TYPE_F16, OB_TYPE_Q8_0, 1, 1, 2000, true, 0, 0, 1700);
     g_attn_hd = 64;
     attn_case(be, OB_TYPE_F16, OB_TYPE_F16, 12, 2, 64, false, 0, 0); /* encoder on k_attn_h (added after the session's last GPU run) */
     /* Decode early in a large cache: splits share the few used cells, most get none. */

@@ -60,8 +60,8 @@ typedef struct ob_cu_ctx {
     bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */
     bool attn_late;            /* ONEBIT_CUDA_ATTN_LATE=1: decode attention loads nothing before the PDL wait (comparison) */
     int attn_u;                /* ONEBIT_CUDA_ATTN_U=0/1: k_attn's early loads (1) or not (0); -1: 1 for one token */
-    int attn_h;                /* ONEBIT_CUDA_ATTN_H: the f16-cache decode kernel k_attn_h never (0), for one token
-                                * (1) or every decode batch (2, default) */
+    int attn_h;                /* ONEBIT_CUDA_ATTN_H: the decode kernel k_attn_h never (0), for one token (1) or every
+                                * decode batch (2, default) */
     /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
      * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
     bool prof;

@@ -13,8 +13,8 @@
  * finishes last for its (token, head) (an atomic arrival count, reset by that block) does
  * the merge itself, so decode attention is one launch.
  *
- * Decode kernels: k_attn_h for f16 K and V at head sizes 64/128/256 (the default cache),
- * k_attn for the rest. k_attn walks one cell per warp at a time, its K load, reduction,
+ * Decode kernels: k_attn_h for f16 or Q8_0 K and V at head sizes 64/128/256, k_attn for the
+ * rest (f32 caches, other head sizes). k_attn walks one cell per warp at a time, its K load, reduction,
  * exp and V load in sequence: two memory latencies per cell, so a deep context made
  * decode latency-bound. k_attn_h gives each lane hd/32 consecutive elements (one 4-16 byte
  * load per row) and takes 4 cells per warp per round, every load of a round issued before
@@ -475,7 +475,7 @@ template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_at
     attn_finish(a, s_m, s_l, s_acc, t, h, sp, U != 0);
 }
 
-/* ---- decode over an f16 cache: each lane's elements in one load ---------------------------- */
+/* ---- decode over an f16 or Q8_0 cache: each lane's elements loaded at once ------------------ */
 
 /* Lane l owns elements [EPL l, EPL l + EPL) of a head of hd = 32 EPL: one 4/8/16-byte load per
  * cache row. A round takes U cells per warp: every K and V load of the round is issued (as
@@ -495,8 +495,49 @@ template <int EPL> static __device__ __forceinline__ void attn_h2f(const typenam
     }
 }
 
-template <int EPL, int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
+/* A lane's EPL elements of cache rows of one kv head: f16 (one load) or Q8_0 (Q8: the block's
+ * f16 scale and EPL int8 values in 2-byte loads, as the 34-byte blocks are 2-aligned;
+ * values as kv_at gives them). raw: the bits one row gives, loaded before any is used. */
+template <int EPL, bool Q8> struct attn_lane;
+template <int EPL> struct attn_lane<EPL, false> {
     typedef typename attn_raw<EPL>::t raw;
+    const raw *b;
+    size_t st;
+    __device__ __forceinline__ attn_lane(const uint8_t *cache, int64_t cell0, size_t rb, int64_t kh, int lane)
+        : b((const raw *)(cache + (size_t)cell0 * rb + (size_t)kh * 64 * EPL) + lane), st(rb / sizeof(raw)) {}
+    __device__ __forceinline__ raw load(int64_t j) const { return b[j * st]; }
+    static __device__ __forceinline__ void to_f(const raw &r, float (&f)[EPL]) { attn_h2f<EPL>(r, f); }
+};
+template <int EPL> struct attn_lane<EPL, true> {
+    struct raw {
+        uint16_t q[EPL / 2], d;
+    };
+    const uint8_t *b; /* the lane's block in the row of cell0: head kh is blocks [kh EPL, kh EPL + EPL) */
+    size_t rb;
+    int off;          /* the lane's first element within its block */
+    __device__ __forceinline__ attn_lane(const uint8_t *cache, int64_t cell0, size_t rb_, int64_t kh, int lane)
+        : b(cache + (size_t)cell0 * rb_ + (size_t)(kh * EPL + EPL * lane / 32) * 34), rb(rb_), off(EPL * lane % 32) {}
+    __device__ __forceinline__ raw load(int64_t j) const {
+        raw r;
+        const uint8_t *p = b + (size_t)j * rb;
+        r.d = *(const uint16_t *)p;
+#pragma unroll
+        for (int k = 0; k < EPL / 2; k++) r.q[k] = *(const uint16_t *)(p + 2 + off + 2 * k);
+        return r;
+    }
+    static __device__ __forceinline__ void to_f(const raw &r, float (&f)[EPL]) {
+        const float d = __half2float(__ushort_as_half(r.d));
+#pragma unroll
+        for (int k = 0; k < EPL / 2; k++) {
+            f[2 * k] = (float)(int8_t)(r.q[k] & 0xff) * d;
+            f[2 * k + 1] = (float)(int8_t)(r.q[k] >> 8) * d;
+        }
+    }
+};
+
+template <int EPL, int U, bool KQ, bool VQ> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
+    typedef attn_lane<EPL, KQ> KL;
+    typedef attn_lane<EPL, VQ> VL;
     if (!a.early) OB_PDL_ENTRY();
     __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
     __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
@@ -507,28 +548,28 @@ template <int EPL, int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_W
     int64_t p, cell0, lo, hi;
     attn_range(a, sp, t, &s_hi, &p, &cell0, &lo, &hi);
     const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
-    /* row j of this lane: base + j * stride (raw units) */
-    const raw *kb = (const raw *)(a.kc + (size_t)cell0 * a.krb + (size_t)kh * hd * 2) + lane;
-    const raw *vb = (const raw *)(a.vc + (size_t)cell0 * a.vrb + (size_t)kh * hd * 2) + lane;
-    const size_t ks = a.krb / sizeof(raw), vs = a.vrb / sizeof(raw);
-    raw kr[U], vr[U];
-    const raw zero{};
+    const KL kl(a.kc, cell0, a.krb, kh, lane);
+    const VL vl(a.vc, cell0, a.vrb, kh, lane);
+    typename KL::raw kr[U];
+    typename VL::raw vr[U];
+    const typename KL::raw kzero{};
+    const typename VL::raw vzero{};
     /* the first round; with early, all but row p (the kernel ahead writes it) before the wait */
     const int64_t skip = a.early ? p : -1;
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int64_t j = lo + w + (int64_t)u * OB_ATTN_WARPS;
         const bool on = j <= hi && j != skip;
-        kr[u] = on ? kb[j * ks] : zero;
-        vr[u] = on ? vb[j * vs] : zero;
+        kr[u] = on ? kl.load(j) : kzero;
+        vr[u] = on ? vl.load(j) : vzero;
     }
     if (a.early) {
         OB_PDL_ENTRY();
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (lo + w + (int64_t)u * OB_ATTN_WARPS == p && p <= hi) {
-                kr[u] = kb[p * ks];
-                vr[u] = vb[p * vs];
+                kr[u] = kl.load(p);
+                vr[u] = vl.load(p);
             }
     }
     float qv[EPL], acc[EPL];
@@ -543,22 +584,22 @@ template <int EPL, int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_W
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
-                kr[u] = j <= hi ? kb[j * ks] : zero;
-                vr[u] = j <= hi ? vb[j * vs] : zero;
+                kr[u] = j <= hi ? kl.load(j) : kzero;
+                vr[u] = j <= hi ? vl.load(j) : vzero;
             }
         }
         float d[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             float kf[EPL];
-            attn_h2f<EPL>(kr[u], kf);
+            KL::to_f(kr[u], kf);
             d[u] = 0.0f;
 #pragma unroll
             for (int e = 0; e < EPL; e++) d[u] += qv[e] * kf[e];
         }
         attn_round<U>(a, d, j0, hi, p, slope, m, l, acc, [&](int u, float pj) {
             float vf[EPL];
-            attn_h2f<EPL>(vr[u], vf);
+            VL::to_f(vr[u], vf);
 #pragma unroll
             for (int e = 0; e < EPL; e++) acc[e] += pj * vf[e];
         });
@@ -731,19 +772,31 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     const dim3 blk(OB_ATTN_WARPS * OB_WARP);
-    /* f16 K and V with hd = 64, 128, 256: k_attn_h, 4 cells a round (cx->attn_h:
+    /* f16 or Q8_0 K and V (each) with hd = 64, 128, 256: k_attn_h, 4 cells a round (cx->attn_h:
      * ONEBIT_CUDA_ATTN_H, 0 never, 1 one token, 2 every decode batch). 8 cells a round ran no
      * faster: H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2 -np 16` on qwen3-8b Q4_K_M 2,039
-     * tok/s against 2,048-2,060, tg128 on TQ2_0 513 against 513 (bench/NOTES.md, session 8). */
+     * tok/s against 2,048-2,060, tg128 on TQ2_0 513 against 513 (bench/NOTES.md, session 8).
+     * A q8_0 cache at depth 4096 (`-d 4096 -c 8192 -ctk q8_0 -ctv q8_0`): qwen3-8b Q4_K_M
+     * 103.5 -> 270.8 tok/s (session 9). */
     const int epl = (int)(a.hd / 32);
-    const bool h16 = kc->type == OB_TYPE_F16 && vc->type == OB_TYPE_F16 && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
-                     ((uintptr_t)a.kc % 16) == 0 && ((uintptr_t)a.vc % 16) == 0 && a.krb % 16 == 0 && a.vrb % 16 == 0 &&
-                     (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
-    if (h16) {
-        if (!(epl == 2   ? OB_CU_LAUNCH(cx, (k_attn_h<2, 4>), grid, blk, 0, a)
-              : epl == 4 ? OB_CU_LAUNCH(cx, (k_attn_h<4, 4>), grid, blk, 0, a)
-                         : OB_CU_LAUNCH(cx, (k_attn_h<8, 4>), grid, blk, 0, a)))
-            return false;
+    const bool kq = kc->type == OB_TYPE_Q8_0, vq = vc->type == OB_TYPE_Q8_0;
+    const bool kf = kc->type == OB_TYPE_F16, vf = vc->type == OB_TYPE_F16;
+    const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16; /* alignment of the loads */
+    const bool hk = (kq || kf) && (vq || vf) && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
+                    ((uintptr_t)a.kc % kal) == 0 && ((uintptr_t)a.vc % val) == 0 && a.krb % kal == 0 && a.vrb % val == 0 &&
+                    (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
+    if (hk) {
+        bool ok;
+#define OB_ATTN_H_CASE(E, K8, V8) \
+    case E * 4 + K8 * 2 + V8: ok = OB_CU_LAUNCH(cx, (k_attn_h<E, 4, K8 != 0, V8 != 0>), grid, blk, 0, a); break
+        switch (epl * 4 + (int)kq * 2 + (int)vq) {
+            OB_ATTN_H_CASE(2, 0, 0); OB_ATTN_H_CASE(2, 0, 1); OB_ATTN_H_CASE(2, 1, 0); OB_ATTN_H_CASE(2, 1, 1);
+            OB_ATTN_H_CASE(4, 0, 0); OB_ATTN_H_CASE(4, 0, 1); OB_ATTN_H_CASE(4, 1, 0); OB_ATTN_H_CASE(4, 1, 1);
+            OB_ATTN_H_CASE(8, 0, 0); OB_ATTN_H_CASE(8, 0, 1); OB_ATTN_H_CASE(8, 1, 0); OB_ATTN_H_CASE(8, 1, 1);
+        default: ok = false; break;
+        }
+#undef OB_ATTN_H_CASE
+        if (!ok) return false;
     } else {
         /* early loads (k_attn<1>: the first cell of each warp before the PDL wait) for one
          * token (cx->attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
