@@ -31,6 +31,10 @@ struct ob_context {
     void *sample_buf;
     float *h_sample;         /* host [OB_SAMPLE_NPARAM, n_batch] */
     bool sample_ok;          /* the backend runs SAMPLE for this model's logits */
+    /* What the graph holds while graph->version is nonzero (decode_chunk's last build): a
+     * step of the same shape runs it again without building, planning or binding. */
+    int built_T, built_n_out;
+    ob_tensor *built_logits, *built_sampled;
 };
 
 ob_context_params ob_context_default_params(void) {
@@ -265,16 +269,31 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     ob_backend *be = c->be;
     ob_status st = be->iface->upload(be, c->in_buf, c->h_in, sizeof(int32_t) * (size_t)nb * 4);
     if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: upload failed");
-    ob_tensor *logits = build(c, T, n_out), *sampled = NULL;
+    ob_tensor *logits, *sampled = NULL;
+    if (c->graph->version && c->built_T == T && c->built_n_out == n_out && (c->built_sampled != NULL) == (sparams != NULL)) {
+        /* The same shape as the last step (every decode step of one batch size): the graph
+         * reads its inputs from the same buffers, so it runs again as it is. */
+        logits = c->built_logits;
+        sampled = c->built_sampled;
+    } else {
+        logits = build(c, T, n_out);
+        if (sparams) {
+            int64_t nep[2] = {OB_SAMPLE_NPARAM, n_out};
+            sampled = ob_sample(c->graph, logits, ob_leaf(c->graph, "inp_sample", OB_TYPE_F32, 2, nep, c->sample_buf));
+        }
+        ob_graph_plan(c->graph);
+        OB_ASSERT(c->graph->scratch_size <= c->scratch_size);
+        ob_graph_bind(c->graph, c->scratch);
+        c->graph->version = ob_graph_new_version();
+        c->built_T = T;
+        c->built_n_out = n_out;
+        c->built_logits = logits;
+        c->built_sampled = sampled;
+    }
     if (sparams) {
-        int64_t nep[2] = {OB_SAMPLE_NPARAM, n_out};
-        sampled = ob_sample(c->graph, logits, ob_leaf(c->graph, "inp_sample", OB_TYPE_F32, 2, nep, c->sample_buf));
         st = be->iface->upload(be, c->sample_buf, sparams, sizeof(float) * OB_SAMPLE_NPARAM * (size_t)n_out);
         if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: upload failed");
     }
-    ob_graph_plan(c->graph);
-    OB_ASSERT(c->graph->scratch_size <= c->scratch_size);
-    ob_graph_bind(c->graph, c->scratch);
     st = be->iface->compute(be, c->graph, err, err_len);
     if (st) return st;
     if (c->pooling) {

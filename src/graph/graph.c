@@ -1,4 +1,5 @@
 #include "graph/graph.h"
+#include <stdatomic.h>
 #include "format/quant.h"
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,7 +27,12 @@ void ob_graph_free(ob_graph *g) {
     free(g);
 }
 
-void ob_graph_reset(ob_graph *g) { g->n = 0; g->scratch_size = 0; }
+void ob_graph_reset(ob_graph *g) { g->n = 0; g->scratch_size = 0; g->version = 0; }
+
+uint64_t ob_graph_new_version(void) {
+    static _Atomic uint64_t last;
+    return ++last;
+}
 
 int64_t ob_nelements(const ob_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
 int64_t ob_nrows(const ob_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }

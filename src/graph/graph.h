@@ -100,11 +100,17 @@ typedef struct ob_graph {
     ob_tensor *nodes;        /* [cap]; nodes in execution order (leaves included) */
     int64_t n, cap;
     size_t scratch_size;     /* bytes the planner needs for activations */
+    /* 0: unknown. Nonzero: set by the owner after plan and bind; the same value on a later
+     * compute promises that no node changed since, so a backend may reuse what it derived
+     * from the graph then (ob_graph_reset clears it). */
+    uint64_t version;
 } ob_graph;
 
 ob_graph *ob_graph_new(int64_t cap);
 void ob_graph_free(ob_graph *g);
 void ob_graph_reset(ob_graph *g);
+/* A version no graph has held before (for ob_graph.version; thread-safe). */
+uint64_t ob_graph_new_version(void);
 
 int64_t ob_nelements(const ob_tensor *t);
 size_t ob_nbytes(const ob_tensor *t);

@@ -129,6 +129,16 @@ static ob_status cu_copy(ob_backend *be, void *dst, const void *src, size_t size
         cx->stage_used += (size + 255) & ~(size_t)255;
         return OB_OK;
     }
+    if (!up && cx->stage && size <= cx->stage_size) {
+        /* A small download (a step's sampled tokens) lands in pinned memory: one DMA, no
+         * pageable bounce. Earlier staged uploads on the stream are done before it runs. */
+        if (!OB_CU(cx, cudaMemcpyAsync(cx->stage, src, size, cudaMemcpyDeviceToHost, cx->stream)) ||
+            !OB_CU(cx, cudaStreamSynchronize(cx->stream)))
+            return OB_ERR_DEVICE;
+        memcpy(dst, cx->stage, size);
+        cx->stage_used = 0;
+        return OB_OK;
+    }
     if (!OB_CU(cx, cudaMemcpyAsync(dst, src, size, up ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, cx->stream)) ||
         !OB_CU(cx, cudaStreamSynchronize(cx->stream)))
         return OB_ERR_DEVICE;
@@ -335,6 +345,28 @@ static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
             if (!(own && outs[o]->data == ins[p]->data && ob_nbytes(outs[o]) == ob_nbytes(ins[p]))) return -1;
         }
     }
+    /* Folded into the one-token decode attention right after it, where that reads this tail
+     * alone: q's rope (nothing else reads it), the two caches, the positions and sequences.
+     * Its output may not overlap the raw k and v (other blocks may still read them when a
+     * head's last split writes it), nor the raw q but in exactly its bytes (head h's output
+     * then takes head h's q, which every block of head h read before that write). */
+    if (!keep_kr && !keep_tok && at_i < g->n) {
+        ob_tensor *at = &g->nodes[at_i];
+        if (at->src[0] == qr && qr->last_use == at_i && at->src[1] == ks->src[1] && at->src[2] == vs->src[1] &&
+            at->src[3] == pos && at->src[4] == ks->src[3] && at->ip[0] == ks->ip[0] && at->ip[1] == Hk && T == 1 &&
+            supports_node(at) && qr->ip[0] == hd && kr->ip[0] == hd && qr->ip[1] == kr->ip[1] && qr->fp[0] == kr->fp[0] &&
+            qr->fp[1] == kr->fp[1] && ob_cu_attention_fold_ok(cx, at) &&
+            ((at->data == ins[0]->data && ob_nbytes(at) == ob_nbytes(ins[0])) || !overlap(at, ins[0])) && !overlap(at, ins[2]) &&
+            !overlap(at, ins[4]) && !overlap(at, ks->src[1]) && !overlap(at, vs->src[1])) {
+            const bool quant = (cx->fuse & OB_CU_FUSE_ATTN_Q) && feeds_mmvq(cx, g, next_op(g, at_i), at) && ob_cu_attention_merges(cx, at);
+            *ok = ob_cu_op_attention_fold(cx, at, quant, qn, qr, kn, kr, vs);
+            for (int s = 0; s < 6; s++)
+                if (nd[s]) qx_note_write(cx, nd[s]);
+            qx_note_write(cx, at);
+            if (quant) qx_now_holds(cx, at);
+            return at_i;
+        }
+    }
     *ok = ob_cu_op_qkv(cx, qn, qr, kn, kr, ks, vs, keep_kr, keep_tok);
     for (int s = 0; s < 6; s++)
         if (nd[s]) qx_note_write(cx, nd[s]);
@@ -345,7 +377,8 @@ static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
  * index of the last node it covered; -1: no pattern (launch node i alone). *ok: false
  * after a launch error. Patterns (each only where the unfused result is the same):
  *   ADD (residual, same shapes) -> RMS_NORM of it [-> int8 matvec of that]
- *   [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE (k), KV_STORE (k), KV_STORE (v): one launch
+ *   [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE (k), KV_STORE (k), KV_STORE (v): one launch,
+ *     or none of its own: folded into the one-token ATTENTION after it (try_qkv)
  *   RMS_NORM -> ROPE of it (q/k norm);  KV_STORE -> KV_STORE at the same positions
  *   RMS_NORM, GLU or split decode ATTENTION -> int8 matvec of it
  *   consecutive int8 matvecs of one x, weight type and K (q/k/v, gate/up): one launch. */
@@ -608,7 +641,14 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     /* One pass on the host: support, scratch size, and whether the step can be captured. */
     size_t need = 0, qneed = 0, cneed = 0;
     bool capturable = cx->use_graphs, any_fallback = false;
-    for (int64_t i = 0; i < g->n; i++) {
+    const bool same = g->version && g == cx->pass_g && g->version == cx->pass_version;
+    if (same) {
+        need = cx->pass_need;
+        qneed = cx->pass_qneed;
+        cneed = cx->pass_cneed;
+        capturable = cx->pass_capturable;
+    }
+    for (int64_t i = 0; i < g->n && !same; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
         if (!supports_node(n)) {
@@ -630,6 +670,15 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             qneed = ob_cu_mmvq_qx_size(n);
     }
     if (any_fallback) capturable = false;
+    if (!same) {
+        cx->pass_g = g;
+        cx->pass_version = g->version;
+        cx->pass_need = need;
+        cx->pass_qneed = qneed;
+        cx->pass_cneed = cneed;
+        cx->pass_capturable = capturable;
+        cx->pass_key = capturable ? graph_key(g) : 0;
+    }
     if ((cx->fuse & OB_CU_FUSE_ATTN_ONE) && cneed > cx->attn_cnt_n) {
         /* Counters start at zero once; each launch leaves them at zero. Captured steps hold
          * the old pointer: drop them with it. */
@@ -685,7 +734,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     if (capturable) {
         /* Capture a structure the second time it is seen in a row: one-off graphs (a
          * prefill) are not worth the capture cost; decode steps repeat. */
-        uint64_t key = graph_key(g);
+        uint64_t key = cx->pass_key;
         ob_cu_exec *ex = find_exec(cx, key);
         if (!ex && key == cx->last_key) ex = capture(cx, g, key);
         cx->last_key = key;
@@ -895,6 +944,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->attn_u = au && au[0] ? (atoi(au) >= 1 ? 1 : 0) : -1;
     const char *ah = getenv("ONEBIT_CUDA_ATTN_H");
     cx->attn_h = ah && ah[0] ? atoi(ah) : 2;
+    const char *rg = getenv("ONEBIT_CUDA_RMS_G");
+    cx->rms_g = rg && atoi(rg) >= 1 && atoi(rg) <= 4 ? atoi(rg) : 2;
     const char *fa = getenv("ONEBIT_CUDA_FA");
     cx->fa_off = (fa && fa[0] == '0') || prop.major < 8;
     const char *ns = getenv("ONEBIT_CUDA_STAGE");

@@ -9,6 +9,7 @@ extern "C" {
 #include "backend/backend.h"
 #include "format/quant.h"
 }
+#include "backend/cuda/cuda_stats.h"
 
 #define OB_CU_MAX_EXEC 4
 #define OB_CU_MMVQ_MAX_T 16 /* int8 decode matvec up to this many columns (16 parallel sequences) */
@@ -27,7 +28,9 @@ enum {
     /* split decode attention merges in its last-arriving block (no merge launch) */
     OB_CU_FUSE_ATTN_ONE = 128,
     /* q norm+rope, k norm+rope + its cache rows, V's cache rows: one launch (OB_CU_FUSE_QKV) */
-    OB_CU_FUSE_QKV = 256, OB_CU_FUSE_ALL = 511
+    OB_CU_FUSE_QKV = 256,
+    /* that tail folded into the one-token decode attention (k_attn_h's F) */
+    OB_CU_FUSE_ATTN_QKV = 512, OB_CU_FUSE_ALL = 1023
 };
 
 enum { OB_CU_TMA_TQ2_0 = 1, OB_CU_TMA_Q4_K = 2, OB_CU_TMA_Q6_K = 4, OB_CU_TMA_ALL = 7 };
@@ -49,6 +52,14 @@ typedef struct ob_cu_ctx {
     size_t stage_size, stage_used;
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
+    /* What the host pass of cu_compute derived from the graph last time, kept for a graph
+     * that comes back with the same nonzero version (unchanged: see ob_graph.version). */
+    int rms_g;                 /* ONEBIT_CUDA_RMS_G: 4-element groups a thread of the fused
+                                  residual + norm (1-4, default 2) */
+    const ob_graph *pass_g;
+    uint64_t pass_version, pass_key;
+    size_t pass_need, pass_qneed, pass_cneed;
+    bool pass_capturable;
     bool use_graphs;
     int64_t mmq_max_t;         /* ONEBIT_CUDA_MMQ_MAX_T (op_quant.cu): larger T go to cuBLAS */
     int64_t slab_elems;        /* ONEBIT_CUDA_BLAS_SLAB: f16 weight elements per GEMM slab */
@@ -93,7 +104,7 @@ typedef struct ob_cu_ctx {
     int t_last_kind;           /* -1: no step before */
     double t_gpu[2], t_wall[2];
     int64_t t_steps[2];
-    int64_t stats[2];          /* cuda_stats.h: OB_CU_STAT_* */
+    int64_t stats[OB_CU_STAT_COUNT]; /* cuda_stats.h: OB_CU_STAT_* */
     bool warned[OB_OP_COUNT];  /* fallback logged once per op */
     char last_err[256];        /* first failing call: file:line: call: message */
 } ob_cu_ctx;
@@ -165,6 +176,12 @@ bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n);
  * output to cx->qx for the int8 matvec that reads it (quant; the caller updates qx_src). */
 bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant);
+/* The q/k/v tail [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE (k), KV_STORE (k), KV_STORE (v)
+ * folded into n's launch (OB_CU_FUSE_ATTN_QKV; the caller checked the tail with try_qkv and
+ * that n reads it alone): fold_ok says whether n's shapes and cache types allow it. */
+bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n);
+bool ob_cu_op_attention_fold(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_tensor *qn, const ob_tensor *qr,
+                             const ob_tensor *kn, const ob_tensor *kr, const ob_tensor *vs);
 /* Arrival counters (cx->attn_cnt) decode attention of n needs to merge in its last split
  * block (OB_CU_FUSE_ATTN_ONE); 0: none. */
 size_t ob_cu_attention_cnt_size(const ob_cu_ctx *cx, const ob_tensor *n);

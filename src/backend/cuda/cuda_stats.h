@@ -10,6 +10,7 @@
 enum {
     OB_CU_STAT_QKV,      /* q/k norm+rope + K/V stores as one launch (OB_CU_FUSE_QKV) */
     OB_CU_STAT_ATTN_ONE, /* split decode attention merged in its last block (OB_CU_FUSE_ATTN_ONE) */
+    OB_CU_STAT_ATTN_FOLD, /* that q/k/v tail folded into the decode attention (OB_CU_FUSE_ATTN_QKV) */
     OB_CU_STAT_COUNT
 };
 

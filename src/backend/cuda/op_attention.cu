@@ -23,7 +23,13 @@
  * 4096, 246 -> 467 at 1024, 447 -> 541 at depth 0 (tg128); Q4_K_M 96 -> 309 at 4096, and
  * at 16 sequences (`-np 16`) 1,882 -> 2,048-2,060 (bench/NOTES.md, session 8).
  * For one token (T = 1, causal, pos and seq inputs of the step) both load the rows of
- * earlier positions before the PDL wait: only row p is written by the kernel ahead. */
+ * earlier positions before the PDL wait: only row p is written by the kernel ahead.
+ * With f16 caches k_attn_h can also take the layer's q/k/v tail (q/k norm, rope, the K/V
+ * stores of row p; OB_CU_FUSE_ATTN_QKV), which then needs no launch of its own: H200,
+ * 2026-11-30 10:31 / 10:35 UTC, `1bit bench -p 0 -n 128 -r 2`, against the same binary with
+ * it off (ONEBIT_CUDA_FUSE=511): qwen3-8b TQ2_0 608-609 / 602-604 tok/s against 600 / 599,
+ * Q4_K_M 444 / 440-443 against 436 / 435. It applies where the planner kept the attention's
+ * output apart from the raw k and v (24 of qwen3-8b's 36 layers). */
 #include "backend/cuda/rowops.cuh"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_fa.h"
@@ -89,6 +95,12 @@ typedef struct ob_attn_args {
      * row, p, is made by the kernels ahead). */
     int early;
     float scale, cap, alibi; /* alibi: ALiBi max bias, 0 = none */
+    /* The folded q/k/v tail (k_attn_h<..., true>, one token): q is the raw q projection, fk
+     * and fv the raw k and v rows; fqw / fkw the q / k norm weights (fqnorm / fknorm: the
+     * norm is there); the rope has n_rot = hd, NeoX halves (fneox) or adjacent pairs. */
+    const float *fk, *fv, *fqw, *fkw;
+    float fqeps, fkeps, fbase, fscale;
+    int fqnorm, fknorm, fneox;
 } ob_attn_args;
 
 /* Up to eight blocks per SM over (split, head, token) (a block walks its cells one per
@@ -535,7 +547,58 @@ template <int EPL> struct attn_lane<EPL, true> {
     }
 };
 
-template <int EPL, int U, bool KQ, bool VQ> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
+/* One head row of the folded q/k tail in a warp's registers: lane l holds elements [EPL l,
+ * EPL l + EPL) of the raw row; [RMS_NORM (weights w, shared memory) ->] ROPE with n_rot = hd
+ * and the block's angles sn/cs (NeoX halves: the partner element sits in lane l ^ 16). The
+ * float operations are k_qkv's except the norm's summation order. */
+template <int EPL>
+static __device__ __forceinline__ void fold_lane(float (&v)[EPL], const float *w, bool norm, float eps, int neox, const double *sn,
+                                                 const double *cs, int lane) {
+    constexpr int hd = 32 * EPL;
+    if (norm) {
+        const float mean = 0.0f;
+        float s2 = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            const float d = v[e] - mean;
+            s2 += d * d;
+        }
+        for (int o = 16; o > 0; o /= 2) s2 += OB_SHFL_XOR(s2, o);
+        const float sc = rsqrtf(s2 / (float)hd + eps);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            v[e] = (v[e] - mean) * sc;
+            if (w) v[e] *= w[EPL * lane + e];
+        }
+    }
+    if (neox) {
+        const bool lo = lane < 16;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            const float o = OB_SHFL_XOR(v[e], 16);
+            const int k = EPL * lane + e - (lo ? 0 : hd / 2);
+            const double x0 = lo ? v[e] : o, x1 = lo ? o : v[e];
+            v[e] = lo ? (float)(x0 * cs[k] - x1 * sn[k]) : (float)(x0 * sn[k] + x1 * cs[k]);
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < EPL; e += 2) {
+            const int k = (EPL * lane + e) / 2;
+            const double x0 = v[e], x1 = v[e + 1];
+            v[e] = (float)(x0 * cs[k] - x1 * sn[k]);
+            v[e + 1] = (float)(x0 * sn[k] + x1 * cs[k]);
+        }
+    }
+}
+
+/* F: the q/k/v tail folded in (OB_CU_FUSE_ATTN_QKV; one token, f16 K and V, early): each warp
+ * norms and rotates its block's q head from the raw projection, the warp whose cells include
+ * p makes row p of K (normed, rotated, f16) and V (f16) in registers instead of loading them,
+ * and in the first block of the kv head's split that holds p it also stores them to the
+ * cache. The rope's angles and the norm weights are made before the PDL wait, and every raw
+ * load is issued before any math. */
+template <int EPL, int U, bool KQ, bool VQ, bool F = false>
+__global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
     typedef attn_lane<EPL, KQ> KL;
     typedef attn_lane<EPL, VQ> VL;
     if (!a.early) OB_PDL_ENTRY();
@@ -563,17 +626,64 @@ template <int EPL, int U, bool KQ, bool VQ> __global__ void __launch_bounds__(OB
         kr[u] = on ? kl.load(j) : kzero;
         vr[u] = on ? vl.load(j) : vzero;
     }
-    if (a.early) {
-        OB_PDL_ENTRY();
-#pragma unroll
-        for (int u = 0; u < U; u++)
-            if (lo + w + (int64_t)u * OB_ATTN_WARPS == p && p <= hi) {
-                kr[u] = kl.load(p);
-                vr[u] = vl.load(p);
-            }
-    }
     float qv[EPL], acc[EPL];
-    {
+    typename KL::raw kp = kzero; /* F: row p, made here */
+    typename VL::raw vp = vzero;
+    if constexpr (F) {
+        static_assert(!KQ && !VQ, "the fold stores f16 rows");
+        __shared__ double s_sn[16 * OB_ATTN_MAX_NE], s_cs[16 * OB_ATTN_MAX_NE];
+        __shared__ float s_w[2][32 * OB_ATTN_MAX_NE];
+        const double pd = a.pos[t];
+        for (int64_t k = threadIdx.x; k < hd / 2; k += blockDim.x) rope_angle(pd, k, (int)hd, a.fbase, a.fscale, &s_sn[k], &s_cs[k]);
+        for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
+            s_w[0][i] = a.fqw ? a.fqw[i] : 1.0f;
+            s_w[1][i] = a.fkw ? a.fkw[i] : 1.0f;
+        }
+        OB_PDL_ENTRY();
+        /* every load first: q for each warp, row p's raw k and v for the warp that takes p */
+        const bool own = p >= lo && p <= hi && (p - lo) % OB_ATTN_WARPS == w;
+        float qz[EPL], kz[EPL], vz[EPL];
+        const float *qx = a.q + (t * a.H + h) * hd + EPL * lane, *kx = a.fk + kh * hd + EPL * lane, *vx = a.fv + kh * hd + EPL * lane;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) {
+            qz[e] = qx[e];
+            kz[e] = own ? kx[e] : 0.0f;
+            vz[e] = own ? vx[e] : 0.0f;
+        }
+        __syncthreads(); /* the angles and weights */
+        fold_lane<EPL>(qz, a.fqw ? s_w[0] : NULL, a.fqnorm != 0, a.fqeps, a.fneox, s_sn, s_cs, lane);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) { qv[e] = qz[e] * a.scale; acc[e] = 0.0f; }
+        if (own) {
+            fold_lane<EPL>(kz, a.fkw ? s_w[1] : NULL, a.fknorm != 0, a.fkeps, a.fneox, s_sn, s_cs, lane);
+            uint32_t *kw = (uint32_t *)&kp, *vw = (uint32_t *)&vp;
+#pragma unroll
+            for (int e = 0; e < EPL / 2; e++) {
+                const __half2 k2 = __floats2half2_rn(kz[2 * e], kz[2 * e + 1]), v2 = __floats2half2_rn(vz[2 * e], vz[2 * e + 1]);
+                kw[e] = *(const uint32_t *)&k2;
+                vw[e] = *(const uint32_t *)&v2;
+            }
+            if (h % (a.H / a.n_kv) == 0) {
+                ((typename KL::raw *)kl.b)[p * kl.st] = kp;
+                ((typename VL::raw *)vl.b)[p * vl.st] = vp;
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (lo + w + (int64_t)u * OB_ATTN_WARPS == p) {
+                    kr[u] = kp;
+                    vr[u] = vp;
+                }
+        }
+    } else {
+        if (a.early) {
+            OB_PDL_ENTRY();
+#pragma unroll
+            for (int u = 0; u < U; u++)
+                if (lo + w + (int64_t)u * OB_ATTN_WARPS == p && p <= hi) {
+                    kr[u] = kl.load(p);
+                    vr[u] = vl.load(p);
+                }
+        }
         const float *qp = a.q + (t * a.H + h) * hd + EPL * lane;
 #pragma unroll
         for (int e = 0; e < EPL; e++) { qv[e] = qp[e] * a.scale; acc[e] = 0.0f; }
@@ -584,8 +694,8 @@ template <int EPL, int U, bool KQ, bool VQ> __global__ void __launch_bounds__(OB
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
-                kr[u] = j <= hi ? kl.load(j) : kzero;
-                vr[u] = j <= hi ? vl.load(j) : vzero;
+                kr[u] = F && j == p ? kp : j <= hi ? kl.load(j) : kzero;
+                vr[u] = F && j == p ? vp : j <= hi ? vl.load(j) : vzero;
             }
         }
         float d[U];
@@ -732,7 +842,20 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
 /* The merge quantizes 32-element blocks of one head: only for head sizes that are 32-multiples. */
 bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && n->src[0]->ne[0] % 32 == 0; }
 
-bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
+/* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
+ * pos and seq inputs of the step (the early loads), f16 K and V at head size 64/128/256. */
+bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
+    const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
+    const int64_t hd = q->ne[0];
+    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && cx->attn_h >= 1 && !cx->attn_late && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
+           n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && kc->type == OB_TYPE_F16 && vc->type == OB_TYPE_F16 &&
+           (hd == 64 || hd == 128 || hd == 256) && ((uintptr_t)kc->data % 16) == 0 && ((uintptr_t)vc->data % 16) == 0 &&
+           ob_row_size(kc->type, kc->ne[0]) % 16 == 0 && ob_row_size(vc->type, vc->ne[0]) % 16 == 0;
+}
+
+/* fold: NULL, or the tail's nodes {q norm or NULL, q rope, k norm or NULL, k rope, V store}
+ * (ob_cu_attention_fold_ok holds). */
+static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_tensor *const *fold) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     ob_attn_args a = {};
     a.q = (const float *)q->data;
@@ -759,6 +882,23 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
+    if (fold) {
+        const ob_tensor *qn = fold[0], *qr = fold[1], *kn = fold[2], *kr = fold[3], *vs = fold[4];
+        a.q = (const float *)(qn ? qn->src[0] : qr->src[0])->data;
+        a.fk = (const float *)(kn ? kn->src[0] : kr->src[0])->data;
+        a.fv = (const float *)vs->src[0]->data;
+        a.fqw = qn && qn->src[1] ? (const float *)qn->src[1]->data : NULL;
+        a.fkw = kn && kn->src[1] ? (const float *)kn->src[1]->data : NULL;
+        a.fqnorm = qn != NULL;
+        a.fknorm = kn != NULL;
+        a.fqeps = qn ? qn->fp[0] : 0.0f;
+        a.fkeps = kn ? kn->fp[0] : 0.0f;
+        a.fbase = qr->fp[0];
+        a.fscale = qr->fp[1];
+        a.fneox = qr->ip[1] == 2;
+        cx->stats[OB_CU_STAT_QKV]++;
+        cx->stats[OB_CU_STAT_ATTN_FOLD]++;
+    }
     if (a.T > OB_ATTN_SPLIT_T && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
     if (a.T > OB_ATTN_SPLIT_T && !cx->attn_old_pf) {
         k_attn_pf<<<ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, cx->stream>>>(a);
@@ -785,7 +925,13 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
     const bool hk = (kq || kf) && (vq || vf) && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
                     ((uintptr_t)a.kc % kal) == 0 && ((uintptr_t)a.vc % val) == 0 && a.krb % kal == 0 && a.vrb % val == 0 &&
                     (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
-    if (hk) {
+    if (fold) {
+        a.early = 1; /* ob_cu_attention_fold_ok */
+        if (!(epl == 2   ? OB_CU_LAUNCH(cx, (k_attn_h<2, 4, false, false, true>), grid, blk, 0, a)
+              : epl == 4 ? OB_CU_LAUNCH(cx, (k_attn_h<4, 4, false, false, true>), grid, blk, 0, a)
+                         : OB_CU_LAUNCH(cx, (k_attn_h<8, 4, false, false, true>), grid, blk, 0, a)))
+            return false;
+    } else if (hk) {
         bool ok;
 #define OB_ATTN_H_CASE(E, K8, V8) \
     case E * 4 + K8 * 2 + V8: ok = OB_CU_LAUNCH(cx, (k_attn_h<E, 4, K8 != 0, V8 != 0>), grid, blk, 0, a); break
@@ -814,6 +960,14 @@ bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) {
 size_t ob_cu_attention_cnt_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     return attn_nsplit(cx, n) > 1 ? (size_t)(q->ne[1] * q->ne[2] * q->ne[3]) : 0;
+}
+
+bool ob_cu_op_attention_q(ob_cu_ctx *cx, ob_tensor *n, bool quant) { return attention_launch(cx, n, quant, NULL); }
+
+bool ob_cu_op_attention_fold(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_tensor *qn, const ob_tensor *qr,
+                             const ob_tensor *kn, const ob_tensor *kr, const ob_tensor *vs) {
+    const ob_tensor *fold[5] = {qn, qr, kn, kr, vs};
+    return attention_launch(cx, n, quant, fold);
 }
 
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_attention_q(cx, n, false); }

@@ -19,17 +19,18 @@ static __device__ __forceinline__ float block_sum(float v, float *sh) {
     return s;
 }
 
-/* Pair k of one row of ROPE (xr -> yr, row r of the input): the angle in double as the
- * reference does, so long positions keep their precision. Pairs past n_rot / 2 copy the
- * pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
-static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
-                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
-                                                 float fscale) {
+/* The angle of pair k of ROPE at position p, in double as the reference does it, so long
+ * positions keep their precision. */
+static __device__ __forceinline__ void rope_angle(double p, int64_t k, int n_rot, float base, float fscale, double *sn, double *cs) {
+    const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
+    sincos(th, sn, cs);
+}
+
+/* Pair k of one row of ROPE (xr -> yr) with its angle's sine and cosine; pairs past n_rot / 2
+ * copy the pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
+static __device__ __forceinline__ void rope_apply(const float *xr, float *yr, int64_t k, int64_t hd, int n_rot, int neox,
+                                                  double sn, double cs) {
     if (k < n_rot / 2) {
-        const double p = pos[r / n_head];
-        const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
-        double sn, cs;
-        sincos(th, &sn, &cs);
         const int64_t a = neox ? k : 2 * k, b = neox ? k + n_rot / 2 : 2 * k + 1;
         const double x0 = xr[a], x1 = xr[b];
         yr[a] = (float)(x0 * cs - x1 * sn);
@@ -39,6 +40,15 @@ static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, con
         if (j < hd) yr[j] = xr[j];
         if (j + 1 < hd) yr[j + 1] = xr[j + 1];
     }
+}
+
+/* Pair k of one row of ROPE (xr -> yr, row r of the input). */
+static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
+                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
+                                                 float fscale) {
+    double sn = 0.0, cs = 1.0;
+    if (k < n_rot / 2) rope_angle(pos[r / n_head], k, n_rot, base, fscale, &sn, &cs);
+    rope_apply(xr, yr, k, hd, n_rot, neox, sn, cs);
 }
 
 static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
