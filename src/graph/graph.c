@@ -1,7 +1,7 @@
 #include "graph/graph.h"
-#include <stdatomic.h>
 #include "format/quant.h"
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -52,10 +52,10 @@ typedef struct ob_cu_ctx {
     size_t stage_size, stage_used;
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
-    /* What the host pass of cu_compute derived from the graph last time, kept for a graph
-     * that comes back with the same nonzero version (unchanged: see ob_graph.version). */
     int rms_g;                 /* ONEBIT_CUDA_RMS_G: 4-element groups a thread of the fused
                                   residual + norm (1-4, default 2) */
+    /* What the host pass of cu_compute derived from the graph last time, kept for a graph
+     * that comes back with the same nonzero version (unchanged: see ob_graph.version). */
     const ob_graph *pass_g;
     uint64_t pass_version, pass_key;
     size_t pass_need, pass_qneed, pass_cneed;
