@@ -421,25 +421,15 @@ template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_at
         for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
         for (int64_t j = lo + w; j <= hi; j += OB_ATTN_WARPS) {
             const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
-            float d = 0.0f;
+            float d[1] = {0.0f};
 #pragma unroll
             for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                if (lane + 32 * i < hd) d += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
-            for (int o = OB_WARP / 2; o > 0; o /= 2) d += OB_SHFL_XOR(d, o);
-            if (a.cap > 0.0f) d = a.cap * tanhf(d / a.cap);
-            d -= slope * (float)(p > j ? p - j : j - p); /* ALiBi: distance penalty (0 without) */
-            if (d > m) {
-                const float corr = expf(m - d);
-                l *= corr;
+                if (lane + 32 * i < hd) d[0] += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
+            attn_round<1>(a, d, j, hi, p, slope, m, l, acc, [&](int, float pj) {
 #pragma unroll
-                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
-                m = d;
-            }
-            const float pj = expf(d - m);
-            l += pj;
-#pragma unroll
-            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+                for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+                    if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+            });
         }
     } else {
         float kf[U][OB_ATTN_MAX_NE], vf[U][OB_ATTN_MAX_NE];
@@ -842,15 +832,26 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
 /* The merge quantizes 32-element blocks of one head: only for head sizes that are 32-multiples. */
 bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && n->src[0]->ne[0] % 32 == 0; }
 
-/* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
- * pos and seq inputs of the step (the early loads), f16 K and V at head size 64/128/256. */
-bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
+/* Whether decode ATTENTION n (T <= OB_ATTN_SPLIT_T) takes k_attn_h: f16 or Q8_0 K and V (each)
+ * with hd = 64, 128, 256, rows aligned for the loads (16 bytes; 2 for Q8_0's 34-byte
+ * blocks), and cx->attn_h (ONEBIT_CUDA_ATTN_H: 0 never, 1 one token, 2 every decode batch). */
+static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
-    const int64_t hd = q->ne[0];
-    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && cx->attn_h >= 1 && !cx->attn_late && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
-           n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && kc->type == OB_TYPE_F16 && vc->type == OB_TYPE_F16 &&
-           (hd == 64 || hd == 128 || hd == 256) && ((uintptr_t)kc->data % 16) == 0 && ((uintptr_t)vc->data % 16) == 0 &&
-           ob_row_size(kc->type, kc->ne[0]) % 16 == 0 && ob_row_size(vc->type, vc->ne[0]) % 16 == 0;
+    const int64_t hd = q->ne[0], T = q->ne[2] * q->ne[3];
+    const bool kq = kc->type == OB_TYPE_Q8_0, vq = vc->type == OB_TYPE_Q8_0;
+    const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16;
+    return (kq || kc->type == OB_TYPE_F16) && (vq || vc->type == OB_TYPE_F16) && (hd == 64 || hd == 128 || hd == 256) &&
+           ((uintptr_t)kc->data % kal) == 0 && ((uintptr_t)vc->data % val) == 0 && ob_row_size(kc->type, kc->ne[0]) % kal == 0 &&
+           ob_row_size(vc->type, vc->ne[0]) % val == 0 && (cx->attn_h >= 2 || (cx->attn_h == 1 && T == 1));
+}
+
+/* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
+ * pos and seq inputs of the step (the early loads), f16 K and V. */
+bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
+    const ob_tensor *q = n->src[0];
+    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && !cx->attn_late && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
+           n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && n->src[1]->type == OB_TYPE_F16 &&
+           n->src[2]->type == OB_TYPE_F16 && attn_h_ok(cx, n);
 }
 
 /* fold: NULL, or the tail's nodes {q norm or NULL, q rope, k norm or NULL, k rope, V store}
@@ -912,19 +913,14 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     const dim3 blk(OB_ATTN_WARPS * OB_WARP);
-    /* f16 or Q8_0 K and V (each) with hd = 64, 128, 256: k_attn_h, 4 cells a round (cx->attn_h:
-     * ONEBIT_CUDA_ATTN_H, 0 never, 1 one token, 2 every decode batch). 8 cells a round ran no
+    /* k_attn_h where attn_h_ok says so, 4 cells a round. 8 cells a round ran no
      * faster: H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2 -np 16` on qwen3-8b Q4_K_M 2,039
      * tok/s against 2,048-2,060, tg128 on TQ2_0 513 against 513 (bench/NOTES.md, session 8).
      * A q8_0 cache at depth 4096 (`-d 4096 -c 8192 -ctk q8_0 -ctv q8_0`): qwen3-8b Q4_K_M
      * 103.5 -> 270.8 tok/s (session 9). */
     const int epl = (int)(a.hd / 32);
     const bool kq = kc->type == OB_TYPE_Q8_0, vq = vc->type == OB_TYPE_Q8_0;
-    const bool kf = kc->type == OB_TYPE_F16, vf = vc->type == OB_TYPE_F16;
-    const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16; /* alignment of the loads */
-    const bool hk = (kq || kf) && (vq || vf) && a.hd % 32 == 0 && (epl == 2 || epl == 4 || epl == 8) &&
-                    ((uintptr_t)a.kc % kal) == 0 && ((uintptr_t)a.vc % val) == 0 && a.krb % kal == 0 && a.vrb % val == 0 &&
-                    (cx->attn_h >= 2 || (cx->attn_h == 1 && a.T == 1));
+    const bool hk = attn_h_ok(cx, n);
     if (fold) {
         a.early = 1; /* ob_cu_attention_fold_ok */
         if (!(epl == 2   ? OB_CU_LAUNCH(cx, (k_attn_h<2, 4, false, false, true>), grid, blk, 0, a)
