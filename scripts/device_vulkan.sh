@@ -68,12 +68,13 @@ run|bench)
       [ -f "$f" ] || timeout 200 ./.dev/vulkan/1bit synth --fast --shape "$shape" --type "$type" --tokenizer /tmp/tokenizer.json \
           -t "$(nproc)" -o "$f" >/dev/null 2>&1 || { echo "synth $spec failed"; continue; }
       timeout 150 ./.dev/vulkan/1bit bench -m "$f" -p 512 -n 128 -r 2 --device vulkan --peak-gbs 4300 2>&1 | grep -E "^\| [^-m]|vulkan: matmul" | tee -a "$out/vulkan-bench.md"
-      # ONEBIT_VK_PROF=1: the per-dispatch profile of a decode run, whole, into $out
-      if [ -n "${ONEBIT_VK_PROF:-}" ]; then
-        ONEBIT_VK_PROFILE=1 timeout 150 ./.dev/vulkan/1bit bench -m "$f" -p 0 -n 32 -r 1 --device vulkan \
-            >"$out/vkprof-$shape-$type.txt" 2>&1
-        grep -vE "^\| -|^$" "$out/vkprof-$shape-$type.txt" | tail -n 40
-      fi
+      # ONEBIT_VK_PROF=1: the per-dispatch profile of a decode run, whole, into $out;
+      # "1 2": also with ONEBIT_VK_PROFILE=2 (start marks wait for the work before)
+      for lvl in ${ONEBIT_VK_PROF:-}; do
+        ONEBIT_VK_PROFILE=$lvl timeout 150 ./.dev/vulkan/1bit bench -m "$f" -p 0 -n 32 -r 1 --device vulkan \
+            >"$out/vkprof$lvl-$shape-$type.txt" 2>&1
+        grep -vE "^\| -|^$" "$out/vkprof$lvl-$shape-$type.txt" | tail -n 40
+      done
       IFS=';' read -ra sets <<<"${ONEBIT_VK_ENVS:-}"
       for e in "${sets[@]}"; do
         echo "[$e]"

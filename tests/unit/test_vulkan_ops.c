@@ -87,6 +87,35 @@ static void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale) {
     return q;
 }
 
+/* Does a MATMUL of t over T tokens take matvec_q8.comp (x quantized to int8 per 32)? */
+static bool q8_path(ob_type t, int64_t T) {
+    const ob_vk *vk = g_be[0]->ctx;
+    return vk->q8 && T <= 8 && !vk->no_matvec &&
+           (t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0);
+}
+
+/* Is pipe matvec_q8.comp's for type t at T tokens (its one-token pipeline for T = 1)? */
+static bool q8_mv(const ob_vk *vk, VkPipeline pipe, ob_type t, int64_t T) {
+    return pipe && pipe == vk->pipes[T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8][t];
+}
+
+/* Absolute tolerance of a matmul over K of weights ~N(0, 1) and x ~N(0, 1): float
+ * rounding, or on the int8 path x's rounding to steps of max|x| / 127 per 32 elements
+ * (~0.005 rms at |x| ~ N(0, 1): ~0.005 sqrt(K) on y; 6 of those). */
+static double mm_atol(ob_type t, int64_t K, int64_t T) { return (q8_path(t, T) ? 3e-2 : 2e-4) * sqrt((double)K); }
+
+/* x rounded the way quant_x.comp quantizes it (d = max|x| / 127, q = round(x / d)): the
+ * int8 path then sees exactly these integers and must match the reference on this x to
+ * float rounding, which catches a wrong scale, offset or element order. */
+static void round_q8(float *x, int64_t n) {
+    for (int64_t b = 0; b + 32 <= n; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b + j]));
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) x[b + j] = d * rintf(x[b + j] * id);
+    }
+}
+
 static double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
     double worst = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -380,7 +409,7 @@ static void test_matmul(void) {
             ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
             char what[64];
             snprintf(what, sizeof(what), "matmul %s T=%lld", ob_type_name(t), (long long)T);
-            check_graph(g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+            check_graph(g, o, mm_atol(t, K, T), 1e-4, what);
             ob_graph_free(g);
             free(w); free(x);
         }
@@ -407,7 +436,7 @@ static void matmul_case(ob_type t, int64_t K, int64_t N, int64_t T) {
     char what[96];
     snprintf(what, sizeof(what), "matmul %s K=%lld N=%lld T=%lld", ob_type_name(t), (long long)K, (long long)N,
              (long long)T);
-    check_graph(g, o, 2e-4 * sqrt((double)K), 1e-4, what);
+    check_graph(g, o, mm_atol(t, K, T), 1e-4, what);
     ob_graph_free(g);
     free(w); free(x);
 }
@@ -588,10 +617,10 @@ static void test_chain(void) {
     int64_t K = 256, N = 96, T = 4;
     int64_t nx[2] = {K, T}, nw[2] = {K, N}, nb[1] = {N};
     float *x = rand_f32(K * T, 1.0f), *nw_ = rand_f32(K, 1.0f), *bias = rand_f32(N, 1.0f);
-    void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+    void *w = rand_typed(OB_TYPE_Q5_K, K, N, 1.0f);
     ob_graph *g = ob_graph_new(16);
     ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nw_), 1e-6f);
-    h = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), h);
+    h = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q5_K, 2, nw, w), h);
     h = ob_add(g, h, ob_leaf(g, "b", OB_TYPE_F32, 1, nb, bias));
     h = ob_act_op(g, h, OB_ACT_GELU);
     h = ob_softmax(g, ob_scale(g, h, 0.5f));
@@ -652,10 +681,10 @@ static void test_fallback(void) {
 static void test_profile(void) {
     int64_t K = 256, N = 96, T = 4, nx[2] = {K, T}, nw[2] = {K, N};
     float *x = rand_f32(K * T, 1.0f), *nw_ = rand_f32(K, 1.0f), got[256 * 4];
-    void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+    void *w = rand_typed(OB_TYPE_Q5_K, K, N, 1.0f);
     ob_graph *g = ob_graph_new(16);
     ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nw_), 1e-6f);
-    h = ob_softmax(g, ob_scale(g, ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), h), 0.5f));
+    h = ob_softmax(g, ob_scale(g, ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q5_K, 2, nw, w), h), 0.5f));
     ob_graph *gf = ob_graph_new(8);
     ob_tensor *f = ob_cpy(gf, ob_leaf(gf, "x", OB_TYPE_F32, 2, nx, x), OB_TYPE_Q4_0); /* no kernel: CPU */
     f = ob_scale(gf, ob_cpy(gf, f, OB_TYPE_F32), 2.0f);
@@ -680,7 +709,7 @@ static void test_profile(void) {
         const ob_vk_prof *pr = &vk->prof;
         CHECK(pr->steps == 1 && pr->dispatches == 4 && pr->barriers >= 4 && pr->submits == 1);
         CHECK(pr->node_count[OB_OP_RMS_NORM] == 1 && pr->node_count[OB_OP_SCALE] == 1 &&
-              pr->node_count[OB_OP_SOFTMAX] == 1 && pr->node_count[OB_OP_COUNT + OB_TYPE_Q4_K] == 1);
+              pr->node_count[OB_OP_SOFTMAX] == 1 && pr->node_count[OB_OP_COUNT + OB_TYPE_Q5_K] == 1);
         double sum = 0;
         int bad = 0;
         for (int k = 0; k < OB_VK_PROF_KEYS; k++) {
@@ -766,6 +795,7 @@ static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, dou
  * chunk decoder (ONEBIT_VK_MATVEC_OLD=1), each against the reference; the listed
  * dispatch shows which path ran. */
 static void test_matvec_variants(void) {
+    setenv("ONEBIT_VK_Q8", "0", 1); /* these are matvec.comp's paths */
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
     static const char *const var[] = {"ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS",
                                       "ONEBIT_VK_MATVEC_OLD"};
@@ -826,10 +856,103 @@ static void test_matvec_variants(void) {
         ob_backend_free(sk);
     }
     g_rng = keep_rng;
-    /* the default backend takes the streaming path too */
+    /* the default backend takes the streaming path too, or the int8 one where it can */
     ob_vk *vk0 = g_be[0]->ctx;
     matmul_case(OB_TYPE_Q4_K, 512, 16, 1);
-    CHECK(vk0->n_prev == 1 && vk0->prev[0].pc.u[6] == 4); /* default: 4 rows per subgroup */
+    if (vk0->q8) CHECK(vk0->n_prev == 2 && q8_mv(vk0, vk0->prev[1].pipe, OB_TYPE_Q4_K, 1));
+    else CHECK(vk0->n_prev == 1 && vk0->prev[0].pc.u[6] == 4); /* default: 4 rows per subgroup */
+    unsetenv("ONEBIT_VK_Q8");
+}
+
+/* The int8 decode path (matvec_q8.comp) on x pre-rounded to its int8 grid, so to float
+ * rounding: every type at K with one and many units per lane, T = 1..8, x read from
+ * global memory and (ONEBIT_VK_Q8_STAGE=1) staged in shared memory where T * K fits;
+ * N = 37 leaves partial row groups. Then
+ * two matmuls on one x (the second reuses the quantized x: one QUANT_X dispatch), and a
+ * node between them writing over x (no reuse: x is quantized again). */
+static void test_matvec_q8(void) {
+    ob_vk *vk = g_be[0]->ctx;
+    if (!vk->q8) {
+        printf("matvec_q8: skipped (no integer dot products on %s)\n", vk->info.name);
+        return;
+    }
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
+    static const struct { int64_t K, T; } shapes[] = {{256, 1}, {768, 1}, {768, 2}, {768, 5}, {768, 8},
+                                                      {4352, 1}, {4352, 3}, {4352, 8}};
+    ob_backend *staged = backend_with("ONEBIT_VK_Q8_STAGE", "1");
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
+        for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
+            const ob_type t = types[ti];
+            const int64_t K = shapes[si].K, T = shapes[si].T, N = 37, nw[2] = {K, N}, nx[2] = {K, T};
+            void *w = rand_typed(t, K, N, 1.0f);
+            float *x = rand_f32(K * T, 1.0f);
+            round_q8(x, K * T);
+            ob_graph *g = ob_graph_new(4);
+            ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+            char what[96];
+            snprintf(what, sizeof(what), "matvec_q8 %s K=%lld T=%lld", ob_type_name(t), (long long)K, (long long)T);
+            check_graph(g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+            CHECKF(vk->n_prev == 2 && q8_mv(vk, vk->prev[1].pipe, t, T) && vk->prev[1].pc.u[5] == 0,
+                   "%s: %lld dispatches, x %s", what, (long long)vk->n_prev,
+                   vk->n_prev == 2 && vk->prev[1].pc.u[5] ? "staged" : "global");
+            /* x staged in shared memory (ONEBIT_VK_Q8_STAGE=1) where T * K fits */
+            if (staged && (si == 1 || si == 3 || si >= 5)) {
+                snprintf(what, sizeof(what), "matvec_q8 staged %s K=%lld T=%lld", ob_type_name(t), (long long)K, (long long)T);
+                check_on(staged, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+                const ob_vk *sv = staged->ctx;
+                CHECKF(sv->n_prev == 2 && sv->prev[1].pc.u[5] == (T * K <= 768 * 16), "%s: x %s", what,
+                       sv->n_prev == 2 && sv->prev[1].pc.u[5] ? "staged" : "global");
+            }
+            ob_graph_free(g);
+            free(w); free(x);
+        }
+    ob_backend_free(staged);
+    for (int between = 0; between < 2; between++) {
+        /* x is a 2-cell F32 cache; between: a KV_STORE writes new rows into it */
+        const int64_t K = 512, N = 70, nw[2] = {K, N}, nx[2] = {K, 2}, n2[1] = {2};
+        void *w = rand_typed(OB_TYPE_Q6_K, K, N, 1.0f), *w2 = rand_typed(OB_TYPE_TQ2_0, K, N, 1.0f);
+        float *x = rand_f32(K * 2, 1.0f), *xn = rand_f32(K * 2, 1.0f);
+        round_q8(x, K * 2);
+        round_q8(xn, K * 2);
+        int32_t pos[2] = {1, 0}, seq[2] = {0, 0};
+        ob_graph *g = ob_graph_new(12);
+        ob_tensor *tx = ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x);
+        ob_tensor *a = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q6_K, 2, nw, w), tx);
+        if (between)
+            ob_kv_store(g, ob_leaf(g, "xn", OB_TYPE_F32, 2, nx, xn), tx, ob_leaf(g, "pos", OB_TYPE_I32, 1, n2, pos),
+                        ob_leaf(g, "seq", OB_TYPE_I32, 1, n2, seq), 2);
+        ob_tensor *o = ob_add(g, a, ob_matmul(g, ob_leaf(g, "w2", OB_TYPE_TQ2_0, 2, nw, w2), tx));
+        check_graph(g, o, 2e-5 * sqrt((double)K), 1e-5, between ? "matvec_q8 x written between" : "matvec_q8 shared x");
+        int quants = 0;
+        for (int64_t i = 0; i < vk->n_prev; i++) quants += vk->prev[i].pipe == vk->pipes[OB_VK_SH_QUANT_X][OB_TYPE_F32];
+        CHECKF(quants == 1 + between, "x quantized %d times, want %d", quants, 1 + between);
+        ob_graph_free(g);
+        free(w); free(w2); free(x); free(xn);
+    }
+    /* An RMS norm and a GLU write the int8 x of the matmul after them themselves (q8_fuse):
+     * no QUANT_X pass for the norm's reader, the GLU's product and int8 x in one. */
+    for (int glu = 0; glu < 2; glu++) {
+        const int64_t K = 1024, N = 70, T = glu ? 1 : 3, nw[2] = {K, N}, nx[2] = {K, T};
+        void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+        float *x = rand_f32(K * T, 1.0f), *u = rand_f32(K * T, 1.0f), *nwt = rand_f32(K, 1.0f);
+        ob_graph *g = ob_graph_new(12);
+        ob_tensor *h = ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x);
+        h = glu ? ob_glu(g, h, ob_leaf(g, "u", OB_TYPE_F32, 2, nx, u), OB_ACT_SILU)
+                : ob_rms_norm(g, h, ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nwt), 1e-6f);
+        ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), h);
+        check_graph(g, o, mm_atol(OB_TYPE_Q4_K, K, T), 1e-4, glu ? "matvec_q8 after glu" : "matvec_q8 after norm");
+        int quants = 0, fused = 0;
+        for (int64_t i = 0; i < vk->n_prev; i++) {
+            const bool qx = vk->prev[i].pipe == vk->pipes[OB_VK_SH_QUANT_X][OB_TYPE_F32];
+            quants += qx && vk->prev[i].pc.u[3] == 0;
+            fused += qx ? vk->prev[i].pc.u[3] == 1 : vk->prev[i].pipe == vk->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32];
+        }
+        CHECKF(vk->q8_fuse ? quants == 0 && fused == 1 && vk->n_prev == 2 : quants == 1,
+               "%s: %d x quantized apart, %d fused, %lld dispatches", glu ? "glu" : "norm", quants, fused,
+               (long long)vk->n_prev);
+        ob_graph_free(g);
+        free(w); free(x); free(u); free(nwt);
+    }
 }
 
 /* Barriers only where a dispatch touches what an earlier one wrote, and re-submission of
@@ -869,6 +992,8 @@ static void test_reuse(void) {
             void *scratch = b->iface->alloc(b, g->scratch_size);
             ob_graph_bind(g, scratch);
             int64_t reused0 = vk->reused;
+            const bool q8 = vk->q8;
+            const int64_t n_want = q8 ? 6 : 5;
             float got[64], ref[64];
             for (int run = 0; run < 3; run++) {
                 ob_rng_fill_normal(&g_rng, x, K, 1.0f);
@@ -887,22 +1012,22 @@ static void test_reuse(void) {
                 free(rscr);
                 ob_graph_free(gr);
                 int64_t at = 0;
-                CHECKF(err_ratio(got, ref, N, 1e-5, 1e-3, &at) <= 1.0, "reuse variant %d/%d run %d at %lld: %g vs %g",
+                /* int8 x: ~0.3% of y's scale (a stale result is off by its whole scale) */
+                CHECKF(err_ratio(got, ref, N, q8 ? 3e-2 : 1e-5, 1e-3, &at) <= 1.0, "reuse variant %d/%d run %d at %lld: %g vs %g",
                        variant, bi, run, (long long)at, got[at], ref[at]);
             }
             if (variant == 0) {
                 CHECKF(vk->reused - reused0 == 2, "re-submitted %lld of 2", (long long)(vk->reused - reused0));
-                /* add, mul, add, matmul, norm: barriers before the first, the sum, the matvec, the norm */
-                CHECK(vk->n_prev == 5);
-                if (vk->n_prev == 5)
-                    CHECKF(vk->prev[0].barrier && !vk->prev[1].barrier && vk->prev[2].barrier && vk->prev[3].barrier &&
-                               vk->prev[4].barrier,
-                           "barriers %u %u %u %u %u", vk->prev[0].barrier, vk->prev[1].barrier, vk->prev[2].barrier,
-                           vk->prev[3].barrier, vk->prev[4].barrier);
+                /* add, mul, add, [quantize x,] matmul, norm: barriers before all but mul */
+                CHECK(vk->n_prev == n_want);
+                bool bars = vk->n_prev == n_want && !vk->prev[1].barrier;
+                for (int64_t i = 0; i < vk->n_prev; i++) bars &= i == 1 || vk->prev[i].barrier;
+                CHECKF(bars, "barriers %u %u %u %u %u", vk->prev[0].barrier, vk->prev[1].barrier, vk->prev[2].barrier,
+                       vk->prev[3].barrier, vk->prev[4].barrier);
             } else if (bi == 0) {
                 CHECK(vk->reused == reused0); /* ONEBIT_VK_NO_REUSE */
             } else {
-                bool all = vk->n_prev == 5;
+                bool all = vk->n_prev == n_want;
                 for (int64_t i = 0; i < vk->n_prev; i++) all &= vk->prev[i].barrier != 0;
                 CHECK(all); /* ONEBIT_VK_ALL_BARRIERS */
             }
@@ -1019,6 +1144,7 @@ int main(void) {
     test_pool();
     test_chain();
     test_matvec_variants();
+    test_matvec_q8();
     test_reuse();
     test_bad_ids();
     test_fallback();

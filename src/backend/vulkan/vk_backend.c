@@ -141,9 +141,11 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
 
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
-    uint32_t spec = (uint32_t)type;
-    VkSpecializationMapEntry me = {.constantID = 0, .offset = 0, .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 1, .pMapEntries = &me, .dataSize = sizeof(spec), .pData = &spec};
+    /* constant 0: the weight type; 1: matvec_q8.comp's token count (ignored elsewhere) */
+    uint32_t spec[2] = {(uint32_t)type, sh == OB_VK_SH_MATVEC_Q8_1 ? 1u : 8u};
+    VkSpecializationMapEntry me[2] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
+                                      {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)}};
+    VkSpecializationInfo si = {.mapEntryCount = 2, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -223,7 +225,7 @@ static bool hz_hit(const ob_vk_range *r, int n, uint64_t lo, uint64_t hi) {
  * cache for KV_STORE (it writes its second source). With add (fused into n, whose first
  * source it is): add's sources are read instead, and add's output written too. */
 static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
-    ob_vk_range rd[2 * OB_MAX_SRC], wr[3];
+    ob_vk_range rd[2 * OB_MAX_SRC], wr[4];
     int nrd = 0, nwr = 0;
     for (int i = 0; i < 2 * OB_MAX_SRC; i++) {
         const ob_tensor *s = i < OB_MAX_SRC ? n->src[i] : add ? add->src[i - OB_MAX_SRC] : NULL;
@@ -239,6 +241,13 @@ static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
     }
     uint64_t o = (uint64_t)(uintptr_t)n->data;
     wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n)};
+    /* a norm or GLU that also writes the int8 x buffer */
+    ob_vk_range q = ob_vk_q8_out(vk, n);
+    if (q.hi > q.lo) wr[nwr++] = q;
+    ob_vk_hz(vk, rd, nrd, wr, nwr);
+}
+
+void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, int nwr) {
     bool need = vk->hz_all || vk->all_barriers || (!vk->listing && !vk->recording) ||
                 vk->hz_nrd + nrd > OB_VK_MAX_RANGES || vk->hz_nwr + nwr > OB_VK_MAX_RANGES;
     for (int i = 0; i < nrd && !need; i++) need = hz_hit(vk->hz_wr, vk->hz_nwr, rd[i].lo, rd[i].hi);
@@ -250,7 +259,10 @@ static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
         vk->hz_nrd = vk->hz_nwr = 0;
     }
     for (int i = 0; i < nrd; i++) vk->hz_rd[vk->hz_nrd++] = rd[i];
-    for (int i = 0; i < nwr; i++) vk->hz_wr[vk->hz_nwr++] = wr[i];
+    for (int i = 0; i < nwr; i++) {
+        vk->hz_wr[vk->hz_nwr++] = wr[i];
+        if (vk->q8_src && wr[i].lo < vk->q8_end && vk->q8_src < wr[i].hi) vk->q8_src = 0;
+    }
 }
 
 /* Records node *i, or the fused pair starting there (then *i moves to its second node). */
@@ -462,6 +474,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         pr->in_step = true;
         pr->t_step = ob_time_s();
     }
+    vk->q8_src = 0; /* a quantized x is kept within a graph only */
     bool all_device = vk->reuse;
     for (int64_t i = 0; i < g->n && all_device; i++) {
         const ob_tensor *n = &g->nodes[i];
@@ -503,6 +516,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             double t0 = prof ? ob_time_s() : 0;
             pr->in_step = false;
             if (!st) st = cpu_fallback(vk, n, err, err_len);
+            vk->q8_src = 0; /* the host wrote device memory */
             if (prof) {
                 pr->in_step = true;
                 pr->fallback_ms += 1e3 * (ob_time_s() - t0);

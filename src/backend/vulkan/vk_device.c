@@ -118,8 +118,12 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
     bool nv = has_extension(p, "VK_NV_cooperative_matrix");
     ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR};
+    VkPhysicalDeviceShaderIntegerDotProductFeatures fid = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
+    const bool idp = has_extension(p, "VK_KHR_shader_integer_dot_product");
     f11.pNext = nv ? &fcm : NULL;
     if (d->coopmat) { fck.pNext = f11.pNext; f11.pNext = &fck; }
+    if (idp) { fid.pNext = f11.pNext; f11.pNext = &fid; }
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vkGetPhysicalDeviceFeatures2(p, &f);
     /* glslang declares the Vulkan memory model in every GL_NV_cooperative_matrix shader. */
@@ -127,6 +131,8 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
                     coopmat_nv_16(inst, p);
     d->coopmat_khr = d->coopmat && fck.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel &&
                      d->subgroup == 32 && coopmat_khr_16(inst, p);
+    d->int_dot = idp && fid.shaderIntegerDotProduct;
+    d->shuffle = (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && d->subgroup >= 8 && d->subgroup % 8 == 0;
     if (!f12.bufferDeviceAddress) d->unusable = "no bufferDeviceAddress";
     else if (!f.features.shaderInt64) d->unusable = "no shaderInt64";
     else if (!f12.storageBuffer8BitAccess || !f11.storageBuffer16BitAccess) d->unusable = "no 8/16-bit storage";
@@ -337,6 +343,16 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
      * need subgroups of 4..128. */
     const char *mv_sk = getenv("ONEBIT_VK_MATVEC_SPLITK");
     vk->matvec_splitk = mv_sk && !strcmp(mv_sk, "1") && vk->info.subgroup >= 4 && vk->info.subgroup <= 128;
+    /* Decode on int8 activations where the device has integer dot products. */
+    const char *q8 = getenv("ONEBIT_VK_Q8"), *q8_stage = getenv("ONEBIT_VK_Q8_STAGE"), *q8_rows = getenv("ONEBIT_VK_Q8_ROWS");
+    vk->q8 = vk->info.int_dot && !(q8 && !strcmp(q8, "0"));
+    /* x staged in shared memory: slower on the H200 (qwen3-8b Q4_K_M tg64 123.0 against
+     * 135.6 read from global memory, TQ2_0 134.3 / 145.5, 2026-11-30), so on request */
+    vk->q8_stage = q8_stage && !strcmp(q8_stage, "1");
+    const char *q8_fuse = getenv("ONEBIT_VK_Q8_FUSE");
+    vk->q8_fuse = vk->q8 && vk->info.shuffle && !(q8_fuse && !strcmp(q8_fuse, "0"));
+    int q8r = q8_rows ? atoi(q8_rows) : 2;
+    vk->q8_rows = q8r < 1 ? 1 : q8r > 16 ? 16 : (uint32_t)q8r;
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
     vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
     vk->all_barriers = all_bar && !strcmp(all_bar, "1");
@@ -354,11 +370,21 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         f12.shaderFloat16 = VK_TRUE;
         f12.vulkanMemoryModel = VK_TRUE;
     }
+    VkPhysicalDeviceShaderIntegerDotProductFeatures fid = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
+    const char *exts[2];
+    uint32_t n_ext = 0;
+    if (vk->use_coop) exts[n_ext++] = ext_cm;
+    if (vk->q8) {
+        exts[n_ext++] = "VK_KHR_shader_integer_dot_product";
+        fid.pNext = f11.pNext;
+        f11.pNext = &fid;
+    }
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     f.features.shaderInt64 = VK_TRUE;
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci, .enabledExtensionCount = vk->use_coop ? 1 : 0,
-                              .ppEnabledExtensionNames = &ext_cm};
+                              .pQueueCreateInfos = &qci, .enabledExtensionCount = n_ext,
+                              .ppEnabledExtensionNames = exts};
     OB_VK_CHECK(vkCreateDevice(vk->info.phys, &dci, NULL, &vk->dev));
     vkGetDeviceQueue(vk->dev, vk->qfam, 0, &vk->queue);
 
@@ -381,7 +407,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
-        if (s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) continue;
+        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s == OB_VK_SH_MATVEC_Q8 || s == OB_VK_SH_MATVEC_Q8_1) && !vk->q8) ||
+            (s == OB_VK_SH_NORM_Q8 && !vk->q8_fuse))
+            continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                         .codeSize = spv->size, .pCode = spv->code};
@@ -391,9 +419,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
     }
-    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; streaming %s), prefill %s",
+    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; streaming %s; int8 %s), prefill %s",
            vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
-           vk->matvec_fast_rps ? "on" : "off",
+           vk->matvec_fast_rps ? "on" : "off", !vk->q8 ? "off" : vk->q8_fuse ? "on, fused" : "on",
            !vk->use_coop    ? "tiled f32"
            : vk->coop_fast ? (vk->coop_khr ? "cooperative matrix (KHR, f16)" : "cooperative matrix (NV, f16)")
                            : (vk->coop_khr ? "cooperative matrix (KHR, split f16)" : "cooperative matrix (NV, split f16)"));
@@ -406,6 +434,7 @@ void ob_vk_device_free(ob_vk *vk) {
         for (int i = 0; i < vk->n_allocs; i++) ob_vk_buffer_free(vk, &vk->allocs[i]);
         if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
         if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
+        if (vk->q8_buf.buf) ob_vk_buffer_free(vk, &vk->q8_buf);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)

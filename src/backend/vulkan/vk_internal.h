@@ -35,6 +35,12 @@ typedef enum ob_vk_shader {
     OB_VK_SH_ATTENTION,
     OB_VK_SH_POOL,
     OB_VK_SH_NORM_ROPE,    /* RMS_NORM + ROPE per head, fused */
+    OB_VK_SH_QUANT_X,      /* activations to int8 blocks for MATVEC_Q8 */
+    OB_VK_SH_MATVEC_Q8,    /* decode on int8 activations (integer dot products); module only
+                              when the device has them */
+    OB_VK_SH_MATVEC_Q8_1,  /* the same module specialised for one token (MAXT = 1) */
+    OB_VK_SH_NORM_Q8,      /* NORM that also writes its output as int8 (subgroup shuffles);
+                              module only with q8_fuse */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -74,6 +80,9 @@ typedef struct ob_vk_dev_info {
                               shaders/matmul_coop.comp needs */
     bool coopmat_khr;      /* the same configuration through VK_KHR_cooperative_matrix (the
                               build's SPV_KHR rewrite of matmul_coop.comp) */
+    bool shuffle;          /* subgroup shuffles in compute, subgroups a multiple of 8 */
+    bool int_dot;          /* VK_KHR_shader_integer_dot_product with its feature on: what
+                              shaders/matvec_q8.comp needs */
     const char *unusable;  /* NULL if onebit can run on it, else why not */
 } ob_vk_dev_info;
 
@@ -160,6 +169,18 @@ typedef struct ob_vk {
     uint32_t matvec_fast_rows; /* its rows per workgroup */
     bool matvec_splitk;        /* one token through matvec.comp's split-K path
                                   (ONEBIT_VK_MATVEC_SPLITK=1; no faster on the H200) */
+    /* Decode on int8 activations (matvec_q8.comp): where the device has 4x8-bit integer dot
+     * products (VK_KHR_shader_integer_dot_product) and ONEBIT_VK_Q8 is not 0. x is
+     * quantized into q8 (qx, then dx at q8_dx) once per matmul input: q/k/v and gate/up,
+     * which share one, reuse it while q8_src .. q8_end is not written (q8_src 0: none). */
+    bool q8;
+    bool q8_fuse;              /* RMS norms and GLUs write the int8 x of the matmuls after
+                                  them (ONEBIT_VK_Q8_FUSE=0: off; norms need shuffles) */
+    bool q8_stage;             /* x staged in shared memory (ONEBIT_VK_Q8_STAGE=0: off) */
+    uint32_t q8_rows;          /* rows per workgroup (ONEBIT_VK_Q8_ROWS, default 4 subgroups) */
+    ob_vk_alloc q8_buf;
+    uint64_t q8_src, q8_end;
+    uint32_t q8_K, q8_T;
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
@@ -219,6 +240,14 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len);
 ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len);
 ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc, uint64_t groups, char *err,
                          size_t err_len);
+
+/* Hazard bookkeeping for dispatches a node records beyond its own ranges (vk_backend.c):
+ * sets need_barrier when rd/wr touch bytes written (wr: or read) since the last barrier,
+ * then adds them to the ranges; writes over q8_src .. q8_end drop the quantized x. */
+void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, int nwr);
+/* The int8 x buffer's range that a norm or GLU node will also write when recorded (vk_ops.c:
+ * the buffer is sized first), else {0, 0}. */
+ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n);
 
 /* vk_iq.c: uploads the IQ lattice tables of src/format/quant_iq_grids.h, packed as
  * shaders/dequant.glsl reads them, into a device buffer; sets vk->iq_tab. */

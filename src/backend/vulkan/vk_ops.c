@@ -118,6 +118,126 @@ static bool matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor 
     return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
 }
 
+/* matvec_q8.comp: its types (every K of theirs a multiple of 128 or 256 already), W and x
+ * 16-aligned. */
+static bool matvec_q8_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
+    ob_type t = w->type;
+    if (!vk->q8) return false;
+    if (t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K && t != OB_TYPE_Q8_0 && t != OB_TYPE_Q1_0 && t != OB_TYPE_TQ2_0)
+        return false;
+    return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
+}
+
+/* A device buffer of at least `bytes` in *b. A smaller one may still be named by
+ * dispatches recorded but not yet run, so it is retired (freed with the device), not
+ * freed; when the retired list is full, OB_ERR_NOMEM (callers then take another path). */
+static ob_status scratch_buffer(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len) {
+    if (b->buf && b->size >= bytes) return OB_OK;
+    if (b->buf) {
+        if (vk->n_retired == OB_VK_MAX_RETIRED) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: scratch buffer");
+        vk->retired[vk->n_retired++] = *b;
+        memset(b, 0, sizeof(*b));
+    }
+    /* room to grow: sizes vary little once loaded */
+    return ob_vk_buffer_new(vk, (size_t)(bytes < (1u << 20) ? (1u << 20) : 2 * bytes), false, b, err, err_len);
+}
+
+static void q8_sizes(uint64_t K, uint64_t T, uint64_t *qbytes, uint64_t *dbytes) {
+    *qbytes = (T * K + 15) / 16 * 16;
+    *dbytes = T * K / 32 * 8;
+}
+
+/* A node whose recording also quantizes its output for matvec_q8.comp: an RMS norm on the
+ * register path, or a GLU, of T <= 8 rows of whole 32-element blocks (what a decode
+ * matmul's x is); they set q8_src to their output. */
+static bool norm_q8_ok(const ob_vk *vk, const ob_tensor *norm) {
+    const ob_tensor *x = norm->src[0];
+    const uint64_t al = addr(x) | addr(norm->src[1]) | addr(norm);
+    return vk->q8_fuse && norm->op == OB_OP_RMS_NORM && x && ob_nrows(x) <= 8 && x->ne[0] % 32 == 0 &&
+           x->ne[0] <= 8192 && al % 16 == 0;
+}
+static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
+    const ob_tensor *a = glu->src[0], *b = glu->src[1];
+    return vk->q8_fuse && glu->op == OB_OP_GLU && a && b && ob_nrows(glu) <= 8 && glu->ne[0] % 32 == 0 &&
+           ob_nelements(a) == ob_nelements(glu) && ob_nelements(b) == ob_nelements(glu) &&
+           (addr(a) | addr(b) | addr(glu)) % 16 == 0;
+}
+
+ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n) {
+    ob_vk_range r = {0, 0};
+    if (!norm_q8_ok(vk, n) && !glu_q8_ok(vk, n)) return r;
+    uint64_t qb, db;
+    q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
+    char err[128];
+    if (scratch_buffer(vk, &vk->q8_buf, qb + db, err, sizeof(err)) != OB_OK) return r;
+    r.lo = vk->q8_buf.addr;
+    r.hi = r.lo + qb + db;
+    return r;
+}
+
+/* After a dispatch that wrote the int8 form of node n's output. */
+static void q8_written(ob_vk *vk, const ob_tensor *n) {
+    vk->q8_src = addr(n);
+    vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
+    vk->q8_K = (uint32_t)n->ne[0];
+    vk->q8_T = (uint32_t)ob_nrows(n);
+}
+
+/* Norm push constants for its int8 output, if it has one (q8 range from ob_vk_q8_out). */
+static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
+    if (!norm_q8_ok(vk, norm) || !vk->q8_buf.buf || !pc->u[5]) return OB_VK_SH_NORM;
+    uint64_t qb, db;
+    q8_sizes((uint64_t)norm->ne[0], (uint64_t)ob_nrows(norm), &qb, &db);
+    if (vk->q8_buf.size < qb + db) return OB_VK_SH_NORM;
+    pc->c = vk->q8_buf.addr;
+    pc->u[6] = 1;
+    pc->u[7] = (uint32_t)qb;
+    return OB_VK_SH_NORM_Q8;
+}
+
+/* MATMUL of T <= 8 tokens on int8 activations: x is quantized into q8_buf (unless the
+ * last quantized x is this one, unchanged), then matvec_q8.comp reads it. */
+static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len) {
+    const ob_tensor *w = n->src[0], *x = n->src[1];
+    const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1], T = (uint32_t)ob_nrows(x);
+    uint64_t qbytes, dbytes;
+    q8_sizes(K, T, &qbytes, &dbytes);
+    const uint64_t xlo = addr(x), xhi = xlo + (uint64_t)T * K * 4;
+    if (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T) {
+        ob_status st = scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, err, err_len);
+        if (st) return st;
+        ob_vk_pc q;
+        memset(&q, 0, sizeof(q));
+        q.a = xlo;
+        q.o = vk->q8_buf.addr;
+        q.u[0] = K;
+        q.u[1] = T * K / 32;
+        q.u[2] = (uint32_t)qbytes;
+        ob_vk_range rd = {xlo, xhi}, wr = {q.o, q.o + qbytes + dbytes};
+        ob_vk_hz(vk, &rd, 1, &wr, 1);
+        st = ob_vk_dispatch(vk, OB_VK_SH_QUANT_X, OB_TYPE_F32, &q, cdiv(q.u[1], 64), err, err_len);
+        if (st) return st;
+        q8_written(vk, x);
+    }
+    /* qx was written since the last barrier (or not): the ranges decide, and the node's own
+     * ranges go in again in case that barrier cleared them. */
+    const uint64_t q0 = vk->q8_buf.addr;
+    ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes}, {addr(w), addr(w) + ob_nbytes(w)}};
+    ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n)};
+    ob_vk_hz(vk, rd, 2, &wr, 1);
+    pc->b = q0;
+    pc->c = q0 + qbytes;
+    pc->e = 0;
+    /* rows per subgroup: up to q8_rows, fewer while that leaves under 256 workgroups */
+    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
+    uint32_t rps = vk->q8_rows;
+    while (rps > 1 && (uint64_t)N < (uint64_t)sg * rps * 256) rps /= 2;
+    pc->u[4] = sg * rps;
+    pc->u[5] = vk->q8_stage && (uint64_t)T * K <= 768 * 16;
+    return ob_vk_dispatch(vk, T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8, w->type, pc, cdiv(N, pc->u[4]), err,
+                          err_len);
+}
+
 /* norm.comp's register path: rows of whole vec4s up to its 256 x 4 x 8 elements, every
  * address it touches 16-aligned (absent ones are 0). */
 static bool norm_vec_ok(int64_t n, const ob_vk_pc *pc) {
@@ -149,7 +269,10 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
     pc.u[4] = 1;
     pc.u[5] = norm_vec_ok(a->ne[0], &pc);
     pc.f[0] = norm->fp[0];
-    return ob_vk_dispatch(vk, OB_VK_SH_NORM, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+    const ob_vk_shader sh = norm_q8_pc(vk, norm, &pc);
+    ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+    if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, norm);
+    return st;
 }
 
 /* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
@@ -158,20 +281,6 @@ static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
     if (vk->attn_splits <= 1 || pairs >= 512) return 1;
     uint64_t s = cdiv(cps, 128);
     return s < vk->attn_splits ? s : vk->attn_splits;
-}
-
-/* The attention partials' buffer, at least `bytes`. A smaller one may still be named by
- * dispatches recorded but not yet run, so it is retired (freed with the device), not
- * freed; when the retired list is full the caller does without splits. */
-static ob_status part_buffer(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
-    if (vk->attn_part.buf && vk->attn_part.size >= bytes) return OB_OK;
-    if (vk->attn_part.buf) {
-        if (vk->n_retired == OB_VK_MAX_RETIRED) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: attention partials");
-        vk->retired[vk->n_retired++] = vk->attn_part;
-        memset(&vk->attn_part, 0, sizeof(vk->attn_part));
-    }
-    /* room to grow: context sizes vary little once loaded */
-    return ob_vk_buffer_new(vk, (size_t)(bytes < (1u << 20) ? (1u << 20) : 2 * bytes), false, &vk->attn_part, err, err_len);
 }
 
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
@@ -237,7 +346,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         if (n->op == OB_OP_RMS_NORM) pc.c = 0;
         pc.u[5] = norm_vec_ok(a->ne[0], &pc);
         pc.f[0] = n->fp[0];
-        return ob_vk_dispatch(vk, OB_VK_SH_NORM, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+        {
+            const ob_vk_shader sh = norm_q8_pc(vk, n, &pc);
+            ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+            if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, n);
+            return st;
+        }
     case OB_OP_MATMUL: {
         uint64_t N = (uint64_t)a->ne[1], T = (uint64_t)ob_nrows(b);
         pc.u[0] = (uint32_t)a->ne[0];
@@ -248,6 +362,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
          * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
         if (T <= 8 && !vk->no_matvec) {
             const uint64_t K = (uint64_t)a->ne[0];
+            if (matvec_q8_ok(vk, a, b)) return record_matvec_q8(vk, n, &pc, err, err_len);
             if (T == 1 && vk->matvec_splitk && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
                 /* rows per workgroup: ~512 workgroups, 8..64 rows, whole batches of 8 */
                 uint64_t rw = (cdiv(N, 512) + 7) / 8 * 8;
@@ -269,11 +384,29 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         return ob_vk_dispatch(vk, vk->use_coop ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL, a->type, &pc,
                               cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
+    case OB_OP_GLU:
+        if (glu_q8_ok(vk, n) && vk->q8_buf.buf) {
+            /* the product and its int8 form in one pass (quant_x.comp) */
+            uint64_t qb, db;
+            q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
+            if (vk->q8_buf.size >= qb + db) {
+                pc.e = addr(n);
+                pc.o = vk->q8_buf.addr;
+                pc.u[0] = (uint32_t)n->ne[0];
+                pc.u[1] = (uint32_t)(ne / 32);
+                pc.u[2] = (uint32_t)qb;
+                pc.u[3] = 1;
+                pc.u[4] = (uint32_t)n->ip[0];
+                ob_status st = ob_vk_dispatch(vk, OB_VK_SH_QUANT_X, OB_TYPE_F32, &pc, cdiv(ne / 32, 64), err, err_len);
+                if (!st) q8_written(vk, n);
+                return st;
+            }
+        }
+        /* fall through */
     case OB_OP_ADD:
     case OB_OP_MUL:
     case OB_OP_SCALE:
     case OB_OP_ACT:
-    case OB_OP_GLU:
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = n->op == OB_OP_ADD ? 0 : n->op == OB_OP_MUL ? 1 : n->op == OB_OP_SCALE ? 2 : n->op == OB_OP_ACT ? 3 : 4;
         pc.u[2] = b && n->op != OB_OP_GLU ? (uint32_t)ob_nelements(b) : 1;
@@ -320,7 +453,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.f[1] = n->fp[1];
         pc.f[2] = n->fp[2];
         uint64_t S = attn_splits(vk, T * H, (uint64_t)n->ip[0]), hd = (uint64_t)a->ne[0];
-        if (S > 1 && part_buffer(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S > 1 && scratch_buffer(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
         if (S <= 1) return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
         /* the partials, then their merge; each waits for what came before */
         pc.o = vk->attn_part.addr;

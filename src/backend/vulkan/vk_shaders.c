@@ -45,6 +45,15 @@ static const uint32_t spv_pool[] = {
 static const uint32_t spv_norm_rope[] = {
 #include "norm_rope.spv.inc"
 };
+static const uint32_t spv_quant_x[] = {
+#include "quant_x.spv.inc"
+};
+static const uint32_t spv_norm_q8[] = {
+#include "norm_q8.spv.inc"
+};
+static const uint32_t spv_matvec_q8[] = {
+#include "matvec_q8.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -60,4 +69,8 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_ATTENTION] = {spv_attention, sizeof(spv_attention), "attention"},
     [OB_VK_SH_POOL] = {spv_pool, sizeof(spv_pool), "pool"},
     [OB_VK_SH_NORM_ROPE] = {spv_norm_rope, sizeof(spv_norm_rope), "norm_rope"},
+    [OB_VK_SH_QUANT_X] = {spv_quant_x, sizeof(spv_quant_x), "quant_x"},
+    [OB_VK_SH_MATVEC_Q8] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
+    [OB_VK_SH_MATVEC_Q8_1] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
+    [OB_VK_SH_NORM_Q8] = {spv_norm_q8, sizeof(spv_norm_q8), "norm_q8"},
 };

@@ -3,33 +3,8 @@
 // a src0, b src1 (ADD/MUL: broadcast over u[2] elements; GLU: up), o dst;
 // u[0] n, u[1] op (0 add, 1 mul, 2 scale, 3 act, 4 glu), u[3] ob_act (0 silu, 1 gelu tanh, 2 gelu erf, 3 relu, 4 tanh); f[0] scale.
 #include "common.glsl"
+#include "act.glsl"
 layout(local_size_x = 256) in;
-
-float act(uint kind, float x) {
-    if (kind == 0u) return x / (1.0 + exp(-x));
-    if (kind == 1u) {
-        // tanh(z) written through exp(-2|z|) so large |z| cannot overflow to inf/inf.
-        float z = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-        float t = exp(-2.0 * abs(z));
-        return 0.5 * x * (1.0 + sign(z) * (1.0 - t) / (1.0 + t));
-    }
-    if (kind == 2u) {
-        // erf via Abramowitz-Stegun 7.1.26 is 1.5e-7 absolute: enough for f32 activations.
-        float z = abs(x) * 0.7071067811865476;
-        float t = 1.0 / (1.0 + 0.3275911 * z);
-        float y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-z * z);
-        return 0.5 * x * (1.0 + sign(x) * y);
-    }
-    if (kind == 4u) {
-        // The same exp(-2|x|) form as GELU's tanh (the builtin may overflow to inf/inf);
-        // near 0 it cancels, so small |x| takes the odd Taylor series (error < 1e-9 rel).
-        float x2 = x * x;
-        if (abs(x) < 0.125) return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))));
-        float t = exp(-2.0 * abs(x));
-        return sign(x) * (1.0 - t) / (1.0 + t);
-    }
-    return max(x, 0.0);
-}
 
 void main() {
     uint i = group_id() * 256 + gl_LocalInvocationID.x;

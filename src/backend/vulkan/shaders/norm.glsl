@@ -1,0 +1,92 @@
+// RMS_NORM / LAYER_NORM: the body of norm.comp and norm_q8.comp.
+// RMS_NORM and LAYER_NORM: one workgroup per row, optionally after a residual add.
+// a x F32 [n, rows], b weight [n] (u[2]), c bias [n] (u[3]), o y F32; u[0] n, u[1] 1 = layer;
+// f[0] eps. u[4] 1: fused ADD before the norm: the row is a + d (d F32 [n, rows]), and
+// that sum is written to e (the ADD node's output) as well.
+//
+// A row of up to WG * 4 * NV elements (n % 4 == 0, every address 16-aligned: u[5] 1) is
+// loaded once into registers as vec4, so the statistics and the output take one round
+// trip to memory instead of one per pass and per loop step; other rows loop over x.
+// u[6] 1 (RMS, register path, n % 32 == 0, subgroups of a multiple of 8 with shuffles):
+// the output is also quantized for matvec_q8.comp (q8.glsl): qx at c + row * n, dx at
+// c + u[7] + row * n / 4.
+// That variant is its own module (norm_q8.comp defines NORM_Q8): shuffles are a
+// capability a device may lack, and a driver may reject a module that declares one.
+#ifdef NORM_Q8
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define Q8_SHUFFLE
+#endif
+#include "common.glsl"
+#include "q8.glsl"
+#define WG 256
+#define NV 8
+layout(local_size_x = WG) in;
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 v[]; };
+
+void main() {
+    uint r = group_id(), n = pc.u[0], tid = gl_LocalInvocationID.x;
+    if (r >= pc.u[10]) return; // u[10] rows; uniform per workgroup, so barriers stay legal
+    uint64_t off = uint64_t(r) * n * 4;
+    bool layer = pc.u[1] != 0, has_w = pc.u[2] != 0, has_b = pc.u[3] != 0, fused = pc.u[4] != 0;
+    if (pc.u[5] != 0) {
+        uint n4 = n / 4;
+        vec4 v[NV];
+        float s = 0.0;
+        for (uint k = 0; k < NV; k++) {
+            uint i = tid + k * WG;
+            v[k] = vec4(0.0);
+            if (i < n4) {
+                v[k] = BV4(pc.a + off).v[i];
+                if (fused) {
+                    v[k] += BV4(pc.d + off).v[i];
+                    BV4(pc.e + off).v[i] = v[k];
+                }
+                s += dot(v[k], vec4(1.0));
+            }
+        }
+        float mean = layer ? wg_sum(s) / float(n) : 0.0;
+        float q = 0.0;
+        for (uint k = 0; k < NV; k++) {
+            vec4 dv = v[k] - mean;
+            if (tid + k * WG < n4) q += dot(dv, dv);
+        }
+        float scale = inversesqrt(wg_sum(q) / float(n) + pc.f[0]);
+        bool q8 = pc.u[6] != 0;
+        for (uint k = 0; k < NV; k++) {
+            if (k * WG >= n4) break; // uniform
+            uint i = tid + k * WG;
+            bool live = i < n4;
+            vec4 y = (v[k] - mean) * scale;
+            if (live) {
+                if (has_w) y *= BV4(pc.b).v[i];
+                if (has_b) y += BV4(pc.c).v[i];
+                BV4(pc.o + off).v[i] = y;
+            }
+#ifdef NORM_Q8
+            if (q8) q8_vec4(y, live, i, pc.c + uint64_t(r) * n, pc.c + pc.u[7] + uint64_t(r) * (n / 4));
+#endif
+        }
+        return;
+    }
+    BF32 x = BF32(pc.a + off), x2 = BF32(pc.d + off), y = BF32(pc.o + off);
+    float mean = 0.0;
+    if (layer) {
+        float s = 0.0;
+        for (uint i = tid; i < n; i += WG) s += x.v[i] + (fused ? x2.v[i] : 0.0);
+        mean = wg_sum(s) / float(n);
+    }
+    float s = 0.0;
+    for (uint i = tid; i < n; i += WG) {
+        float xi = x.v[i] + (fused ? x2.v[i] : 0.0);
+        if (fused) BF32(pc.e + off).v[i] = xi;
+        float d = xi - mean;
+        s += d * d;
+    }
+    float scale = inversesqrt(wg_sum(s) / float(n) + pc.f[0]);
+    for (uint i = tid; i < n; i += WG) {
+        float v = (x.v[i] + (fused ? x2.v[i] : 0.0) - mean) * scale;
+        if (has_w) v *= BF32(pc.b).v[i];
+        if (has_b) v += BF32(pc.c).v[i];
+        y.v[i] = v;
+    }
+}

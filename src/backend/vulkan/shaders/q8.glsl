@@ -1,0 +1,34 @@
+// int8 activations as matvec_q8.comp reads them: per 32 elements, d = max|x| / 127 and
+// q = roundEven(x / d) in [-127, 127] (d = 0: q = 0); qx holds the q as bytes, dx the
+// pair (d, d * sum(q)) per block. quant_x.comp does it for a whole x; q8_vec4 lets a
+// shader that holds x four elements per invocation quantize as it writes.
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer BQ8W { uint v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BQ8D { vec2 v[]; };
+
+uint q8_pack(ivec4 q) {
+    return (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8) | ((uint(q.z) & 255u) << 16) | (uint(q.w) << 24);
+}
+
+#ifdef Q8_SHUFFLE
+// Elements 4i .. 4i + 3 of a row, y, held by invocation lane of a subgroup where the 8
+// invocations of one 32-element block are lanes 8j .. 8j + 7 (i % 8 == lane % 8). Every
+// invocation of the subgroup must call this (shuffles); live: whether i is in the row.
+// Writes word i of qx (at qx) and, from the block's first lane, block i / 8 of dx.
+void q8_vec4(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
+    vec4 a = abs(y);
+    float am = max(max(a.x, a.y), max(a.z, a.w));
+    am = max(am, subgroupShuffleXor(am, 1u));
+    am = max(am, subgroupShuffleXor(am, 2u));
+    am = max(am, subgroupShuffleXor(am, 4u));
+    float d = am / 127.0, id = am > 0.0 ? 127.0 / am : 0.0;
+    ivec4 q = clamp(ivec4(roundEven(y * id)), ivec4(-127), ivec4(127));
+    int s = q.x + q.y + q.z + q.w;
+    s += subgroupShuffleXor(s, 1u);
+    s += subgroupShuffleXor(s, 2u);
+    s += subgroupShuffleXor(s, 4u);
+    if (live) {
+        BQ8W(qx).v[i] = q8_pack(q);
+        if ((i & 7u) == 0u) BQ8D(dx).v[i / 8] = vec2(d, d * float(s));
+    }
+}
+#endif
