@@ -368,6 +368,33 @@ static void test_norm_rope(void) {
                     ob_graph_free(g);
                     free(x); free(w);
                 }
+    /* the k norm + rope + KV_STORE of qwen3-style attention in one dispatch: the cache rows
+     * against the reference, for each cache type */
+    static const ob_type kv[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
+    int32_t kpos[5] = {0, 3, 8, 7, 9}, kseq[5] = {0, 0, 1, 2, 1};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) {
+        const int64_t hd = 64, heads = 2, T = 5, cps = 10, cells = 3 * cps;
+        int64_t ne[3] = {hd, heads, T}, nt[1] = {T}, nc[2] = {hd * heads, cells};
+        float *x = rand_f32(hd * heads * T, 2.0f), *w = rand_f32(hd, 1.0f);
+        void *cache = rand_typed(kv[ti], hd * heads, cells, 1.0f);
+        ob_graph *g = ob_graph_new(12);
+        ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
+        ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
+        ob_tensor *k = ob_rope(g, h, pos_t, (int)hd, 2, 10000.0f, 1.0f);
+        ob_tensor *tc = ob_leaf(g, "cache", kv[ti], 2, nc, cache);
+        ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
+        char what[96];
+        snprintf(what, sizeof(what), "norm+rope+kv_store %s", ob_type_name(kv[ti]));
+        check_graph(g, tc, kv[ti] == OB_TYPE_Q8_0 ? 0.03 : kv[ti] == OB_TYPE_F16 ? 2e-3 : 2e-4, 1e-4, what);
+        ob_vk *vk = g_be[0]->ctx;
+        CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[5] == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
+        if (nf && kv[ti] == OB_TYPE_F32) { /* check_on compares F32 results */
+            check_on(nf, g, tc, 2e-4, 1e-4, what);
+            CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
+        }
+        ob_graph_free(g);
+        free(x); free(w); free(cache);
+    }
     if (nf) ob_backend_free(nf);
 }
 
@@ -560,6 +587,12 @@ static void run_attention(const attn_case *ac) {
 
 static void test_attention(void) {
     g_nosplit = backend_with("ONEBIT_VK_ATTN_SPLIT", "1");
+    /* splits of 128 cells, so the 300-cell decode cases split (the default is 1024) */
+    uint32_t keep_cells[N_BE];
+    for (int b = 0; b < N_BE; b++) {
+        keep_cells[b] = ((ob_vk *)g_be[b]->ctx)->attn_cells;
+        ((ob_vk *)g_be[b]->ctx)->attn_cells = 128;
+    }
     static const ob_type kvt[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
     static const int heads[][2] = {{4, 4}, {4, 2}, {6, 1}};
     for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
@@ -586,6 +619,7 @@ static void test_attention(void) {
             }
     if (g_nosplit) ob_backend_free(g_nosplit);
     g_nosplit = NULL;
+    for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_cells = keep_cells[b];
 }
 
 /* POOL: mean / first / last of each sequence's tokens, with and without L2 norm; the

@@ -224,19 +224,22 @@ static bool hz_hit(const ob_vk_range *r, int n, uint64_t lo, uint64_t hi) {
  * join the ones since the last barrier. Reads: every source; writes: the output, and the
  * cache for KV_STORE (it writes its second source). With add (fused into n, whose first
  * source it is): add's sources are read instead, and add's output written too. */
-static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
-    ob_vk_range rd[2 * OB_MAX_SRC], wr[4];
+static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const ob_tensor *store) {
+    ob_vk_range rd[3 * OB_MAX_SRC], wr[6];
     int nrd = 0, nwr = 0;
-    for (int i = 0; i < 2 * OB_MAX_SRC; i++) {
-        const ob_tensor *s = i < OB_MAX_SRC ? n->src[i] : add ? add->src[i - OB_MAX_SRC] : NULL;
+    for (int i = 0; i < 3 * OB_MAX_SRC; i++) {
+        const ob_tensor *by = i < OB_MAX_SRC ? n : i < 2 * OB_MAX_SRC ? add : store;
+        const ob_tensor *s = by ? by->src[i % OB_MAX_SRC] : NULL;
         if (add && s == add) {
             uint64_t lo = (uint64_t)(uintptr_t)add->data;
             wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(add)};
             continue;
         }
-        if (!s || !s->data) continue;
+        /* KV_STORE outputs are ordering tokens: no shader reads them (the caches' own
+         * ranges order the attention after its stores) */
+        if (!s || !s->data || s == n || s->op == OB_OP_KV_STORE) continue;
         uint64_t lo = (uint64_t)(uintptr_t)s->data;
-        if (n->op == OB_OP_KV_STORE && i == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
+        if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
         else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
     }
     uint64_t o = (uint64_t)(uintptr_t)n->data;
@@ -274,7 +277,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         if (j < g->n && ob_vk_fusable_add_norm(n, &g->nodes[j])) {
             ob_tensor *norm = &g->nodes[j];
             vk->prof.key_now = prof_key(norm);
-            hz_node(vk, norm, n);
+            hz_node(vk, norm, n, NULL);
             *i = j;
             return ob_vk_record_add_norm(vk, n, norm, err, err_len);
         }
@@ -283,15 +286,19 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         int64_t j = *i + 1;
         while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
         if (j < g->n && ob_vk_fusable_norm_rope(n, &g->nodes[j], j)) {
-            ob_tensor *rope = &g->nodes[j];
+            ob_tensor *rope = &g->nodes[j], *store = NULL;
+            /* and the KV_STORE of a k rope */
+            int64_t k = j + 1;
+            while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
+            if (k < g->n && ob_vk_fusable_rope_store(rope, &g->nodes[k], k)) store = &g->nodes[k];
             vk->prof.key_now = prof_key(n); /* timed as the norm */
-            hz_node(vk, rope, n);
-            *i = j;
-            return ob_vk_record_norm_rope(vk, n, rope, err, err_len);
+            hz_node(vk, rope, n, store);
+            *i = store ? k : j;
+            return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
         }
     }
     vk->prof.key_now = prof_key(n); /* the dispatches of this node time under its key */
-    hz_node(vk, n, NULL);
+    hz_node(vk, n, NULL, NULL);
     return ob_vk_record_node(vk, n, err, err_len);
 }
 
@@ -318,7 +325,15 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
     VkPipeline bound = VK_NULL_HANDLE;
     for (int64_t i = 0; i < vk->n_list; i++) {
         const ob_vk_cmd *c = &vk->list[i];
-        if (c->barrier) barrier(vk, vk->gcmd, k_dst_stage, k_dst_access);
+        if (c->barrier && vk->bar_compute) {
+            /* a listed graph holds dispatches only: compute-to-compute is enough */
+            VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                                  .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
+            vkCmdPipelineBarrier(vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                                 &mb, 0, NULL, 0, NULL);
+        } else if (c->barrier) {
+            barrier(vk, vk->gcmd, k_dst_stage, k_dst_access);
+        }
         if (prof) {
             pr->key_now = c->prof_key;
             prof_mark(vk, vk->gcmd, true);

@@ -356,11 +356,16 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
     vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
     vk->all_barriers = all_bar && !strcmp(all_bar, "1");
+    const char *bar_c = getenv("ONEBIT_VK_BARRIER_COMPUTE");
+    vk->bar_compute = bar_c && !strcmp(bar_c, "1");
     const char *no_fuse = getenv("ONEBIT_VK_NO_FUSE");
     vk->no_fuse = no_fuse && !strcmp(no_fuse, "1");
     const char *split = getenv("ONEBIT_VK_ATTN_SPLIT");
     int splits = split ? atoi(split) : 16;
     vk->attn_splits = splits < 1 ? 1 : splits > 64 ? 64 : (uint32_t)splits;
+    const char *acells = getenv("ONEBIT_VK_ATTN_CELLS");
+    int ac = acells ? atoi(acells) : 1024;
+    vk->attn_cells = ac < 32 ? 32 : ac > 65536 ? 65536 : (uint32_t)ac;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
     ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};

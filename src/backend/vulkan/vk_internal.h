@@ -184,6 +184,8 @@ typedef struct ob_vk {
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
+    bool bar_compute;      /* ONEBIT_VK_BARRIER_COMPUTE=1: barriers inside a listed graph
+                              compute-to-compute only (not transfer stages too) */
     bool all_barriers;     /* a barrier after every dispatch (ONEBIT_VK_ALL_BARRIERS=1), not
                               only before one that touches bytes an earlier one wrote */
     uint8_t fallback_logged[OB_OP_COUNT][OB_TYPE_COUNT];
@@ -208,6 +210,8 @@ typedef struct ob_vk {
     /* Decode attention split over cells (vk_ops.c): up to attn_splits workgroups per
      * (token, head) (ONEBIT_VK_ATTN_SPLIT, default 16, 1 = off), partials in attn_part. */
     uint32_t attn_splits;
+    uint32_t attn_cells;   /* cells per split (ONEBIT_VK_ATTN_CELLS, default 1024: on the H200
+                              at ~600 cells one workgroup per head beat 5 splits + merge) */
     ob_vk_alloc attn_part;
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
@@ -262,6 +266,9 @@ bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm);
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len);
 /* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
-ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, char *err, size_t err_len);
+/* ... and the KV_STORE of that rope's output (its one reader) into a cache: one dispatch. */
+bool ob_vk_fusable_rope_store(const ob_tensor *rope, const ob_tensor *store, int64_t store_index);
+ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob_tensor *store, char *err,
+                                 size_t err_len);
 
 #endif

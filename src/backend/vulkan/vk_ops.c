@@ -276,10 +276,11 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
 }
 
 /* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
- * to fill the device; else one per 128 cells a sequence can hold, up to attn_splits. */
+ * to fill the device; else one per attn_cells cells a sequence can hold, up to
+ * attn_splits. */
 static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
     if (vk->attn_splits <= 1 || pairs >= 512) return 1;
-    uint64_t s = cdiv(cps, 128);
+    uint64_t s = cdiv(cps, vk->attn_cells);
     return s < vk->attn_splits ? s : vk->attn_splits;
 }
 
@@ -297,7 +298,18 @@ static void rope_ratio(float base, int32_t n_rot, float *hi, float *lo) {
     *lo = (float)(r - (double)*hi);
 }
 
-ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, char *err, size_t err_len) {
+bool ob_vk_fusable_rope_store(const ob_tensor *rope, const ob_tensor *store, int64_t store_index) {
+    const ob_tensor *c = store->src[1];
+    if (store->op != OB_OP_KV_STORE || store->src[0] != rope || rope->last_use != store_index || !ob_vk_supports_node(store))
+        return false;
+    /* rows of the rope are (token, head); the cache row holds every head of a token */
+    const int64_t hd = rope->ne[0], heads = rope->ne[1];
+    return c->ne[0] == hd * heads && ob_nelements(store->src[2]) == ob_nelements(rope) / (hd * heads) &&
+           (c->type == OB_TYPE_F32 || c->type == OB_TYPE_F16 || (c->type == OB_TYPE_Q8_0 && hd % 32 == 0));
+}
+
+ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob_tensor *store, char *err,
+                                 size_t err_len) {
     ob_vk_pc pc;
     memset(&pc, 0, sizeof(pc));
     const ob_tensor *x = norm->src[0];
@@ -313,6 +325,16 @@ ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ch
     pc.f[0] = norm->fp[0];
     rope_ratio(rope->fp[0], rope->ip[0], &pc.f[1], &pc.f[3]);
     pc.f[2] = rope->fp[1];
+    if (store) {
+        const ob_tensor *c = store->src[1];
+        pc.d = addr(c);
+        pc.e = addr(store->src[3]);
+        pc.u[5] = 1;
+        pc.u[6] = (uint32_t)c->type;
+        pc.u[7] = (uint32_t)store->ip[0];
+        pc.u[8] = (uint32_t)ob_nrows(c);
+        pc.u[9] = (uint32_t)ob_row_size(c->type, c->ne[0]);
+    }
     return ob_vk_dispatch(vk, OB_VK_SH_NORM_ROPE, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(x), err, err_len);
 }
 

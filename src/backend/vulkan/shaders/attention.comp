@@ -33,6 +33,17 @@ float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
 
 const float NEG_INF = -1.0 / 0.0;
 
+// The scaled query (qs, elements e ..) dotted with 16 bytes of a key: 4 F32 (kt 0) or 8 F16.
+float key_dot(uvec4 w, uint kt, uint e) {
+    if (kt == 0u) return dot(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), uintBitsToFloat(w));
+    float x = 0.0;
+    for (uint k = 0; k < 4; k++) {
+        vec2 h2 = unpackHalf2x16(w[k]);
+        x += qs[e + 2 * k] * h2.x + qs[e + 2 * k + 1] * h2.y;
+    }
+    return x;
+}
+
 // y[t, h] from the S partials of (t, h) = g.
 void merge(uint g, uint hd, uint S) {
     uint tid = gl_LocalInvocationID.x, st = hd + 2;
@@ -110,18 +121,16 @@ void main() {
             uint64_t r = cell0 + uint64_t(j);
             if (kwide) {
                 // one 16-byte load per 8 f16 or 4 f32 of the cell's key (rows 16-aligned)
+                // (four loads issued together: hd is a multiple of 16 elements where they
+                // are whole, else one at a time)
                 uint64_t kr = pc.b + (r * rl + kh * hd) * (kt == 0u ? 4 : 2);
-                for (uint e = 0; e < hd; e += kt == 0u ? 4 : 8) {
-                    uvec4 w = BK4(kr + e * (kt == 0u ? 4 : 2)).v[0];
-                    if (kt == 0u) {
-                        x += dot(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), uintBitsToFloat(w));
-                    } else {
-                        for (uint k = 0; k < 4; k++) {
-                            vec2 h2 = unpackHalf2x16(w[k]);
-                            x += qs[e + 2 * k] * h2.x + qs[e + 2 * k + 1] * h2.y;
-                        }
-                    }
+                uint step = kt == 0u ? 4 : 8, e = 0;
+                for (; e + 4 * step <= hd; e += 4 * step) {
+                    uvec4 w4[4];
+                    for (uint i = 0; i < 4; i++) w4[i] = BK4(kr + (e + i * step) * (kt == 0u ? 4 : 2)).v[0];
+                    for (uint i = 0; i < 4; i++) x += key_dot(w4[i], kt, e + i * step);
                 }
+                for (; e < hd; e += step) x += key_dot(BK4(kr + e * (kt == 0u ? 4 : 2)).v[0], kt, e);
             } else {
                 for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
             }
@@ -135,8 +144,17 @@ void main() {
         l = l * corr + wg_sum(lg[tid]);
         m = mn;
         for (uint k = 0; k < MAXD; k++) acc[k] *= corr;
-        int nj = min(WG, hi - j0 + 1);
-        for (int jj = 0; jj < nj; jj++) {
+        int nj = min(WG, hi - j0 + 1), jj = 0;
+        // eight cells' values loaded together, then accumulated (in cell order, as below)
+        for (; jj + 8 <= nj; jj += 8)
+            for (uint k = 0; k < MAXD; k++) {
+                uint e = tid + k * WG;
+                if (e >= hd) break;
+                float vv[8];
+                for (int i = 0; i < 8; i++) vv[i] = kv_at(pc.c, vt, cell0 + uint64_t(j0 + jj + i), rl, kh * hd + e);
+                for (int i = 0; i < 8; i++) acc[k] += lg[jj + i] * vv[i];
+            }
+        for (; jj < nj; jj++) {
             float pj = lg[jj];
             uint64_t r = cell0 + uint64_t(j0 + jj);
             for (uint k = 0; k < MAXD; k++) {

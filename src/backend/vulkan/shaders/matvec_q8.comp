@@ -9,7 +9,7 @@
 // per weight; here weight bytes meet int8 activations in 4-wide integer dot products
 // (SPV_KHR_integer_dot_product, dp4a on NVIDIA), so a weight costs well under one
 // instruction and the shader streams W at memory speed. Each weight block is cut into
-// units of 32 to 128 elements; a subgroup owns a row and its lanes walk the row's units
+// units of 32 or 64 elements; a subgroup owns a row and its lanes walk the row's units
 // in order, so neighbouring lanes read neighbouring bytes. Block scales are applied to
 // each unit's integer sums, and the activation scales per 32 elements (dx) after that.
 #extension GL_EXT_spirv_intrinsics : require
@@ -74,7 +74,7 @@ float ldh(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(
 uint byte_of(uint w, uint k) { return (w >> (8u * k)) & 255u; }
 
 // Units per block and elements per unit.
-const uint UPB = TYPE == T_Q8_0 || TYPE == T_Q1_0 ? 1 : 4;
+const uint UPB = TYPE == T_Q8_0 ? 1 : 4;
 const uint EPU = BS / UPB;
 
 // acc[t] += unit u of the row at `row`, dotted with token t's x, for t < T.
@@ -178,26 +178,24 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
             acc[t] += d * xd(t, b).x * float(si);
         }
     } else if (TYPE == T_Q1_0) {
-        // 128 elements: bit j of the 16 bytes set -> +d, clear -> -d; sum(sign * q) =
-        // 2 sum(bit * q) - sum(q), the last from dx.y. Each 4 bits become four 0/1 bytes.
-        uint64_t blk = row + uint64_t(b) * 18;
-        uint Bw[4];
-        ld4w(blk + 2, Bw);
+        // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes:
+        // bit set -> +d, clear -> -d; sum(sign * q) = 2 sum(bit * q) - sum(q), the last
+        // from dx.y. Each 4 bits become four 0/1 bytes.
+        uint64_t blk = row + uint64_t(b) * 18, p = blk + 2 + 4 * s, a4 = p & ~3ul;
+        bool m = (p & 2ul) != 0ul;
+        uint w0 = BU32(a4).v[0], w1 = BU32(m ? a4 + 4 : a4).v[0];
+        uint bits = m ? (w0 >> 16) | (w1 << 16) : w0;
         float d = ldh(blk);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
-            float a = 0.0;
-            for (uint i = 0; i < 4; i++) {
-                uvec4 x0 = xq(t, 128 * b + 32 * i), x1 = xq(t, 128 * b + 32 * i + 16);
-                int si = 0;
-                for (uint k = 0; k < 4; k++) {
-                    si = dp4(((Bw[i] >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u, x0[k], si);
-                    si = dp4(((Bw[i] >> (4 * k + 16)) & 15u) * 0x00204081u & 0x01010101u, x1[k], si);
-                }
-                vec2 f = xd(t, 4 * b + i);
-                a += 2.0 * f.x * float(si) - f.y;
+            uvec4 x0 = xq(t, 128 * b + 32 * s), x1 = xq(t, 128 * b + 32 * s + 16);
+            int si = 0;
+            for (uint k = 0; k < 4; k++) {
+                si = dp4(((bits >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u, x0[k], si);
+                si = dp4(((bits >> (4 * k + 16)) & 15u) * 0x00204081u & 0x01010101u, x1[k], si);
             }
-            acc[t] += d * a;
+            vec2 f = xd(t, 4 * b + s);
+            acc[t] += d * (2.0 * f.x * float(si) - f.y);
         }
     }
 }
@@ -221,8 +219,16 @@ void main() {
         uint64_t row = pc.a + uint64_t(n) * pc.u[3];
         float acc[MAXT];
         for (uint t = 0; t < MAXT; t++) acc[t] = 0.0;
-        // two units per step where both exist: twice the loads in flight
+        // several units per step where they exist: their loads are all in flight at once
+        // (four for one token; two where 8 tokens' accumulators take the registers)
         uint u = lane;
+        if (MAXT == 1)
+            for (; u + 3 * sgs < U; u += 4 * sgs) {
+                unit_dot(row, u, T, acc);
+                unit_dot(row, u + sgs, T, acc);
+                unit_dot(row, u + 2 * sgs, T, acc);
+                unit_dot(row, u + 3 * sgs, T, acc);
+            }
         for (; u + sgs < U; u += 2 * sgs) {
             unit_dot(row, u, T, acc);
             unit_dot(row, u + sgs, T, acc);
