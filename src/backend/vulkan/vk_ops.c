@@ -107,25 +107,21 @@ bool ob_vk_supports_node(const ob_tensor *n) {
 static uint64_t addr(const ob_tensor *t) { return t ? (uint64_t)(uintptr_t)t->data : 0; }
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-/* matvec.comp's streaming path: its types, with W and x 16-aligned (Q4_K reads 16-byte
- * words; the others' 2-aligned blocks are found from a 4-aligned row start) and K a whole
- * count of its 32-element pieces (block-aligned rows already are). */
-static bool matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
+/* The weight types of both decode paths that read whole blocks a piece at a time:
+ * matvec.comp's streaming path and matvec_q8.comp. Both need W and x 16-aligned (Q4_K
+ * reads 16-byte words; the others' 2-aligned blocks are found from a 4-aligned row start)
+ * and K a whole count of 32-element pieces (block-aligned rows of these types are). */
+static bool piece_types_ok(const ob_tensor *w, const ob_tensor *x) {
     ob_type t = w->type;
-    if (!vk->matvec_fast_rps) return false;
     if (t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K && t != OB_TYPE_Q8_0 && t != OB_TYPE_Q1_0 && t != OB_TYPE_TQ2_0)
         return false;
     return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
 }
-
-/* matvec_q8.comp: its types (every K of theirs a multiple of 128 or 256 already), W and x
- * 16-aligned. */
+static bool matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
+    return vk->matvec_fast_rps && piece_types_ok(w, x);
+}
 static bool matvec_q8_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
-    ob_type t = w->type;
-    if (!vk->q8) return false;
-    if (t != OB_TYPE_Q4_K && t != OB_TYPE_Q6_K && t != OB_TYPE_Q8_0 && t != OB_TYPE_Q1_0 && t != OB_TYPE_TQ2_0)
-        return false;
-    return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
+    return vk->q8 && piece_types_ok(w, x);
 }
 
 /* A device buffer of at least `bytes` in *b. A smaller one may still be named by
@@ -197,15 +193,18 @@ static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
 
 /* MATMUL of T <= 8 tokens on int8 activations: x is quantized into q8_buf (unless the
  * last quantized x is this one, unchanged), then matvec_q8.comp reads it. */
-static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len) {
+static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, bool *taken, char *err, size_t err_len) {
     const ob_tensor *w = n->src[0], *x = n->src[1];
     const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1], T = (uint32_t)ob_nrows(x);
     uint64_t qbytes, dbytes;
     q8_sizes(K, T, &qbytes, &dbytes);
     const uint64_t xlo = addr(x), xhi = xlo + (uint64_t)T * K * 4;
+    *taken = false;
     if (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T) {
-        ob_status st = scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, err, err_len);
-        if (st) return st;
+        /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
+        char e2[128];
+        if (scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) != OB_OK) return OB_OK;
+        ob_status st;
         ob_vk_pc q;
         memset(&q, 0, sizeof(q));
         q.a = xlo;
@@ -215,12 +214,14 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, c
         q.u[2] = (uint32_t)qbytes;
         ob_vk_range rd = {xlo, xhi}, wr = {q.o, q.o + qbytes + dbytes};
         ob_vk_hz(vk, &rd, 1, &wr, 1);
+        *taken = true;
         st = ob_vk_dispatch(vk, OB_VK_SH_QUANT_X, OB_TYPE_F32, &q, cdiv(q.u[1], 64), err, err_len);
         if (st) return st;
         q8_written(vk, x);
     }
     /* qx was written since the last barrier (or not): the ranges decide, and the node's own
      * ranges go in again in case that barrier cleared them. */
+    *taken = true;
     const uint64_t q0 = vk->q8_buf.addr;
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes}, {addr(w), addr(w) + ob_nbytes(w)}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n)};
@@ -384,7 +385,11 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
          * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
         if (T <= 8 && !vk->no_matvec) {
             const uint64_t K = (uint64_t)a->ne[0];
-            if (matvec_q8_ok(vk, a, b)) return record_matvec_q8(vk, n, &pc, err, err_len);
+            if (matvec_q8_ok(vk, a, b)) {
+                bool taken;
+                ob_status st = record_matvec_q8(vk, n, &pc, &taken, err, err_len);
+                if (st || taken) return st;
+            }
             if (T == 1 && vk->matvec_splitk && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
                 /* rows per workgroup: ~512 workgroups, 8..64 rows, whole batches of 8 */
                 uint64_t rw = (cdiv(N, 512) + 7) / 8 * 8;
