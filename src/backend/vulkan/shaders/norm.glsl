@@ -30,17 +30,24 @@ void main() {
     bool layer = pc.u[1] != 0, has_w = pc.u[2] != 0, has_b = pc.u[3] != 0, fused = pc.u[4] != 0;
     if (pc.u[5] != 0) {
         uint n4 = n / 4;
-        vec4 v[NV];
+        vec4 v[NV], wv[NV];
         float s = 0.0;
+        // Every load first, the weights too: a store through a buffer reference may alias
+        // a later load, which then waits for it (one memory round trip per vec4).
         for (uint k = 0; k < NV; k++) {
             uint i = tid + k * WG;
             v[k] = vec4(0.0);
+            wv[k] = vec4(1.0);
             if (i < n4) {
                 v[k] = BV4(pc.a + off).v[i];
-                if (fused) {
-                    v[k] += BV4(pc.d + off).v[i];
-                    BV4(pc.e + off).v[i] = v[k];
-                }
+                if (fused) v[k] += BV4(pc.d + off).v[i];
+                if (has_w) wv[k] = BV4(pc.b).v[i];
+            }
+        }
+        for (uint k = 0; k < NV; k++) {
+            uint i = tid + k * WG;
+            if (i < n4) {
+                if (fused) BV4(pc.e + off).v[i] = v[k];
                 s += dot(v[k], vec4(1.0));
             }
         }
@@ -56,9 +63,8 @@ void main() {
             if (k * WG >= n4) break; // uniform
             uint i = tid + k * WG;
             bool live = i < n4;
-            vec4 y = (v[k] - mean) * scale;
+            vec4 y = (v[k] - mean) * scale * wv[k];
             if (live) {
-                if (has_w) y *= BV4(pc.b).v[i];
                 if (has_b) y += BV4(pc.c).v[i];
                 BV4(pc.o + off).v[i] = y;
             }

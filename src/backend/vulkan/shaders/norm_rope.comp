@@ -25,22 +25,25 @@ void main() {
     uint r = group_id(), hd = pc.u[0], tid = gl_LocalInvocationID.x;
     if (r >= pc.u[10]) return; // uniform per workgroup
     BF32 x = BF32(pc.a + uint64_t(r) * hd * 4), y = BF32(pc.o + uint64_t(r) * hd * 4);
-    float v[MAXD], s = 0.0;
+    // the position (and for the fused store the sequence) and the norm weights load with
+    // x, not one round trip each after the reduction
+    uint t = r / pc.u[1];
+    int ip = BI32(pc.c).v[t], sq = pc.u[5] != 0u ? BI32(pc.e).v[t] : 0;
+    float v[MAXD], wn[MAXD], s = 0.0;
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
         v[k] = e < hd ? x.v[e] : 0.0;
+        wn[k] = e < hd && pc.u[4] != 0u ? BF32(pc.b).v[e] : 1.0;
         s += v[k] * v[k];
     }
     float scale = inversesqrt(wg_sum(s) / float(hd) + pc.f[0]);
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
-        if (e < hd) rs[e] = v[k] * scale * (pc.u[4] != 0u ? BF32(pc.b).v[e] : 1.0);
+        if (e < hd) rs[e] = v[k] * scale * wn[k];
     }
     barrier();
     uint half_rot = pc.u[2] / 2;
     bool neox = pc.u[3] == 2u;
-    uint t = r / pc.u[1];
-    int ip = BI32(pc.c).v[t];
     float p = float(ip);
     for (uint k = 0; k < MAXD; k++) {
         uint j = tid + k * WG;
@@ -62,7 +65,6 @@ void main() {
     }
     if (pc.u[5] == 0u) return;
     // the fused KV_STORE
-    int sq = BI32(pc.e).v[t];
     uint cps = pc.u[7], ty = pc.u[6], h = r % pc.u[1];
     if (ip < 0 || sq < 0 || uint(ip) >= cps || uint64_t(sq) * cps + cps > uint64_t(pc.u[8])) return; // uniform
     uint64_t row = pc.d + (uint64_t(sq) * cps + uint64_t(ip)) * pc.u[9];

@@ -16,13 +16,17 @@ void main() {
     if (i >= pc.u[1]) return;
     bool glu = pc.u[3] != 0;
     BV4 x = BV4(pc.a + uint64_t(i) * 128);
-    vec4 v[8];
-    float amax = 0.0;
+    vec4 v[8], u[8];
+    // every load before any store (a store may alias a later load, which would wait for it)
     for (uint k = 0; k < 8; k++) {
         v[k] = x.v[k];
+        if (glu) u[k] = BV4(pc.b + uint64_t(i) * 128).v[k];
+    }
+    float amax = 0.0;
+    for (uint k = 0; k < 8; k++) {
         if (glu) {
-            vec4 u = BV4(pc.b + uint64_t(i) * 128).v[k], g = v[k];
-            v[k] = vec4(act(pc.u[4], g.x), act(pc.u[4], g.y), act(pc.u[4], g.z), act(pc.u[4], g.w)) * u;
+            vec4 g = v[k];
+            v[k] = vec4(act(pc.u[4], g.x), act(pc.u[4], g.y), act(pc.u[4], g.z), act(pc.u[4], g.w)) * u[k];
             BV4(pc.e + uint64_t(i) * 128).v[k] = v[k];
         }
         vec4 a = abs(v[k]);
