@@ -99,6 +99,11 @@ static bool q8_mv(const ob_vk *vk, VkPipeline pipe, ob_type t, int64_t T) {
     return pipe && pipe == vk->pipes[T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8][t];
 }
 
+/* Is pipe a quantizer of x for matvec_q8.comp (quant_x.comp or quant_x4.comp)? */
+static bool is_quant(const ob_vk *vk, VkPipeline pipe) {
+    return pipe && (pipe == vk->pipes[OB_VK_SH_QUANT_X][OB_TYPE_F32] || pipe == vk->pipes[OB_VK_SH_QUANT_X4][OB_TYPE_F32]);
+}
+
 /* Absolute tolerance of a matmul over K of weights ~N(0, 1) and x ~N(0, 1): float
  * rounding, or on the int8 path x's rounding to steps of max|x| / 127 per 32 elements
  * (~0.005 rms at |x| ~ N(0, 1): ~0.005 sqrt(K) on y; 6 of those). */
@@ -913,7 +918,10 @@ static void test_matvec_q8(void) {
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
     static const struct { int64_t K, T; } shapes[] = {{256, 1}, {768, 1}, {768, 2}, {768, 5}, {768, 8},
                                                       {4352, 1}, {4352, 3}, {4352, 8}};
+    /* also the one-invocation-per-block quantizer (quant_x.comp): no shuffles there */
+    setenv("ONEBIT_VK_Q8_FUSE", "0", 1);
     ob_backend *staged = backend_with("ONEBIT_VK_Q8_STAGE", "1");
+    unsetenv("ONEBIT_VK_Q8_FUSE");
     for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
         for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
             const ob_type t = types[ti];
@@ -958,7 +966,7 @@ static void test_matvec_q8(void) {
         ob_tensor *o = ob_add(g, a, ob_matmul(g, ob_leaf(g, "w2", OB_TYPE_TQ2_0, 2, nw, w2), tx));
         check_graph(g, o, 2e-5 * sqrt((double)K), 1e-5, between ? "matvec_q8 x written between" : "matvec_q8 shared x");
         int quants = 0;
-        for (int64_t i = 0; i < vk->n_prev; i++) quants += vk->prev[i].pipe == vk->pipes[OB_VK_SH_QUANT_X][OB_TYPE_F32];
+        for (int64_t i = 0; i < vk->n_prev; i++) quants += is_quant(vk, vk->prev[i].pipe);
         CHECKF(quants == 1 + between, "x quantized %d times, want %d", quants, 1 + between);
         ob_graph_free(g);
         free(w); free(w2); free(x); free(xn);
@@ -977,7 +985,7 @@ static void test_matvec_q8(void) {
         check_graph(g, o, mm_atol(OB_TYPE_Q4_K, K, T), 1e-4, glu ? "matvec_q8 after glu" : "matvec_q8 after norm");
         int quants = 0, fused = 0;
         for (int64_t i = 0; i < vk->n_prev; i++) {
-            const bool qx = vk->prev[i].pipe == vk->pipes[OB_VK_SH_QUANT_X][OB_TYPE_F32];
+            const bool qx = is_quant(vk, vk->prev[i].pipe);
             quants += qx && vk->prev[i].pc.u[3] == 0;
             fused += qx ? vk->prev[i].pc.u[3] == 1 : vk->prev[i].pipe == vk->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32];
         }

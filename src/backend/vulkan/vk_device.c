@@ -413,7 +413,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
         if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s == OB_VK_SH_MATVEC_Q8 || s == OB_VK_SH_MATVEC_Q8_1) && !vk->q8) ||
-            (s == OB_VK_SH_NORM_Q8 && !vk->q8_fuse))
+            ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,

@@ -41,6 +41,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_1,  /* the same module specialised for one token (MAXT = 1) */
     OB_VK_SH_NORM_Q8,      /* NORM that also writes its output as int8 (subgroup shuffles);
                               module only with q8_fuse */
+    OB_VK_SH_QUANT_X4,     /* QUANT_X, 4 elements per invocation (subgroup shuffles); module
+                              only with q8_fuse */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 

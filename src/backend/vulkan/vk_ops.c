@@ -171,6 +171,15 @@ ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n) {
     return r;
 }
 
+/* Records the quantization of n elements (T rows) at pc->a into the int8 buffer, its other
+ * push constants set (quant_x.comp's layout): one invocation per 4 elements where the
+ * device has shuffles (quant_x4.comp), else one per 32. */
+static ob_status dispatch_quant(ob_vk *vk, ob_vk_pc *pc, uint64_t n, char *err, size_t err_len) {
+    const bool x4 = vk->q8_fuse;
+    pc->u[1] = (uint32_t)(x4 ? n / 4 : n / 32);
+    return ob_vk_dispatch(vk, x4 ? OB_VK_SH_QUANT_X4 : OB_VK_SH_QUANT_X, OB_TYPE_F32, pc, cdiv(pc->u[1], 64), err, err_len);
+}
+
 /* After a dispatch that wrote the int8 form of node n's output. */
 static void q8_written(ob_vk *vk, const ob_tensor *n) {
     vk->q8_src = addr(n);
@@ -210,12 +219,11 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
         q.a = xlo;
         q.o = vk->q8_buf.addr;
         q.u[0] = K;
-        q.u[1] = T * K / 32;
         q.u[2] = (uint32_t)qbytes;
         ob_vk_range rd = {xlo, xhi}, wr = {q.o, q.o + qbytes + dbytes};
         ob_vk_hz(vk, &rd, 1, &wr, 1);
         *taken = true;
-        st = ob_vk_dispatch(vk, OB_VK_SH_QUANT_X, OB_TYPE_F32, &q, cdiv(q.u[1], 64), err, err_len);
+        st = dispatch_quant(vk, &q, (uint64_t)T * K, err, err_len);
         if (st) return st;
         q8_written(vk, x);
     }
@@ -420,11 +428,10 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 pc.e = addr(n);
                 pc.o = vk->q8_buf.addr;
                 pc.u[0] = (uint32_t)n->ne[0];
-                pc.u[1] = (uint32_t)(ne / 32);
                 pc.u[2] = (uint32_t)qb;
                 pc.u[3] = 1;
                 pc.u[4] = (uint32_t)n->ip[0];
-                ob_status st = ob_vk_dispatch(vk, OB_VK_SH_QUANT_X, OB_TYPE_F32, &pc, cdiv(ne / 32, 64), err, err_len);
+                ob_status st = dispatch_quant(vk, &pc, ne, err, err_len);
                 if (!st) q8_written(vk, n);
                 return st;
             }

@@ -51,6 +51,9 @@ static const uint32_t spv_quant_x[] = {
 static const uint32_t spv_norm_q8[] = {
 #include "norm_q8.spv.inc"
 };
+static const uint32_t spv_quant_x4[] = {
+#include "quant_x4.spv.inc"
+};
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
@@ -72,5 +75,6 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_QUANT_X] = {spv_quant_x, sizeof(spv_quant_x), "quant_x"},
     [OB_VK_SH_MATVEC_Q8] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
     [OB_VK_SH_MATVEC_Q8_1] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
+    [OB_VK_SH_QUANT_X4] = {spv_quant_x4, sizeof(spv_quant_x4), "quant_x4"},
     [OB_VK_SH_NORM_Q8] = {spv_norm_q8, sizeof(spv_norm_q8), "norm_q8"},
 };
