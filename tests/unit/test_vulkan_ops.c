@@ -519,23 +519,27 @@ static void test_cpy(void) {
 }
 
 static void test_kv_store(void) {
-    /* row 72 (tiny encoder heads, 6 x 12): F32/F16 rows ending in a partial 32-chunk */
-    static const ob_type types[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0, OB_TYPE_F32, OB_TYPE_F16};
+    /* row 72 (tiny encoder heads, 6 x 12): F32/F16 rows ending in a partial 32-chunk (4
+     * elements per invocation); row 70 (not a multiple of 4): one invocation per chunk */
+    static const ob_type types[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0, OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_F16, OB_TYPE_F32};
     int64_t cps = 10, n_seq = 3, T = 5;
     int32_t pos[5] = {0, 1, 2, 7, 9}, seq[5] = {0, 0, 0, 2, 1};
     for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
         ob_type t = types[ti];
-        int64_t row = ti < 3 ? 128 : 72;
+        int64_t row = ti < 3 ? 128 : ti < 5 ? 72 : 70;
         void *cache = rand_typed(t, row, cps * n_seq, 1.0f);
         float *x = rand_f32(row * T, 1.0f);
         ob_graph *g = ob_graph_new(8);
-        int64_t nx[3] = {row / 4, 4, T}, nc[2] = {row, cps * n_seq}, nt[1] = {T};
+        int64_t nx[3] = {row / 2, 2, T}, nc[2] = {row, cps * n_seq}, nt[1] = {T};
         ob_tensor *tc = ob_leaf(g, "cache", t, 2, nc, cache);
         ob_kv_store(g, ob_leaf(g, "x", OB_TYPE_F32, 3, nx, x), tc, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
                     ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), (int)cps);
         char what[64];
         snprintf(what, sizeof(what), "kv_store %s row %lld", ob_type_name(t), (long long)row);
         check_graph(g, tc, t == OB_TYPE_Q8_0 ? 0.03 : 1e-7, 1e-6, what);
+        const ob_vk *vk = g_be[0]->ctx;
+        CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[6] == (t != OB_TYPE_Q8_0 && row % 4 == 0), "%s: path %u", what,
+               vk->n_prev == 1 ? vk->prev[0].pc.u[6] : 9u);
         ob_graph_free(g);
         free(x); free(cache);
     }

@@ -467,8 +467,11 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[3] = (uint32_t)n->ip[0];
         pc.u[4] = (uint32_t)ob_nrows(b);
         pc.u[5] = (uint32_t)ob_row_size(b->type, row);
-        return ob_vk_dispatch(vk, OB_VK_SH_KV_STORE, OB_TYPE_F32, &pc, cdiv((uint64_t)T * cdiv((uint64_t)row, 32), 64), err,
-                              err_len);
+        /* F32/F16 caches: 4 elements per invocation where the row and addresses allow */
+        pc.u[6] = (b->type == OB_TYPE_F32 || b->type == OB_TYPE_F16) && row % 4 == 0 && pc.a % 16 == 0 &&
+                  pc.b % 16 == 0;
+        return ob_vk_dispatch(vk, OB_VK_SH_KV_STORE, OB_TYPE_F32, &pc,
+                              cdiv((uint64_t)T * (pc.u[6] ? (uint64_t)row / 4 : cdiv((uint64_t)row, 32)), 64), err, err_len);
     }
     case OB_OP_ATTENTION: {
         const ob_tensor *kc = n->src[1], *vc = n->src[2];

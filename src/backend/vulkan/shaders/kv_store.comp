@@ -3,13 +3,31 @@
 // seq*cps + pos; c pos I32 [T], d seq I32 [T], o the 1-element ordering token.
 // u[0] row (a multiple of 32 for Q8_0; F32/F16 rows may end in a partial 32-chunk),
 // u[1] T, u[3] cells per sequence, u[4] cache cells, u[5] cache row bytes. One invocation
-// per 32-chunk of a token's row. A token outside the cache is skipped, never written wild.
+// per 32-chunk of a token's row; u[6] 1 (F32/F16, row % 4 == 0, x and cache 16- and
+// 8-aligned): one invocation per 4 elements instead, a vec4 load and one 16- or 8-byte
+// store. A token outside the cache is skipped, never written wild.
 #include "common.glsl"
 #include "store.glsl"
 layout(local_size_x = 64) in;
 
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BU2 { uvec2 v[]; };
+
 void main() {
     uint idx = group_id() * 64 + gl_LocalInvocationID.x;
+    if (pc.u[6] != 0u) {
+        uint row4 = pc.u[0] / 4, t = idx / row4, c4 = idx % row4;
+        if (idx == 0u) BF32(pc.o).v[0] = 0.0;
+        if (t >= pc.u[1]) return;
+        int p = BI32(pc.c).v[t], s = BI32(pc.d).v[t];
+        vec4 x = BV4(pc.a).v[idx]; // x rows are contiguous: element 4 * idx
+        uint cps = pc.u[3];
+        if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[4])) return;
+        uint64_t row = pc.b + (uint64_t(s) * cps + uint64_t(p)) * pc.u[5];
+        if (pc.u[2] == 0u) BV4(row).v[c4] = x;
+        else BU2(row).v[c4] = uvec2(packHalf2x16(x.xy), packHalf2x16(x.zw));
+        return;
+    }
     uint row = pc.u[0], per_row = (row + 31) / 32;
     uint t = idx / per_row, c = idx % per_row;
     if (idx == 0u) BF32(pc.o).v[0] = 0.0;
