@@ -29,13 +29,16 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
     return OB_OK;
 }
 
-static void barrier(ob_vk *vk, VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access) {
+/* compute_only: the barrier follows dispatches only (a listed graph's, with
+ * ONEBIT_VK_BARRIER_COMPUTE=1), so transfer stages and accesses are left out. */
+static void barrier(ob_vk *vk, VkCommandBuffer cb, VkPipelineStageFlags dst_stage, VkAccessFlags dst_access,
+                    bool compute_only) {
     if (vk->prof.in_step && cb == vk->cmd) vk->prof.barriers++; /* gcmd's count per submit */
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                          .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | (compute_only ? 0 : VK_ACCESS_TRANSFER_WRITE_BIT),
                           .dstAccessMask = dst_access};
-    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, dst_stage, 0,
-                         1, &mb, 0, NULL, 0, NULL);
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | (compute_only ? 0 : VK_PIPELINE_STAGE_TRANSFER_BIT),
+                         dst_stage, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
 /* ---- profiling (ONEBIT_VK_PROFILE=1) --------------------------------------------------- */
@@ -121,7 +124,7 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     if (!vk->recording) return OB_OK;
     vk->recording = false;
     /* Device writes must reach the host domain before mapped reads after the fence. */
-    barrier(vk, vk->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    barrier(vk, vk->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT, false);
     OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
     double t_sub = vk->prof.in_step ? ob_time_s() : 0;
     ob_status st = submit_cmd(vk, vk->cmd, err, err_len);
@@ -198,7 +201,7 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
     st = ob_vk_begin(vk, err, err_len);
     if (st) return st;
     /* Outside a graph (no hazard check ran) every dispatch is fenced off. */
-    if (vk->need_barrier || vk->hz_all) barrier(vk, vk->cmd, k_dst_stage, k_dst_access);
+    if (vk->need_barrier || vk->hz_all) barrier(vk, vk->cmd, k_dst_stage, k_dst_access, false);
     vk->need_barrier = false;
     vk->hz_all = false;
     if (vk->prof.in_step) prof_mark(vk, vk->cmd, true);
@@ -245,7 +248,7 @@ static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const o
     uint64_t o = (uint64_t)(uintptr_t)n->data;
     wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n)};
     /* a norm or GLU that also writes the int8 x buffer */
-    ob_vk_range q = ob_vk_q8_out(vk, n);
+    ob_vk_range q = ob_vk_q8_out(vk, n, add);
     if (q.hi > q.lo) wr[nwr++] = q;
     ob_vk_hz(vk, rd, nrd, wr, nwr);
 }
@@ -325,15 +328,11 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
     VkPipeline bound = VK_NULL_HANDLE;
     for (int64_t i = 0; i < vk->n_list; i++) {
         const ob_vk_cmd *c = &vk->list[i];
-        if (c->barrier && vk->bar_compute) {
-            /* a listed graph holds dispatches only: compute-to-compute is enough */
-            VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-                                  .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT};
-            vkCmdPipelineBarrier(vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
-                                 &mb, 0, NULL, 0, NULL);
-        } else if (c->barrier) {
-            barrier(vk, vk->gcmd, k_dst_stage, k_dst_access);
-        }
+        if (c->barrier && vk->bar_compute)
+            barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+                    true);
+        else if (c->barrier)
+            barrier(vk, vk->gcmd, k_dst_stage, k_dst_access, false);
         if (prof) {
             pr->key_now = c->prof_key;
             prof_mark(vk, vk->gcmd, true);
@@ -344,7 +343,7 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
         vkCmdDispatch(vk->gcmd, c->gx, c->gy, 1);
         if (prof) prof_mark(vk, vk->gcmd, false);
     }
-    barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT, false);
     OB_VK_CHECK(vkEndCommandBuffer(vk->gcmd));
     vk->gcmd_pool = prof ? pr->pool : VK_NULL_HANDLE;
     vk->gcmd_prof_n = prof ? pr->n : 0;

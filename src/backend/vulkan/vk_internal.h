@@ -181,6 +181,7 @@ typedef struct ob_vk {
     bool q8_stage;             /* x staged in shared memory (ONEBIT_VK_Q8_STAGE=0: off) */
     uint32_t q8_rows;          /* rows per workgroup (ONEBIT_VK_Q8_ROWS, default 4 subgroups) */
     ob_vk_alloc q8_buf;
+    ob_vk_range q8_next;       /* ob_vk_q8_out's answer for the node being recorded */
     uint64_t q8_src, q8_end;
     uint32_t q8_K, q8_T;
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
@@ -251,9 +252,10 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
  * sets need_barrier when rd/wr touch bytes written (wr: or read) since the last barrier,
  * then adds them to the ranges; writes over q8_src .. q8_end drop the quantized x. */
 void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, int nwr);
-/* The int8 x buffer's range that a norm or GLU node will also write when recorded (vk_ops.c:
- * the buffer is sized first), else {0, 0}. */
-ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n);
+/* The int8 x buffer's range that a norm (add: a residual ADD fused before it) or GLU node
+ * will also write when recorded, else {0, 0} (vk_ops.c: the buffer is sized first). The
+ * answer is kept in q8_next for the node's recording. */
+ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add);
 
 /* vk_iq.c: uploads the IQ lattice tables of src/format/quant_iq_grids.h, packed as
  * shaders/dequant.glsl reads them, into a device buffer; sets vk->iq_tab. */

@@ -144,11 +144,12 @@ static void q8_sizes(uint64_t K, uint64_t T, uint64_t *qbytes, uint64_t *dbytes)
 }
 
 /* A node whose recording also quantizes its output for matvec_q8.comp: an RMS norm on the
- * register path, or a GLU, of T <= 8 rows of whole 32-element blocks (what a decode
- * matmul's x is); they set q8_src to their output. */
-static bool norm_q8_ok(const ob_vk *vk, const ob_tensor *norm) {
+ * register path (add: the residual ADD fused before it), or a GLU, of T <= 8 rows of whole
+ * 32-element blocks (what a decode matmul's x is); they set q8_src to their output. */
+static bool norm_q8_ok(const ob_vk *vk, const ob_tensor *norm, const ob_tensor *add) {
     const ob_tensor *x = norm->src[0];
-    const uint64_t al = addr(x) | addr(norm->src[1]) | addr(norm);
+    uint64_t al = addr(x) | addr(norm->src[1]) | addr(norm);
+    if (add) al |= addr(add->src[0]) | addr(add->src[1]);
     return vk->q8_fuse && norm->op == OB_OP_RMS_NORM && x && ob_nrows(x) <= 8 && x->ne[0] % 32 == 0 &&
            x->ne[0] <= 8192 && al % 16 == 0;
 }
@@ -159,15 +160,17 @@ static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
            (addr(a) | addr(b) | addr(glu)) % 16 == 0;
 }
 
-ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n) {
+ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
     ob_vk_range r = {0, 0};
-    if (!norm_q8_ok(vk, n) && !glu_q8_ok(vk, n)) return r;
+    vk->q8_next = r;
+    if (!norm_q8_ok(vk, n, add) && !glu_q8_ok(vk, n)) return r;
     uint64_t qb, db;
     q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
     char err[128];
     if (scratch_buffer(vk, &vk->q8_buf, qb + db, err, sizeof(err)) != OB_OK) return r;
     r.lo = vk->q8_buf.addr;
     r.hi = r.lo + qb + db;
+    vk->q8_next = r;
     return r;
 }
 
@@ -188,13 +191,12 @@ static void q8_written(ob_vk *vk, const ob_tensor *n) {
     vk->q8_T = (uint32_t)ob_nrows(n);
 }
 
-/* Norm push constants for its int8 output, if it has one (q8 range from ob_vk_q8_out). */
+/* Norm push constants for its int8 output, if ob_vk_q8_out gave it one. */
 static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
-    if (!norm_q8_ok(vk, norm) || !vk->q8_buf.buf || !pc->u[5]) return OB_VK_SH_NORM;
+    if (vk->q8_next.hi == vk->q8_next.lo || !pc->u[5]) return OB_VK_SH_NORM;
     uint64_t qb, db;
     q8_sizes((uint64_t)norm->ne[0], (uint64_t)ob_nrows(norm), &qb, &db);
-    if (vk->q8_buf.size < qb + db) return OB_VK_SH_NORM;
-    pc->c = vk->q8_buf.addr;
+    pc->c = vk->q8_next.lo;
     pc->u[6] = 1;
     pc->u[7] = (uint32_t)qb;
     return OB_VK_SH_NORM_Q8;
@@ -208,12 +210,12 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     uint64_t qbytes, dbytes;
     q8_sizes(K, T, &qbytes, &dbytes);
     const uint64_t xlo = addr(x), xhi = xlo + (uint64_t)T * K * 4;
-    *taken = false;
-    if (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T) {
-        /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
-        char e2[128];
-        if (scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) != OB_OK) return OB_OK;
-        ob_status st;
+    const bool fresh = vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T;
+    /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
+    char e2[128];
+    *taken = !fresh || scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) == OB_OK;
+    if (!*taken) return OB_OK;
+    if (fresh) {
         ob_vk_pc q;
         memset(&q, 0, sizeof(q));
         q.a = xlo;
@@ -222,14 +224,12 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
         q.u[2] = (uint32_t)qbytes;
         ob_vk_range rd = {xlo, xhi}, wr = {q.o, q.o + qbytes + dbytes};
         ob_vk_hz(vk, &rd, 1, &wr, 1);
-        *taken = true;
-        st = dispatch_quant(vk, &q, (uint64_t)T * K, err, err_len);
+        ob_status st = dispatch_quant(vk, &q, (uint64_t)T * K, err, err_len);
         if (st) return st;
         q8_written(vk, x);
     }
     /* qx was written since the last barrier (or not): the ranges decide, and the node's own
      * ranges go in again in case that barrier cleared them. */
-    *taken = true;
     const uint64_t q0 = vk->q8_buf.addr;
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes}, {addr(w), addr(w) + ob_nbytes(w)}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n)};
@@ -420,21 +420,19 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                               cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
     case OB_OP_GLU:
-        if (glu_q8_ok(vk, n) && vk->q8_buf.buf) {
-            /* the product and its int8 form in one pass (quant_x.comp) */
+        if (vk->q8_next.hi > vk->q8_next.lo) {
+            /* the product and its int8 form in one pass (the quantizer's GLU mode) */
             uint64_t qb, db;
             q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
-            if (vk->q8_buf.size >= qb + db) {
-                pc.e = addr(n);
-                pc.o = vk->q8_buf.addr;
-                pc.u[0] = (uint32_t)n->ne[0];
-                pc.u[2] = (uint32_t)qb;
-                pc.u[3] = 1;
-                pc.u[4] = (uint32_t)n->ip[0];
-                ob_status st = dispatch_quant(vk, &pc, ne, err, err_len);
-                if (!st) q8_written(vk, n);
-                return st;
-            }
+            pc.e = addr(n);
+            pc.o = vk->q8_next.lo;
+            pc.u[0] = (uint32_t)n->ne[0];
+            pc.u[2] = (uint32_t)qb;
+            pc.u[3] = 1;
+            pc.u[4] = (uint32_t)n->ip[0];
+            ob_status st = dispatch_quant(vk, &pc, ne, err, err_len);
+            if (!st) q8_written(vk, n);
+            return st;
         }
         /* fall through */
     case OB_OP_ADD:

@@ -15,30 +15,24 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer BU2 { uvec2 
 
 void main() {
     uint idx = group_id() * 64 + gl_LocalInvocationID.x;
-    if (pc.u[6] != 0u) {
-        uint row4 = pc.u[0] / 4, t = idx / row4, c4 = idx % row4;
-        if (idx == 0u) BF32(pc.o).v[0] = 0.0;
-        if (t >= pc.u[1]) return;
-        int p = BI32(pc.c).v[t], s = BI32(pc.d).v[t];
-        vec4 x = BV4(pc.a).v[idx]; // x rows are contiguous: element 4 * idx
-        uint cps = pc.u[3];
-        if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[4])) return;
-        uint64_t row = pc.b + (uint64_t(s) * cps + uint64_t(p)) * pc.u[5];
-        if (pc.u[2] == 0u) BV4(row).v[c4] = x;
-        else BU2(row).v[c4] = uvec2(packHalf2x16(x.xy), packHalf2x16(x.zw));
-        return;
-    }
-    uint row = pc.u[0], per_row = (row + 31) / 32;
+    bool wide = pc.u[6] != 0u;
+    uint row = pc.u[0], per_row = wide ? row / 4 : (row + 31) / 32;
     uint t = idx / per_row, c = idx % per_row;
     if (idx == 0u) BF32(pc.o).v[0] = 0.0;
     if (t >= pc.u[1]) return;
     int p = BI32(pc.c).v[t], s = BI32(pc.d).v[t];
+    vec4 x4 = wide ? BV4(pc.a).v[idx] : vec4(0.0); // x rows are contiguous: element 4 * idx
     uint cps = pc.u[3];
     if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[4])) return;
-    uint64_t cell = uint64_t(s) * cps + uint64_t(p);
+    uint64_t crow = pc.b + (uint64_t(s) * cps + uint64_t(p)) * pc.u[5];
+    if (wide) {
+        if (pc.u[2] == 0u) BV4(crow).v[c] = x4;
+        else BU2(crow).v[c] = uvec2(packHalf2x16(x4.xy), packHalf2x16(x4.zw));
+        return;
+    }
     uint nvalid = min(32u, row - 32 * c);
     float v[32];
     BF32 x = BF32(pc.a + (uint64_t(t) * row + 32 * c) * 4);
     for (uint j = 0; j < 32; j++) v[j] = j < nvalid ? x.v[j] : 0.0;
-    store_chunk(pc.u[2], pc.b + cell * pc.u[5], c, v, nvalid);
+    store_chunk(pc.u[2], crow, c, v, nvalid);
 }

@@ -21,6 +21,7 @@
 // if the driver picked a larger subgroup size than it reports.
 #include "common.glsl"
 #include "dequant.glsl"
+#include "ld2.glsl"
 #define WG 128
 #define MAXT 8
 #define XS 4160
@@ -39,28 +40,11 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 
 // no barrier), and dots them with the block's scales folded in after the sums. x is
 // loaded once per piece and token and used for R rows, so x traffic is 1/R of W's count
 // of loads. Blocks of 34, 18, 66 and 210 bytes are only 2-aligned: 32-bit words are read
-// at the aligned address below and shifted together (ld4/ld8), never past a word that
+// at the aligned address and shifted together (ld2.glsl), never past a word that
 // holds a byte of the block, so no read leaves the tensor's allocation.
 const bool FAST = TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_Q8_0 || TYPE == T_Q1_0 || TYPE == T_TQ2_0;
 #define RMAX 4
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
-
-// 4 bytes at a 2-aligned address.
-uint ld4(uint64_t p) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint w0 = BU32(a).v[0], w1 = BU32(m ? a + 4ul : a).v[0];
-    return m ? (w0 >> 16) | (w1 << 16) : w0;
-}
-// 8 bytes at a 2-aligned address.
-uvec2 ld8(uint64_t p) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint w0 = BU32(a).v[0], w1 = BU32(a + 4ul).v[0], w2 = BU32(m ? a + 8ul : a + 4ul).v[0];
-    return m ? uvec2((w0 >> 16) | (w1 << 16), (w1 >> 16) | (w2 << 16)) : uvec2(w0, w1);
-}
-// f16 at a 2-aligned address.
-float ldh2(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }
 
 const uvec4 SH8 = uvec4(0, 8, 16, 24);
 vec4 nib_lo(uint w) { return vec4((uvec4(w) >> SH8) & 15u); }

@@ -15,6 +15,7 @@
 #extension GL_EXT_spirv_intrinsics : require
 #include "common.glsl"
 #include "dequant.glsl"
+#include "ld2.glsl"
 #define WG 128
 // Tokens the accumulators are laid out for: 8, or 1 for the one-token pipeline (a
 // specialization constant, so the token loops unroll and acc stays in registers).
@@ -45,37 +46,10 @@ vec2 xd(uint t, uint c) {
     return staged ? sd[i] : BV2(pc.c).v[i];
 }
 
-// N words from a 2-aligned address, by aligned 32-bit loads joined pairwise; never reads a
-// word that holds none of the N * 4 bytes.
-void ld4w(uint64_t p, out uint w[4]) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint v[5];
-    for (uint i = 0; i < 4; i++) v[i] = BU32(a + 4 * i).v[0];
-    v[4] = BU32(m ? a + 16 : a + 12).v[0];
-    for (uint i = 0; i < 4; i++) w[i] = m ? (v[i] >> 16) | (v[i + 1] << 16) : v[i];
-}
-void ld8w(uint64_t p, out uint w[8]) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint v[9];
-    for (uint i = 0; i < 8; i++) v[i] = BU32(a + 4 * i).v[0];
-    v[8] = BU32(m ? a + 32 : a + 28).v[0];
-    for (uint i = 0; i < 8; i++) w[i] = m ? (v[i] >> 16) | (v[i + 1] << 16) : v[i];
-}
-uvec2 ld2w(uint64_t p) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint w0 = BU32(a).v[0], w1 = BU32(a + 4).v[0], w2 = BU32(m ? a + 8 : a + 4).v[0];
-    return m ? uvec2((w0 >> 16) | (w1 << 16), (w1 >> 16) | (w2 << 16)) : uvec2(w0, w1);
-}
-// f16 at a 2-aligned address.
-float ldh(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }
 uint byte_of(uint w, uint k) { return (w >> (8u * k)) & 255u; }
 
-// Units per block and elements per unit.
+// Units per block.
 const uint UPB = TYPE == T_Q8_0 ? 1 : 4;
-const uint EPU = BS / UPB;
 
 // acc[t] += unit u of the row at `row`, dotted with token t's x, for t < T.
 void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
@@ -116,11 +90,11 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
         uint64_t blk = row + uint64_t(b) * 210;
         uint g = s / 2, j0 = 16 * (s % 2);
         uint A[4], B[4], H[4];
-        ld4w(blk + 64 * g + j0, A);
-        ld4w(blk + 64 * g + 32 + j0, B);
-        ld4w(blk + 128 + 32 * g + j0, H);
-        uvec2 scw = ld2w(blk + 192 + 8 * g);
-        float d = ldh(blk + 208);
+        ld16(blk + 64 * g + j0, A);
+        ld16(blk + 64 * g + 32 + j0, B);
+        ld16(blk + 128 + 32 * g + j0, H);
+        uvec2 scw = ld8(blk + 192 + 8 * g);
+        float d = ldh2(blk + 208);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
             float a = 0.0;
@@ -146,8 +120,8 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
         uint64_t blk = row + uint64_t(b) * 66;
         uint g = s / 2, m0 = 16 * (s % 2);
         uint Q[4];
-        ld4w(blk + 32 * g + m0, Q);
-        float d = ldh(blk + 64);
+        ld16(blk + 32 * g + m0, Q);
+        float d = ldh2(blk + 64);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
             float a = 0.0;
@@ -165,8 +139,8 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
     } else if (TYPE == T_Q8_0) {
         uint64_t blk = row + uint64_t(b) * 34;
         uint W[8];
-        ld8w(blk + 2, W);
-        float d = ldh(blk);
+        ld32(blk + 2, W);
+        float d = ldh2(blk);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
             uvec4 x0 = xq(t, 32 * b), x1 = xq(t, 32 * b + 16);
@@ -181,11 +155,9 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
         // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes:
         // bit set -> +d, clear -> -d; sum(sign * q) = 2 sum(bit * q) - sum(q), the last
         // from dx.y. Each 4 bits become four 0/1 bytes.
-        uint64_t blk = row + uint64_t(b) * 18, p = blk + 2 + 4 * s, a4 = p & ~3ul;
-        bool m = (p & 2ul) != 0ul;
-        uint w0 = BU32(a4).v[0], w1 = BU32(m ? a4 + 4 : a4).v[0];
-        uint bits = m ? (w0 >> 16) | (w1 << 16) : w0;
-        float d = ldh(blk);
+        uint64_t blk = row + uint64_t(b) * 18;
+        uint bits = ld4(blk + 2 + 4 * s);
+        float d = ldh2(blk);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
             uvec4 x0 = xq(t, 128 * b + 32 * s), x1 = xq(t, 128 * b + 32 * s + 16);

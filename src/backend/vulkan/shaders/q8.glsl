@@ -5,6 +5,11 @@
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BQ8W { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BQ8D { vec2 v[]; };
 
+// The scale of a block whose largest |x| is amax is amax / 127; q8_id gives 1 / scale
+// (0 for an all-zero block) and q8_round the codes of four of its elements.
+float q8_id(float amax) { return amax > 0.0 ? 127.0 / amax : 0.0; }
+ivec4 q8_round(vec4 x, float id) { return clamp(ivec4(roundEven(x * id)), ivec4(-127), ivec4(127)); }
+
 uint q8_pack(ivec4 q) {
     return (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8) | ((uint(q.z) & 255u) << 16) | (uint(q.w) << 24);
 }
@@ -20,8 +25,8 @@ void q8_vec4(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
     am = max(am, subgroupShuffleXor(am, 1u));
     am = max(am, subgroupShuffleXor(am, 2u));
     am = max(am, subgroupShuffleXor(am, 4u));
-    float d = am / 127.0, id = am > 0.0 ? 127.0 / am : 0.0;
-    ivec4 q = clamp(ivec4(roundEven(y * id)), ivec4(-127), ivec4(127));
+    float d = am / 127.0;
+    ivec4 q = q8_round(y, q8_id(am));
     int s = q.x + q.y + q.z + q.w;
     s += subgroupShuffleXor(s, 1u);
     s += subgroupShuffleXor(s, 2u);

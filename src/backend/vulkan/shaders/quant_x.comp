@@ -32,11 +32,11 @@ void main() {
         vec4 a = abs(v[k]);
         amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
     }
-    float d = amax / 127.0, id = amax > 0.0 ? 127.0 / amax : 0.0;
+    float d = amax / 127.0, id = q8_id(amax);
     uint w[8];
     int s = 0;
     for (uint k = 0; k < 8; k++) {
-        ivec4 q = clamp(ivec4(roundEven(v[k] * id)), ivec4(-127), ivec4(127));
+        ivec4 q = q8_round(v[k], id);
         s += q.x + q.y + q.z + q.w;
         w[k] = q8_pack(q);
     }
