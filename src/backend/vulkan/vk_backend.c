@@ -81,6 +81,48 @@ static void prof_collect(ob_vk *vk) {
     pr->gpu_span_ms += (double)((pr->ts[n - 1] - pr->ts[0]) & pr->mask) * ms_per_tick;
 }
 
+/* ONEBIT_VK_PROFILE=3: before prof_collect reads the same timestamps, each position's
+ * start (after the first dispatch's start) and duration into the timeline sums. */
+static void prof_timeline(ob_vk *vk) {
+    ob_vk_prof *pr = &vk->prof;
+    int64_t n = vk->gcmd_prof_n / 2 < vk->n_prev ? vk->gcmd_prof_n / 2 : vk->n_prev;
+    if (n < 1) return;
+    if (pr->tl_n != n) {
+        free(pr->tl_start);
+        free(pr->tl_dur);
+        pr->tl_start = calloc((size_t)n, sizeof(double));
+        pr->tl_dur = calloc((size_t)n, sizeof(double));
+        pr->tl_n = pr->tl_start && pr->tl_dur ? n : 0;
+        pr->tl_steps = 0;
+        if (!pr->tl_n) return;
+    }
+    uint64_t *ts = pr->ts;
+    if (vkGetQueryPoolResults(vk->dev, pr->pool, 0, (uint32_t)(2 * n), sizeof(uint64_t) * 2 * (size_t)n, ts,
+                              sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    const double ms = pr->ns_per_tick * 1e-6;
+    for (int64_t k = 0; k < n; k++) {
+        pr->tl_start[k] += (double)((ts[2 * k] - ts[0]) & pr->mask) * ms;
+        pr->tl_dur[k] += (double)((ts[2 * k + 1] - ts[2 * k]) & pr->mask) * ms;
+    }
+    pr->tl_steps++;
+}
+
+/* The timeline of the last listed graph: its first 48 positions and its last 8. */
+static void prof_timeline_print(const ob_vk *vk) {
+    const ob_vk_prof *pr = &vk->prof;
+    if (!pr->tl_n || !pr->tl_steps || pr->tl_n != vk->n_prev) return;
+    const double s = (double)pr->tl_steps;
+    fprintf(stderr, "vulkan timeline (%lld steps): pos barrier shader groups start_us dur_us\n", (long long)pr->tl_steps);
+    for (int64_t k = 0; k < pr->tl_n; k++) {
+        if (k >= 48 && k < pr->tl_n - 8) continue;
+        const ob_vk_cmd *c = &vk->prev[k];
+        fprintf(stderr, "  %4lld %c %-10s %6u %9.2f %7.2f\n", (long long)k, c->barrier ? 'B' : '.',
+                c->sh < OB_VK_SH_COUNT ? ob_vk_spv_table[c->sh].name : "?", c->gx * c->gy, 1e3 * pr->tl_start[k] / s,
+                1e3 * pr->tl_dur[k] / s);
+    }
+}
+
 static void prof_print(const ob_vk *vk) {
     const ob_vk_prof *pr = &vk->prof;
     double total = 0;
@@ -144,11 +186,15 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
 
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
-    /* constant 0: the weight type; 1: matvec_q8.comp's token count (ignored elsewhere) */
-    uint32_t spec[2] = {(uint32_t)type, sh == OB_VK_SH_MATVEC_Q8_1 ? 1u : 8u};
-    VkSpecializationMapEntry me[2] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
-                                      {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)}};
-    VkSpecializationInfo si = {.mapEntryCount = 2, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
+     * subgroup of the one-token path (both ignored elsewhere) */
+    const bool one = sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_1R1;
+    const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 ? 4u : sh == OB_VK_SH_MATVEC_Q8_1R2 ? 2u : sh == OB_VK_SH_MATVEC_Q8_1R1 ? 1u : 8u;
+    uint32_t spec[3] = {(uint32_t)type, one ? 1u : 8u, rs};
+    VkSpecializationMapEntry me[3] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
+                                      {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)},
+                                      {.constantID = 2, .offset = 2 * sizeof(uint32_t), .size = sizeof(uint32_t)}};
+    VkSpecializationInfo si = {.mapEntryCount = 3, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -195,6 +241,7 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
         c->gy = (uint32_t)gy;
         c->prof_key = vk->prof.key_now;
         c->barrier = vk->need_barrier;
+        c->sh = (uint32_t)sh;
         vk->need_barrier = false;
         return OB_OK;
     }
@@ -234,19 +281,23 @@ static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const o
         const ob_tensor *by = i < OB_MAX_SRC ? n : i < 2 * OB_MAX_SRC ? add : store;
         const ob_tensor *s = by ? by->src[i % OB_MAX_SRC] : NULL;
         if (add && s == add) {
+            /* a residual ADD's sum is written; a norm fused before a rope is not (the
+             * rope is its one reader, and reads it inside the dispatch) */
             uint64_t lo = (uint64_t)(uintptr_t)add->data;
-            wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(add)};
+            if (add->op == OB_OP_ADD) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(add), false};
             continue;
         }
         /* KV_STORE outputs are ordering tokens: no shader reads them (the caches' own
          * ranges order the attention after its stores) */
         if (!s || !s->data || s == n || s->op == OB_OP_KV_STORE) continue;
         uint64_t lo = (uint64_t)(uintptr_t)s->data;
-        if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
-        else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s)};
+        if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
+        else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
     }
+    /* n's output; dead when nothing reads it back: a KV_STORE's token, or a rope's output
+     * when its store is fused in */
     uint64_t o = (uint64_t)(uintptr_t)n->data;
-    wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n)};
+    wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n), n->op == OB_OP_KV_STORE || store != NULL};
     /* a norm or GLU that also writes the int8 x buffer */
     ob_vk_range q = ob_vk_q8_out(vk, n, add);
     if (q.hi > q.lo) wr[nwr++] = q;
@@ -258,7 +309,8 @@ void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, 
                 vk->hz_nrd + nrd > OB_VK_MAX_RANGES || vk->hz_nwr + nwr > OB_VK_MAX_RANGES;
     for (int i = 0; i < nrd && !need; i++) need = hz_hit(vk->hz_wr, vk->hz_nwr, rd[i].lo, rd[i].hi);
     for (int i = 0; i < nwr && !need; i++)
-        need = hz_hit(vk->hz_wr, vk->hz_nwr, wr[i].lo, wr[i].hi) || hz_hit(vk->hz_rd, vk->hz_nrd, wr[i].lo, wr[i].hi);
+        need = (!wr[i].dead && hz_hit(vk->hz_wr, vk->hz_nwr, wr[i].lo, wr[i].hi)) ||
+               hz_hit(vk->hz_rd, vk->hz_nrd, wr[i].lo, wr[i].hi);
     if (need) {
         vk->need_barrier = true;
         vk->hz_all = false;
@@ -377,6 +429,7 @@ static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
         if (pr->pool && pr->pool == vk->gcmd_pool) {
             for (uint32_t k = 0; k < vk->gcmd_prof_n / 2 && k < (uint32_t)vk->n_prev; k++) pr->key[k] = vk->prev[k].prof_key;
             pr->n = vk->gcmd_prof_n;
+            if (pr->timeline) prof_timeline(vk);
             prof_collect(vk);
         }
         pr->t_step = ob_time_s();
@@ -563,6 +616,7 @@ static void vk_destroy(ob_backend *be) {
     ob_vk *vk = be->ctx;
     if (vk) {
         if (vk->prof.on) prof_print(vk);
+        if (vk->prof.timeline) prof_timeline_print(vk);
         ob_vk_device_free(vk);
         free(vk);
     }

@@ -275,7 +275,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     if (fam < 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", vk->info.name);
     vk->qfam = (uint32_t)fam;
     const char *pf = getenv("ONEBIT_VK_PROFILE");
-    if (pf && (pf[0] == '1' || pf[0] == '2')) {
+    if (pf && (pf[0] == '1' || pf[0] == '2' || pf[0] == '3')) {
         VkPhysicalDeviceProperties pp;
         vkGetPhysicalDeviceProperties(vk->info.phys, &pp);
         uint32_t bits = qf[fam].timestampValidBits;
@@ -287,6 +287,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         } else {
             vk->prof.on = true;
             vk->prof.start_waits = pf[0] == '2';
+            vk->prof.timeline = pf[0] == '3';
             vk->prof.ns_per_tick = pp.limits.timestampPeriod;
             vk->prof.mask = bits >= 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
             ob_log(OB_LOG_INFO, "vulkan: profiling: %u-bit timestamps, %.3f ns per tick%s", bits,
@@ -353,6 +354,14 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->q8_fuse = vk->q8 && vk->info.shuffle && !(q8_fuse && !strcmp(q8_fuse, "0"));
     int q8r = q8_rows ? atoi(q8_rows) : 2;
     vk->q8_rows = q8r < 1 ? 1 : q8r > 16 ? 16 : (uint32_t)q8r;
+    const char *q8_rows1 = getenv("ONEBIT_VK_Q8_ROWS1");
+    int q8r1 = q8_rows1 ? atoi(q8_rows1) : 8;
+    vk->q8_rows1_auto = !q8_rows1;
+    /* 8, 4, 2 or 1 (a pipeline each), 0 off */
+    vk->q8_rows1 = q8r1 >= 8 ? 8 : q8r1 >= 4 ? 4 : q8r1 >= 2 ? 2 : q8r1 >= 1 ? 1 : 0;
+    const char *q8_mwg = getenv("ONEBIT_VK_Q8_MIN_WG");
+    int mwg = q8_mwg ? atoi(q8_mwg) : 256;
+    vk->q8_min_wg = mwg < 0 ? 0 : mwg > 65536 ? 65536 : (uint32_t)mwg; /* 0: never fewer */
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
     vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
     vk->all_barriers = all_bar && !strcmp(all_bar, "1");
@@ -412,7 +421,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
-        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s == OB_VK_SH_MATVEC_Q8 || s == OB_VK_SH_MATVEC_Q8_1) && !vk->q8) ||
+        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_1R1) && !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
@@ -458,6 +467,8 @@ void ob_vk_device_free(ob_vk *vk) {
     free(vk->prev);
     free(vk->prof.key);
     free(vk->prof.ts);
+    free(vk->prof.tl_start);
+    free(vk->prof.tl_dur);
 }
 
 bool ob_vk_prof_reserve(ob_vk *vk, int64_t n) {

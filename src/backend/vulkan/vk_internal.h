@@ -38,7 +38,11 @@ typedef enum ob_vk_shader {
     OB_VK_SH_QUANT_X,      /* activations to int8 blocks for MATVEC_Q8 */
     OB_VK_SH_MATVEC_Q8,    /* decode on int8 activations (integer dot products); module only
                               when the device has them */
-    OB_VK_SH_MATVEC_Q8_1,  /* the same module specialised for one token (MAXT = 1) */
+    OB_VK_SH_MATVEC_Q8_1,  /* the same module specialised for one token (MAXT = 1), 8 rows
+                              per subgroup on its x-in-registers path (RS = 8) */
+    OB_VK_SH_MATVEC_Q8_1R4, /* ... RS = 4, 2, 1 (fewer rows, more workgroups) */
+    OB_VK_SH_MATVEC_Q8_1R2,
+    OB_VK_SH_MATVEC_Q8_1R1,
     OB_VK_SH_NORM_Q8,      /* NORM that also writes its output as int8 (subgroup shuffles);
                               module only with q8_fuse */
     OB_VK_SH_QUANT_X4,     /* QUANT_X, 4 elements per invocation (subgroup shuffles); module
@@ -117,6 +121,11 @@ typedef struct ob_vk_prof {
     double pipeline_ms;     /* host: pipelines built on first use during recording */
     double pipeline_seen_ms;/* pipeline_ms already taken out of record_ms */
     int64_t steps, submits, barriers, dispatches;
+    /* ONEBIT_VK_PROFILE=3: per position in a listed graph, its start after the first
+     * dispatch's start and its duration, summed over steps (ms), for the timeline print */
+    bool timeline;
+    double *tl_start, *tl_dur;
+    int64_t tl_n, tl_steps;
 } ob_vk_prof;
 
 /* One dispatch of a graph as recorded: what a command buffer holds for it, compared with
@@ -127,10 +136,16 @@ typedef struct ob_vk_cmd {
     uint32_t gx, gy;
     int32_t prof_key;
     uint32_t barrier; /* a barrier before this dispatch */
+    uint32_t sh;      /* its shader (ONEBIT_VK_PROFILE=3's timeline) */
 } ob_vk_cmd;
 
-/* Byte ranges [lo, hi) of device memory read / written since the last barrier. */
-typedef struct ob_vk_range { uint64_t lo, hi; } ob_vk_range;
+/* Byte ranges [lo, hi) of device memory read / written since the last barrier. dead: a
+ * write no dispatch reads back (a KV_STORE's ordering token, a rope output whose one
+ * reader, the KV_STORE, is fused into its dispatch). Its bytes were free when the graph
+ * placed it, so whatever an earlier dispatch of the same level wrote there is dead too:
+ * it waits only for earlier reads of those bytes (WAR), not for earlier writes (WAW).
+ * Later dispatches still order themselves after it. */
+typedef struct ob_vk_range { uint64_t lo, hi; bool dead; } ob_vk_range;
 #define OB_VK_MAX_RANGES 64
 
 typedef struct ob_vk {
@@ -179,7 +194,13 @@ typedef struct ob_vk {
     bool q8_fuse;              /* RMS norms and GLUs write the int8 x of the matmuls after
                                   them (ONEBIT_VK_Q8_FUSE=0: off; norms need shuffles) */
     bool q8_stage;             /* x staged in shared memory (ONEBIT_VK_Q8_STAGE=0: off) */
-    uint32_t q8_rows;          /* rows per workgroup (ONEBIT_VK_Q8_ROWS, default 4 subgroups) */
+    uint32_t q8_rows;          /* rows per subgroup (ONEBIT_VK_Q8_ROWS, default 2) */
+    uint32_t q8_rows1;         /* one token: rows per subgroup sharing x in registers, 8, 4,
+                                  2 or 1 (ONEBIT_VK_Q8_ROWS1; 0: the per-row path); unset: 4
+                                  for Q4_K and Q6_K (12-15 weight words a unit), else 8 */
+    bool q8_rows1_auto;
+    uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
+                                  workgroups (ONEBIT_VK_Q8_MIN_WG, default 256) */
     ob_vk_alloc q8_buf;
     ob_vk_range q8_next;       /* ob_vk_q8_out's answer for the node being recorded */
     uint64_t q8_src, q8_end;

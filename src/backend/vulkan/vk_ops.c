@@ -161,7 +161,7 @@ static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
 }
 
 ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
-    ob_vk_range r = {0, 0};
+    ob_vk_range r = {0, 0, false};
     vk->q8_next = r;
     if (!norm_q8_ok(vk, n, add) && !glu_q8_ok(vk, n)) return r;
     uint64_t qb, db;
@@ -222,28 +222,39 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
         q.o = vk->q8_buf.addr;
         q.u[0] = K;
         q.u[2] = (uint32_t)qbytes;
-        ob_vk_range rd = {xlo, xhi}, wr = {q.o, q.o + qbytes + dbytes};
+        ob_vk_range rd = {xlo, xhi, false}, wr = {q.o, q.o + qbytes + dbytes, false};
         ob_vk_hz(vk, &rd, 1, &wr, 1);
         ob_status st = dispatch_quant(vk, &q, (uint64_t)T * K, err, err_len);
         if (st) return st;
         q8_written(vk, x);
     }
-    /* qx was written since the last barrier (or not): the ranges decide, and the node's own
-     * ranges go in again in case that barrier cleared them. */
+    /* qx was written since the last barrier (or not): the ranges decide. A fresh qx was
+     * written just now, so that barrier comes and clears the node's own ranges (added by
+     * the graph's hazard check): they go in again. A reused one only adds its read; putting
+     * the node's output in again would meet itself and fence q/k/v (gate/up) apart. */
     const uint64_t q0 = vk->q8_buf.addr;
-    ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes}, {addr(w), addr(w) + ob_nbytes(w)}};
-    ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n)};
-    ob_vk_hz(vk, rd, 2, &wr, 1);
+    ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes, false}, {addr(w), addr(w) + ob_nbytes(w), false}};
+    ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n), false};
+    if (fresh) ob_vk_hz(vk, rd, 2, &wr, 1);
+    else ob_vk_hz(vk, rd, 1, NULL, 0);
     pc->b = q0;
     pc->c = q0 + qbytes;
     pc->e = 0;
-    /* rows per subgroup: up to q8_rows, fewer while that leaves under 256 workgroups */
+    /* rows per subgroup: up to q8_rows (one token: q8_rows1, whose rows share x in
+     * registers), fewer while that leaves under q8_min_wg workgroups */
     const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
-    uint32_t rps = vk->q8_rows;
-    while (rps > 1 && (uint64_t)N < (uint64_t)sg * rps * 256) rps /= 2;
+    const bool one = T == 1 && vk->q8_rows1 > 0;
+    uint32_t rps = one ? vk->q8_rows1 : vk->q8_rows;
+    /* H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240 (2026-11-30 14:37 UTC) */
+    if (one && vk->q8_rows1_auto && (w->type == OB_TYPE_Q4_K || w->type == OB_TYPE_Q6_K) && rps > 4) rps = 4;
+    while (rps > 1 && (uint64_t)N < (uint64_t)sg * rps * vk->q8_min_wg) rps /= 2;
     pc->u[4] = sg * rps;
+    pc->u[6] = one;
     pc->u[5] = vk->q8_stage && (uint64_t)T * K <= 768 * 16;
-    return ob_vk_dispatch(vk, T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8, w->type, pc, cdiv(N, pc->u[4]), err,
+    const ob_vk_shader sh = !one ? (T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8)
+                            : rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4
+                            : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2 : OB_VK_SH_MATVEC_Q8_1R1;
+    return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err,
                           err_len);
 }
 

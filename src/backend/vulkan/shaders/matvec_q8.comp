@@ -3,7 +3,8 @@
 // of Q4_K, Q6_K, Q8_0, Q1_0 or TQ2_0 and x already quantized by quant_x.comp.
 // a W, b qx int8 [T][K], c dx vec2 [T][K/32] (d, d * sum(q)), o y F32 [N, T].
 // u[0] K, u[1] N, u[2] T (<= MAXT), u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
-// shared memory (set only when T * K <= SQ * 16), u[10] workgroups.
+// shared memory (set only when T * K <= SQ * 16), u[6] (one-token pipelines only) 1: the
+// x-in-registers path of RS rows per subgroup (0: the per-row path), u[10] workgroups.
 //
 // The f32 matvec (matvec.comp) turns every weight into a float and spends ~6 instructions
 // per weight; here weight bytes meet int8 activations in 4-wide integer dot products
@@ -22,6 +23,10 @@
 layout(constant_id = 1) const uint MAXT = 8;
 #define SQ 768  // uvec4 of staged qx: T * K <= 12,288
 #define SD 384  // vec2 of staged dx
+// Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
+// holds at once (1 at 8 rows, else 2: a K = 4096 row of 64 units fills the lanes twice).
+layout(constant_id = 2) const uint RS = 8;
+const uint CH = RS == 8 ? 1 : 2;
 layout(local_size_x = WG) in;
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
@@ -51,42 +56,33 @@ uint byte_of(uint w, uint k) { return (w >> (8u * k)) & 255u; }
 // Units per block.
 const uint UPB = TYPE == T_Q8_0 ? 1 : 4;
 
-// acc[t] += unit u of the row at `row`, dotted with token t's x, for t < T.
-void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
+// A unit's weight words, laid out per type (unused words stay 0):
+//   Q4_K  w[0..3] the block's first 16 bytes (d, dmin, 12 scale bytes), w[4..7] and
+//         w[8..11] the unit's two 16-byte runs of qs;
+//   Q6_K  w[0..3] ql run A, w[4..7] ql run B, w[8..11] the qh run, w[12..13] the half's 8
+//         scales, w[14] d;
+//   TQ2_0 w[0..3] the unit's 16 bytes of qs, w[4] d;
+//   Q8_0  w[0..7] the 32 codes, w[8] d;
+//   Q1_0  w[0] the unit's 32 sign bits, w[1] d.
+#define NWU 15
+void unit_w(uint64_t row, uint u, out uint w[NWU]) {
     uint b = u / UPB, s = u % UPB;
+    for (uint i = 0; i < NWU; i++) w[i] = 0u;
     if (TYPE == T_Q4_K) {
         // s: 32 bytes of qs: low nibbles are sub-block 2s (elements 64s + [0, 32)), high
-        // nibbles sub-block 2s + 1. The min term uses x's d * sum(q) (dx.y).
+        // nibbles sub-block 2s + 1
         uint64_t blk = row + uint64_t(b) * 144;
         uvec4 hd = BU4(blk).v[0], qa = BU4(blk + 16 + 32 * s).v[0], qb = BU4(blk + 32 + 32 * s).v[0];
-        vec2 dm = unpackHalf2x16(hd.x);
-        // 6-bit scale and min of sub-blocks 2s and 2s + 1 (k = their index mod 4)
-        bool lo = s < 2;
-        uint k0 = (2 * s) & 3u, k1 = k0 + 1;
-        uint sl = lo ? byte_of(hd.y, k0) & 63u : (byte_of(hd.w, k0) & 15u) | ((byte_of(hd.y, k0) >> 6) << 4);
-        uint ml = lo ? byte_of(hd.z, k0) & 63u : (byte_of(hd.w, k0) >> 4) | ((byte_of(hd.z, k0) >> 6) << 4);
-        uint sh = lo ? byte_of(hd.y, k1) & 63u : (byte_of(hd.w, k1) & 15u) | ((byte_of(hd.y, k1) >> 6) << 4);
-        uint mh = lo ? byte_of(hd.z, k1) & 63u : (byte_of(hd.w, k1) >> 4) | ((byte_of(hd.z, k1) >> 6) << 4);
-        uint e = 256 * b + 64 * s, c = 8 * b + 2 * s;
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            uvec4 x0 = xq(t, e), x1 = xq(t, e + 16), x2 = xq(t, e + 32), x3 = xq(t, e + 48);
-            int dl = 0, dh = 0;
-            for (uint i = 0; i < 4; i++) {
-                dl = dp4(qa[i] & 0x0f0f0f0fu, x0[i], dl);
-                dl = dp4(qb[i] & 0x0f0f0f0fu, x1[i], dl);
-                dh = dp4((qa[i] >> 4) & 0x0f0f0f0fu, x2[i], dh);
-                dh = dp4((qb[i] >> 4) & 0x0f0f0f0fu, x3[i], dh);
-            }
-            vec2 f0 = xd(t, c), f1 = xd(t, c + 1);
-            acc[t] += dm.x * (float(int(sl) * dl) * f0.x + float(int(sh) * dh) * f1.x) -
-                      dm.y * (float(ml) * f0.y + float(mh) * f1.y);
+        for (uint i = 0; i < 4; i++) {
+            w[i] = hd[i];
+            w[4 + i] = qa[i];
+            w[8 + i] = qb[i];
         }
     } else if (TYPE == T_Q6_K) {
         // s: half g = s / 2 (128 elements), bytes j0 = 16 (s % 2) on: ql [64g + j0, +16)
         // holds sub-blocks r = 0 (low) and 2 (high), ql [64g + 32 + j0, +16) r = 1 and 3,
         // qh [128 + 32g + j0, +16) two bits of each; r covers elements 128g + 32r + j0 +
-        // [0, 16), one scale. Weights are 6-bit unsigned; the -32 comes off as 32 sum(x).
+        // [0, 16), one scale.
         uint64_t blk = row + uint64_t(b) * 210;
         uint g = s / 2, j0 = 16 * (s % 2);
         uint A[4], B[4], H[4];
@@ -94,81 +90,147 @@ void unit_dot(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
         ld16(blk + 64 * g + 32 + j0, B);
         ld16(blk + 128 + 32 * g + j0, H);
         uvec2 scw = ld8(blk + 192 + 8 * g);
-        float d = ldh2(blk + 208);
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            float a = 0.0;
-            for (uint r = 0; r < 4; r++) {
-                uint ns = 4 * (r >> 1), hs = 2 * r;
-                uvec4 xv = xq(t, 256 * b + 128 * g + 32 * r + j0);
-                int si = 0, sx = 0;
-                for (uint i = 0; i < 4; i++) {
-                    uint lo = (r & 1u) != 0u ? B[i] : A[i];
-                    uint w = ((lo >> ns) & 0x0f0f0f0fu) | (((H[i] >> hs) << 4) & 0x30303030u);
-                    si = dp4(w, xv[i], si);
-                    sx = dp4(0x20202020u, xv[i], sx);
-                }
-                uint sb = 2 * r + j0 / 16; // scale byte of scw
-                float sc = float(bitfieldExtract(int(scw[sb / 4]), int(8 * (sb % 4)), 8));
-                a += sc * xd(t, 8 * b + 4 * g + r).x * float(si - sx);
-            }
-            acc[t] += d * a;
+        for (uint i = 0; i < 4; i++) {
+            w[i] = A[i];
+            w[4 + i] = B[i];
+            w[8 + i] = H[i];
         }
+        w[12] = scw.x;
+        w[13] = scw.y;
+        w[14] = floatBitsToUint(ldh2(blk + 208));
     } else if (TYPE == T_TQ2_0) {
         // s: half g = s / 2, bytes m0 = 16 (s % 2) on of qs [32g, +32): each byte holds the
-        // 2-bit trits of elements 128g + 32r + m0 + [0, 16) at shift 2r; value trit - 1.
+        // 2-bit trits of elements 128g + 32r + m0 + [0, 16) at shift 2r
         uint64_t blk = row + uint64_t(b) * 66;
-        uint g = s / 2, m0 = 16 * (s % 2);
         uint Q[4];
-        ld16(blk + 32 * g + m0, Q);
-        float d = ldh2(blk + 64);
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            float a = 0.0;
-            for (uint r = 0; r < 4; r++) {
-                uvec4 xv = xq(t, 256 * b + 128 * g + 32 * r + m0);
-                int si = 0, sx = 0;
-                for (uint i = 0; i < 4; i++) {
-                    si = dp4((Q[i] >> (2 * r)) & 0x03030303u, xv[i], si);
-                    sx = dp4(0x01010101u, xv[i], sx);
-                }
-                a += xd(t, 8 * b + 4 * g + r).x * float(si - sx);
-            }
-            acc[t] += d * a;
-        }
+        ld16(blk + 32 * (s / 2) + 16 * (s % 2), Q);
+        for (uint i = 0; i < 4; i++) w[i] = Q[i];
+        w[4] = floatBitsToUint(ldh2(blk + 64));
     } else if (TYPE == T_Q8_0) {
         uint64_t blk = row + uint64_t(b) * 34;
         uint W[8];
         ld32(blk + 2, W);
-        float d = ldh2(blk);
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            uvec4 x0 = xq(t, 32 * b), x1 = xq(t, 32 * b + 16);
+        for (uint i = 0; i < 8; i++) w[i] = W[i];
+        w[8] = floatBitsToUint(ldh2(blk));
+    } else if (TYPE == T_Q1_0) {
+        // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes
+        uint64_t blk = row + uint64_t(b) * 18;
+        w[0] = ld4(blk + 2 + 4 * s);
+        w[1] = floatBitsToUint(ldh2(blk));
+    }
+}
+
+// Token t's x for unit u: q[0..3] 16 int8 each (the runs unit_dot pairs with the weights),
+// d the activation scales it needs (dx.x of each 32-element run, or dx.xy where the
+// weights have a min or sign term), e what the weights' offset takes off, from x alone
+// (TQ2_0: e.x = sum over runs of d * sum(q); Q6_K: e[r] = 32 d[r] sum(q) of run r).
+void unit_x(uint t, uint u, out uvec4 q[4], out vec4 d, out vec4 e) {
+    uint b = u / UPB, s = u % UPB;
+    q[0] = q[1] = q[2] = q[3] = uvec4(0u);
+    d = vec4(0.0);
+    e = vec4(0.0);
+    if (TYPE == T_Q4_K) {
+        uint e = 256 * b + 64 * s, c = 8 * b + 2 * s;
+        for (uint i = 0; i < 4; i++) q[i] = xq(t, e + 16 * i);
+        d = vec4(xd(t, c), xd(t, c + 1));
+    } else if (TYPE == T_Q6_K || TYPE == T_TQ2_0) {
+        uint g = s / 2, j0 = 16 * (s % 2);
+        for (uint r = 0; r < 4; r++) {
+            q[r] = xq(t, 256 * b + 128 * g + 32 * r + j0);
+            d[r] = xd(t, 8 * b + 4 * g + r).x;
+            int sx = 0;
+            for (uint i = 0; i < 4; i++) sx = dp4(TYPE == T_Q6_K ? 0x20202020u : 0x01010101u, q[r][i], sx);
+            e[r] = d[r] * float(sx);
+        }
+        if (TYPE == T_TQ2_0) e = vec4(e.x + e.y + e.z + e.w, 0.0, 0.0, 0.0);
+    } else if (TYPE == T_Q8_0) {
+        q[0] = xq(t, 32 * b);
+        q[1] = xq(t, 32 * b + 16);
+        d.x = xd(t, b).x;
+    } else if (TYPE == T_Q1_0) {
+        q[0] = xq(t, 128 * b + 32 * s);
+        q[1] = xq(t, 128 * b + 32 * s + 16);
+        d.xy = xd(t, 4 * b + s);
+    }
+}
+
+// Unit u's weights (unit_w) dotted with one token's x (unit_x).
+float unit_dot(uint u, uint w[NWU], uvec4 q[4], vec4 d, vec4 e) {
+    uint s = u % UPB;
+    if (TYPE == T_Q4_K) {
+        // 6-bit scale and min of sub-blocks 2s and 2s + 1 (k = their index mod 4); the min
+        // term uses x's d * sum(q) (d.y, d.w)
+        vec2 dm = unpackHalf2x16(w[0]);
+        bool lo = s < 2;
+        uint k0 = (2 * s) & 3u, k1 = k0 + 1;
+        uint sl = lo ? byte_of(w[1], k0) & 63u : (byte_of(w[3], k0) & 15u) | ((byte_of(w[1], k0) >> 6) << 4);
+        uint ml = lo ? byte_of(w[2], k0) & 63u : (byte_of(w[3], k0) >> 4) | ((byte_of(w[2], k0) >> 6) << 4);
+        uint sh = lo ? byte_of(w[1], k1) & 63u : (byte_of(w[3], k1) & 15u) | ((byte_of(w[1], k1) >> 6) << 4);
+        uint mh = lo ? byte_of(w[2], k1) & 63u : (byte_of(w[3], k1) >> 4) | ((byte_of(w[2], k1) >> 6) << 4);
+        int dl = 0, dh = 0;
+        for (uint i = 0; i < 4; i++) {
+            dl = dp4(w[4 + i] & 0x0f0f0f0fu, q[0][i], dl);
+            dl = dp4(w[8 + i] & 0x0f0f0f0fu, q[1][i], dl);
+            dh = dp4((w[4 + i] >> 4) & 0x0f0f0f0fu, q[2][i], dh);
+            dh = dp4((w[8 + i] >> 4) & 0x0f0f0f0fu, q[3][i], dh);
+        }
+        return dm.x * (float(int(sl) * dl) * d.x + float(int(sh) * dh) * d.z) - dm.y * (float(ml) * d.y + float(mh) * d.w);
+    } else if (TYPE == T_Q6_K) {
+        // weights are 6-bit unsigned; the -32 comes off as 32 sum(x) (e)
+        uint j0 = 16 * (s % 2);
+        float a = 0.0;
+        for (uint r = 0; r < 4; r++) {
+            uint ns = 4 * (r >> 1), hs = 2 * r;
             int si = 0;
             for (uint i = 0; i < 4; i++) {
-                si = dp4(W[i], x0[i], si);
-                si = dp4(W[4 + i], x1[i], si);
+                uint lo = (r & 1u) != 0u ? w[4 + i] : w[i];
+                uint v = ((lo >> ns) & 0x0f0f0f0fu) | (((w[8 + i] >> hs) << 4) & 0x30303030u);
+                si = dp4(v, q[r][i], si);
             }
-            acc[t] += d * xd(t, b).x * float(si);
+            uint sb = 2 * r + j0 / 16; // scale byte of the half's 8
+            float sc = float(bitfieldExtract(int(w[12 + sb / 4]), int(8 * (sb % 4)), 8));
+            a += sc * (d[r] * float(si) - e[r]);
         }
-    } else if (TYPE == T_Q1_0) {
-        // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes:
-        // bit set -> +d, clear -> -d; sum(sign * q) = 2 sum(bit * q) - sum(q), the last
-        // from dx.y. Each 4 bits become four 0/1 bytes.
-        uint64_t blk = row + uint64_t(b) * 18;
-        uint bits = ld4(blk + 2 + 4 * s);
-        float d = ldh2(blk);
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            uvec4 x0 = xq(t, 128 * b + 32 * s), x1 = xq(t, 128 * b + 32 * s + 16);
+        return uintBitsToFloat(w[14]) * a;
+    } else if (TYPE == T_TQ2_0) {
+        // trit - 1: the -1 comes off as sum(x) (e.x)
+        float a = 0.0;
+        for (uint r = 0; r < 4; r++) {
             int si = 0;
-            for (uint k = 0; k < 4; k++) {
-                si = dp4(((bits >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u, x0[k], si);
-                si = dp4(((bits >> (4 * k + 16)) & 15u) * 0x00204081u & 0x01010101u, x1[k], si);
-            }
-            vec2 f = xd(t, 4 * b + s);
-            acc[t] += d * (2.0 * f.x * float(si) - f.y);
+            for (uint i = 0; i < 4; i++) si = dp4((w[i] >> (2 * r)) & 0x03030303u, q[r][i], si);
+            a += d[r] * float(si);
         }
+        return uintBitsToFloat(w[4]) * (a - e.x);
+    } else if (TYPE == T_Q8_0) {
+        int si = 0;
+        for (uint i = 0; i < 4; i++) {
+            si = dp4(w[i], q[0][i], si);
+            si = dp4(w[4 + i], q[1][i], si);
+        }
+        return uintBitsToFloat(w[8]) * d.x * float(si);
+    } else if (TYPE == T_Q1_0) {
+        // bit set -> +d, clear -> -d: sum(sign * q) = 2 sum(bit * q) - sum(q), the last from
+        // d.y; each 4 bits become four 0/1 bytes
+        int si = 0;
+        for (uint k = 0; k < 4; k++) {
+            si = dp4(((w[0] >> (4 * k)) & 15u) * 0x00204081u & 0x01010101u, q[0][k], si);
+            si = dp4(((w[0] >> (4 * k + 16)) & 15u) * 0x00204081u & 0x01010101u, q[1][k], si);
+        }
+        return uintBitsToFloat(w[1]) * (2.0 * d.x * float(si) - d.y);
+    }
+    return 0.0;
+}
+
+// acc[t] += unit u of the row at `row`, dotted with token t's x, for t < T.
+void unit_acc(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
+    uint w[NWU];
+    unit_w(row, u, w);
+    for (uint t = 0; t < MAXT; t++) {
+        if (t >= T) break;
+        uvec4 q[4];
+        vec4 d, e;
+        unit_x(t, u, q, d, e);
+        acc[t] += unit_dot(u, w, q, d, e);
     }
 }
 
@@ -185,6 +247,43 @@ void main() {
         barrier();
     }
     uint U = K / BS * UPB, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
+    if (MAXT == 1 && pc.u[6] != 0u) {
+        // One token, RS consecutive rows per subgroup: the lane's x for CH units is loaded
+        // once into registers and dotted with each of the rows' units, so x costs 1 / RS of
+        // its loads. No branch guards a load (rows and units past the end are clamped and
+        // their products dropped): every weight load of a step can be issued before the
+        // first arithmetic, as a branch or a store between them would prevent.
+        uint n0 = g * RW + gl_SubgroupID * RS;
+        if (n0 >= N) return; // uniform over the subgroup; no barrier follows
+        float acc[RS];
+        for (uint r = 0; r < RS; r++) acc[r] = 0.0;
+        for (uint u0 = 0; u0 < U; u0 += CH * sgs) {
+            uvec4 X[CH][4];
+            vec4 D[CH], E[CH];
+            uint uc[CH];
+            bool ok[CH];
+            for (uint j = 0; j < CH; j++) {
+                uint u = u0 + j * sgs + lane;
+                ok[j] = u < U;
+                uc[j] = min(u, U - 1);
+                unit_x(0, uc[j], X[j], D[j], E[j]);
+            }
+            for (uint r = 0; r < RS; r++) {
+                uint64_t row = pc.a + uint64_t(min(n0 + r, N - 1)) * pc.u[3];
+                for (uint j = 0; j < CH; j++) {
+                    uint w[NWU];
+                    unit_w(row, uc[j], w);
+                    float v = unit_dot(uc[j], w, X[j], D[j], E[j]);
+                    acc[r] += ok[j] ? v : 0.0;
+                }
+            }
+        }
+        for (uint r = 0; r < RS; r++) {
+            float s = subgroupAdd(acc[r]);
+            if (subgroupElect() && n0 + r < N) BF32(pc.o).v[n0 + r] = s;
+        }
+        return;
+    }
     for (uint r = gl_SubgroupID; r < RW; r += gl_NumSubgroups) {
         uint n = g * RW + r;
         if (n >= N) break; // uniform over the subgroup
@@ -196,16 +295,16 @@ void main() {
         uint u = lane;
         if (MAXT == 1)
             for (; u + 3 * sgs < U; u += 4 * sgs) {
-                unit_dot(row, u, T, acc);
-                unit_dot(row, u + sgs, T, acc);
-                unit_dot(row, u + 2 * sgs, T, acc);
-                unit_dot(row, u + 3 * sgs, T, acc);
+                unit_acc(row, u, T, acc);
+                unit_acc(row, u + sgs, T, acc);
+                unit_acc(row, u + 2 * sgs, T, acc);
+                unit_acc(row, u + 3 * sgs, T, acc);
             }
         for (; u + sgs < U; u += 2 * sgs) {
-            unit_dot(row, u, T, acc);
-            unit_dot(row, u + sgs, T, acc);
+            unit_acc(row, u, T, acc);
+            unit_acc(row, u + sgs, T, acc);
         }
-        if (u < U) unit_dot(row, u, T, acc);
+        if (u < U) unit_acc(row, u, T, acc);
         for (uint t = 0; t < MAXT; t++) {
             if (t >= T) break;
             float s = subgroupAdd(acc[t]);
