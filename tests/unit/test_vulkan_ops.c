@@ -558,6 +558,7 @@ typedef struct attn_case {
 } attn_case;
 
 static ob_backend *g_nosplit; /* ONEBIT_VK_ATTN_SPLIT=1 */
+static ob_backend *g_mergepass; /* ONEBIT_VK_ATTN_LAST=0: splits merged by a second dispatch */
 
 static void run_attention(const attn_case *ac) {
     int64_t cps = ac->decode ? 300 : 24, n_seq = 3, hd = ac->hd, row = hd * ac->n_kv, cells = cps * n_seq;
@@ -589,17 +590,28 @@ static void run_attention(const attn_case *ac) {
              ob_type_name(ac->kv), ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->alibi,
              ac->decode ? "decode" : "prefill");
     check_graph(g, o, 1e-5, 1e-4, what);
-    /* decode (300 cells per sequence): split over 3 workgroups per head, then merged */
+    /* decode (300 cells per sequence): split over 3 workgroups per head, merged by the
+     * last of them to finish (one dispatch), or by a merge pass (ONEBIT_VK_ATTN_LAST=0) */
     ob_vk *vk = g_be[0]->ctx;
-    CHECKF(vk->n_prev == (ac->decode ? 2 : 1), "%s: %lld dispatches", what, (long long)vk->n_prev);
-    if (ac->decode && vk->n_prev == 2) CHECK((vk->prev[0].pc.u[6] >> 8) == 3 && vk->prev[1].pc.u[6] == ((3u << 8) | 2u));
+    CHECKF(vk->n_prev == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
+    if (ac->decode && vk->n_prev == 1) CHECK((vk->prev[0].pc.u[6] >> 8) == 3 && (vk->prev[0].pc.u[6] & 4u));
     if (ac->decode && g_nosplit) check_on(g_nosplit, g, o, 1e-5, 1e-4, what);
+    if (ac->decode && g_mergepass) {
+        char w2[192];
+        snprintf(w2, sizeof(w2), "%s, merge pass", what);
+        check_on(g_mergepass, g, o, 1e-5, 1e-4, w2);
+        const ob_vk *mv = g_mergepass->ctx;
+        CHECKF(mv->n_prev == 2 && (mv->prev[0].pc.u[6] >> 8) == 3 && mv->prev[1].pc.u[6] == ((3u << 8) | 2u),
+               "%s: %lld dispatches", w2, (long long)mv->n_prev);
+    }
     ob_graph_free(g);
     free(q); free(kc); free(vc);
 }
 
 static void test_attention(void) {
     g_nosplit = backend_with("ONEBIT_VK_ATTN_SPLIT", "1");
+    g_mergepass = backend_with("ONEBIT_VK_ATTN_LAST", "0");
+    if (g_mergepass) ((ob_vk *)g_mergepass->ctx)->attn_cells = 128;
     /* splits of 128 cells, so the 300-cell decode cases split (the default is 1024) */
     uint32_t keep_cells[N_BE];
     for (int b = 0; b < N_BE; b++) {
@@ -632,6 +644,8 @@ static void test_attention(void) {
             }
     if (g_nosplit) ob_backend_free(g_nosplit);
     g_nosplit = NULL;
+    if (g_mergepass) ob_backend_free(g_mergepass);
+    g_mergepass = NULL;
     for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_cells = keep_cells[b];
 }
 
@@ -1043,6 +1057,85 @@ static void test_matvec_q8(void) {
         ob_graph_free(g);
         free(w); free(x); free(u); free(nwt);
     }
+    /* One token's gate and up matmuls on a norm's int8 x and their GLU: one dispatch
+     * (matvec_q8.comp's GLU mode) writes the GLU's output and its int8 form, which the down
+     * matmul reads; N = 288 leaves a partial workgroup where rows per workgroup exceed 32.
+     * Checked twice: the GLU itself (its f32 output) and the down matmul (its int8 x), on a
+     * backend with ONEBIT_VK_GLU_FUSE=1 (opt-in) and on the default ones (gate, up, then the
+     * GLU quantizer). Weights of scale 1 / sqrt(K) keep gate and up ~N(0, 1), as the x of
+     * mm_atol. */
+    ob_backend *gfuse = backend_with("ONEBIT_VK_GLU_FUSE", "1");
+    const ob_rng keep_rng3 = g_rng;
+    ob_rng_seed(&g_rng, 0x6a7eu);
+    static const ob_type gtypes[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(gtypes); ti++)
+        for (int64_t N = 256; N <= 288; N += 32)
+            for (int down = 0; down < 2; down++) {
+                const ob_type t = gtypes[ti];
+                const int64_t K = 512, M = 70, nx[2] = {K, 1}, nw[2] = {K, N}, nd[2] = {N, M};
+                void *wg = rand_typed(t, K, N, 1.0f / sqrtf((float)K)), *wu = rand_typed(t, K, N, 1.0f / sqrtf((float)K));
+                void *wd = rand_typed(OB_TYPE_Q8_0, N, M, 1.0f);
+                float *x = rand_f32(K, 1.0f), *nwt = rand_f32(K, 1.0f);
+                ob_graph *g = ob_graph_new(16);
+                ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nwt), 1e-6f);
+                ob_tensor *mg = ob_matmul(g, ob_leaf(g, "wg", t, 2, nw, wg), h);
+                ob_tensor *mu = ob_matmul(g, ob_leaf(g, "wu", t, 2, nw, wu), h);
+                ob_tensor *gl = ob_glu(g, mg, mu, OB_ACT_SILU);
+                ob_tensor *o = down ? ob_matmul(g, ob_leaf(g, "wd", OB_TYPE_Q8_0, 2, nd, wd), gl) : gl;
+                char what[96];
+                snprintf(what, sizeof(what), "gate/up/glu %s N=%lld %s", ob_type_name(t), (long long)N, down ? "down" : "glu");
+                const double atol = down ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1) / sqrt((double)K);
+                check_graph(g, o, atol, 1e-2, what);
+                int g0 = 0;
+                for (int64_t i = 0; i < vk->n_prev; i++) g0 += vk->prev[i].pipe == vk->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
+                CHECKF(g0 == 0, "%s: fused by default", what);
+                if (gfuse) {
+                    char w2[128];
+                    snprintf(w2, sizeof(w2), "%s, fused", what);
+                    check_on(gfuse, g, o, atol, 1e-2, w2);
+                    const ob_vk *fv = gfuse->ctx;
+                    int glus = 0;
+                    for (int64_t i = 0; i < fv->n_prev; i++) glus += fv->prev[i].pipe == fv->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
+                    const bool want = fv->q8_fuse && fv->info.subgroup >= 8 && fv->info.subgroup <= 32;
+                    CHECKF(want ? glus == 1 && fv->n_prev == 2 + down : glus == 0, "%s: %d fused, %lld dispatches", w2, glus,
+                           (long long)fv->n_prev);
+                }
+                ob_graph_free(g);
+                free(wg); free(wu); free(wd); free(x); free(nwt);
+            }
+    g_rng = keep_rng3;
+    if (gfuse) ob_backend_free(gfuse);
+    /* A decode attention (one workgroup per head) writes the int8 x of the matmul after it
+     * itself: no quantization pass; at 29 and 39 cells seen. Its own random stream, as
+     * above. */
+    const ob_rng keep_rng2 = g_rng;
+    ob_rng_seed(&g_rng, 0xa77eu);
+    for (int late = 0; late < 2; late++) {
+        const int64_t hd = 64, H = 4, n_kv = 2, cps = 40, K = hd * H, N = 70, nw[2] = {K, N};
+        const int64_t nq[3] = {hd, H, 1}, nc[2] = {hd * n_kv, cps}, n1[1] = {1};
+        void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
+        void *kc = rand_typed(OB_TYPE_F16, hd * n_kv, cps, 1.0f), *vc = rand_typed(OB_TYPE_F16, hd * n_kv, cps, 1.0f);
+        float *q = rand_f32(hd * H, 1.0f), tok = 0;
+        int32_t pos[1] = {late ? (int32_t)cps - 1 : 29}, seq[1] = {0};
+        ob_graph *g = ob_graph_new(12);
+        ob_tensor *at = ob_attention(g, ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q), ob_leaf(g, "k", OB_TYPE_F16, 2, nc, kc),
+                                     ob_leaf(g, "v", OB_TYPE_F16, 2, nc, vc), ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, pos),
+                                     ob_leaf(g, "seq", OB_TYPE_I32, 1, n1, seq), ob_leaf(g, "tok", OB_TYPE_F32, 1, n1, &tok),
+                                     (int)cps, (int)n_kv, 0, 1, 1.0f / sqrtf((float)hd), 0.0f);
+        ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), at);
+        const char *what = late ? "matvec_q8 after attention, last cell" : "matvec_q8 after attention";
+        check_graph(g, o, mm_atol(OB_TYPE_Q4_K, K, 1), 1e-4, what);
+        int quants = 0, fused = 0;
+        for (int64_t i = 0; i < vk->n_prev; i++) {
+            quants += is_quant(vk, vk->prev[i].pipe);
+            fused += vk->prev[i].pipe == vk->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] && (vk->prev[i].pc.u[6] & 8u);
+        }
+        CHECKF(vk->q8_fuse ? quants == 0 && fused == 1 && vk->n_prev == 2 : quants == 1,
+               "%s: %d x quantized apart, %d fused, %lld dispatches", what, quants, fused, (long long)vk->n_prev);
+        ob_graph_free(g);
+        free(w); free(kc); free(vc); free(q);
+    }
+    g_rng = keep_rng2;
 }
 
 /* Barriers only where a dispatch touches what an earlier one wrote, and re-submission of

@@ -187,14 +187,15 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
-     * subgroup of the one-token path (both ignored elsewhere) */
-    const bool one = sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_1R1;
+     * subgroup of the one-token path, 3: its gate/up/GLU mode (all ignored elsewhere) */
+    const bool one = sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU;
     const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 ? 4u : sh == OB_VK_SH_MATVEC_Q8_1R2 ? 2u : sh == OB_VK_SH_MATVEC_Q8_1R1 ? 1u : 8u;
-    uint32_t spec[3] = {(uint32_t)type, one ? 1u : 8u, rs};
-    VkSpecializationMapEntry me[3] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
+    uint32_t spec[4] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU};
+    VkSpecializationMapEntry me[4] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
                                       {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)},
-                                      {.constantID = 2, .offset = 2 * sizeof(uint32_t), .size = sizeof(uint32_t)}};
-    VkSpecializationInfo si = {.mapEntryCount = 3, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+                                      {.constantID = 2, .offset = 2 * sizeof(uint32_t), .size = sizeof(uint32_t)},
+                                      {.constantID = 3, .offset = 3 * sizeof(uint32_t), .size = sizeof(uint32_t)}};
+    VkSpecializationInfo si = {.mapEntryCount = 4, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -350,6 +351,22 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             hz_node(vk, rope, n, store);
             *i = store ? k : j;
             return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
+        }
+    }
+    if (!vk->no_fuse && n->op == OB_OP_MATMUL) {
+        /* gate, up and their GLU: the fused recorder keeps its own hazard ranges */
+        int64_t j = *i + 1, k;
+        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
+        k = j + 1;
+        while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
+        if (k < g->n && g->nodes[k].op == OB_OP_GLU) {
+            ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
+            if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
+            if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
+                vk->prof.key_now = prof_key(n);
+                *i = k;
+                return ob_vk_record_gate_up_glu(vk, a, b, glu, err, err_len);
+            }
         }
     }
     vk->prof.key_now = prof_key(n); /* the dispatches of this node time under its key */

@@ -375,6 +375,14 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     const char *acells = getenv("ONEBIT_VK_ATTN_CELLS");
     int ac = acells ? atoi(acells) : 1024;
     vk->attn_cells = ac < 32 ? 32 : ac > 65536 ? 65536 : (uint32_t)ac;
+    const char *gluf = getenv("ONEBIT_VK_GLU_FUSE");
+    /* slower on the H200 (qwen3-8b TQ2_0 tg64 256.9 against 269.9, Q4_K_M 217.7 / 238.5,
+     * 2026-11-30 15:01 UTC), so on request */
+    vk->glu_fuse = gluf && !strcmp(gluf, "1");
+    const char *aq8 = getenv("ONEBIT_VK_ATTN_Q8");
+    vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
+    const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
+    vk->attn_last = !(alast && !strcmp(alast, "0"));
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
     ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
@@ -421,7 +429,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
-        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_1R1) && !vk->q8) ||
+        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) && !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
@@ -449,6 +457,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
         if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
         if (vk->q8_buf.buf) ob_vk_buffer_free(vk, &vk->q8_buf);
+        if (vk->q8_buf2.buf) ob_vk_buffer_free(vk, &vk->q8_buf2);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)

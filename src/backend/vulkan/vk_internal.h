@@ -43,6 +43,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_1R4, /* ... RS = 4, 2, 1 (fewer rows, more workgroups) */
     OB_VK_SH_MATVEC_Q8_1R2,
     OB_VK_SH_MATVEC_Q8_1R1,
+    OB_VK_SH_MATVEC_Q8_GLU, /* RS = 8, gate and up rows together, act(gate) * up and its
+                               int8 form written per 32 rows (GLU = true) */
     OB_VK_SH_NORM_Q8,      /* NORM that also writes its output as int8 (subgroup shuffles);
                               module only with q8_fuse */
     OB_VK_SH_QUANT_X4,     /* QUANT_X, 4 elements per invocation (subgroup shuffles); module
@@ -202,6 +204,12 @@ typedef struct ob_vk {
     uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
                                   workgroups (ONEBIT_VK_Q8_MIN_WG, default 256) */
     ob_vk_alloc q8_buf;
+    ob_vk_alloc q8_buf2;       /* the fused gate/up/GLU's int8 output (its input is in q8_buf) */
+    uint64_t q8_addr;          /* where q8_src's int8 form is: q8_buf or q8_buf2 */
+    bool glu_fuse;             /* one token's gate and up matmuls and their GLU in one dispatch
+                                  (ONEBIT_VK_GLU_FUSE=1; slower on the H200) */
+    bool attn_q8;              /* a decode attention writes its int8 output (q8_fuse too;
+                                  ONEBIT_VK_ATTN_Q8=0: off) */
     ob_vk_range q8_next;       /* ob_vk_q8_out's answer for the node being recorded */
     uint64_t q8_src, q8_end;
     uint32_t q8_K, q8_T;
@@ -237,6 +245,8 @@ typedef struct ob_vk {
     uint32_t attn_cells;   /* cells per split (ONEBIT_VK_ATTN_CELLS, default 1024: on the H200
                               at ~600 cells one workgroup per head beat 5 splits + merge) */
     ob_vk_alloc attn_part;
+    bool attn_last;        /* the last split merges (no merge pass; ONEBIT_VK_ATTN_LAST=0: off) */
+#define OB_VK_ATTN_TICKET_BYTES 4096 /* attn_part's first bytes: attention.comp's tickets */
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
     int n_retired;
@@ -289,6 +299,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
  * both nodes' outputs. */
 bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm);
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len);
+/* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
+ * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
+ * and its int8 form. */
+bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                               int64_t glu_index);
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
 /* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
 /* ... and the KV_STORE of that rope's output (its one reader) into a cache: one dispatch. */

@@ -77,7 +77,7 @@ bool ob_vk_supports_node(const ob_tensor *n) {
         if (!is_i32(pos) || !is_i32(seq)) return false;
         int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         int n_kv = n->ip[1];
-        if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0 || hd > 512) return false;
+        if (n_kv <= 0 || H % n_kv != 0 || H > 65535 || n->ip[0] <= 0 || n->ip[2] < 0 || hd > 512) return false;
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
         if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
         if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
@@ -160,10 +160,22 @@ static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
            (addr(a) | addr(b) | addr(glu)) % 16 == 0;
 }
 
+static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps);
+
+/* An ATTENTION of T <= 8 tokens in one workgroup per (token, head) (no split) and heads of
+ * whole 32-element blocks: each workgroup quantizes its head's output itself. */
+static bool attn_q8_ok(const ob_vk *vk, const ob_tensor *n) {
+    const ob_tensor *q = n->src[0];
+    if (!vk->q8_fuse || !vk->attn_q8 || n->op != OB_OP_ATTENTION || !q || ob_nrows(n) > 8 || q->ne[0] % 32 != 0)
+        return false;
+    const uint64_t T = (uint64_t)(q->ne[2] * q->ne[3]), H = (uint64_t)q->ne[1];
+    return attn_splits(vk, T * H, (uint64_t)n->ip[0]) == 1;
+}
+
 ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
     ob_vk_range r = {0, 0, false};
     vk->q8_next = r;
-    if (!norm_q8_ok(vk, n, add) && !glu_q8_ok(vk, n)) return r;
+    if (!norm_q8_ok(vk, n, add) && !glu_q8_ok(vk, n) && !attn_q8_ok(vk, n)) return r;
     uint64_t qb, db;
     q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
     char err[128];
@@ -183,8 +195,9 @@ static ob_status dispatch_quant(ob_vk *vk, ob_vk_pc *pc, uint64_t n, char *err, 
     return ob_vk_dispatch(vk, x4 ? OB_VK_SH_QUANT_X4 : OB_VK_SH_QUANT_X, OB_TYPE_F32, pc, cdiv(pc->u[1], 64), err, err_len);
 }
 
-/* After a dispatch that wrote the int8 form of node n's output. */
+/* After a dispatch that wrote the int8 form of node n's output (into q8_buf). */
 static void q8_written(ob_vk *vk, const ob_tensor *n) {
+    vk->q8_addr = vk->q8_buf.addr;
     vk->q8_src = addr(n);
     vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
     vk->q8_K = (uint32_t)n->ne[0];
@@ -232,7 +245,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
      * written just now, so that barrier comes and clears the node's own ranges (added by
      * the graph's hazard check): they go in again. A reused one only adds its read; putting
      * the node's output in again would meet itself and fence q/k/v (gate/up) apart. */
-    const uint64_t q0 = vk->q8_buf.addr;
+    const uint64_t q0 = vk->q8_addr;
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes, false}, {addr(w), addr(w) + ob_nbytes(w), false}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n), false};
     if (fresh) ob_vk_hz(vk, rd, 2, &wr, 1);
@@ -256,6 +269,67 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
                             : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2 : OB_VK_SH_MATVEC_Q8_1R1;
     return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err,
                           err_len);
+}
+
+bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                               int64_t glu_index) {
+    if (!vk->glu_fuse || !vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
+        glu->op != OB_OP_GLU)
+        return false;
+    const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
+    if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
+        up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
+        return false;
+    /* one token, x already in int8 (a norm wrote it), the same weight type and shape, and a
+     * workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
+    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
+    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+           matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
+           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && vk->info.subgroup >= 8 && (sg * 8) % 32 == 0 &&
+           wg->ne[1] % 32 == 0 &&
+           glu_q8_ok(vk, glu) && ob_nelements(glu) == wg->ne[1];
+}
+
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
+    const ob_tensor *wg = gate->src[0], *wu = up->src[0];
+    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1];
+    uint64_t qin, din, qout, dout;
+    q8_sizes(K, 1, &qin, &din);
+    q8_sizes(N, 1, &qout, &dout);
+    ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
+    if (st) return st;
+    /* reads the weights and the int8 x; writes the GLU's output and its int8 form (the
+     * gate and up outputs are never written: the GLU was their one reader) */
+    const uint64_t q0 = vk->q8_addr, o2 = vk->q8_buf2.addr;
+    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
+                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
+    ob_vk_hz(vk, rd, 3, wr, 2);
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
+    pc.a = addr(wg);
+    pc.b = q0;
+    pc.c = q0 + qin;
+    pc.d = addr(wu);
+    pc.e = addr(glu);
+    pc.o = o2;
+    pc.u[0] = K;
+    pc.u[1] = N;
+    pc.u[2] = 1;
+    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
+    pc.u[4] = sg * 8;
+    pc.u[6] = 1;
+    pc.u[8] = (uint32_t)glu->ip[0];
+    pc.u[9] = (uint32_t)qout;
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err, err_len);
+    if (st) return st;
+    vk->q8_src = addr(glu);
+    vk->q8_end = addr(glu) + (uint64_t)N * 4;
+    vk->q8_K = N;
+    vk->q8_T = 1;
+    vk->q8_addr = o2;
+    return OB_OK;
 }
 
 /* norm.comp's register path: rows of whole vec4s up to its 256 x 4 x 8 elements, every
@@ -293,6 +367,21 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
     ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
     if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, norm);
     return st;
+}
+
+/* attn_part of at least `bytes` after its tickets, which are zeroed where the buffer is
+ * new: in the command buffer being recorded (the next dispatch then waits for the fill), or
+ * by a submission of its own when none is (a graph being listed). */
+static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
+    const VkBuffer before = vk->attn_part.buf;
+    ob_status st = scratch_buffer(vk, &vk->attn_part, OB_VK_ATTN_TICKET_BYTES + bytes, err, err_len);
+    if (st || vk->attn_part.buf == before) return st;
+    const bool was = vk->recording;
+    st = ob_vk_begin(vk, err, err_len);
+    if (st) return st;
+    vkCmdFillBuffer(vk->cmd, vk->attn_part.buf, 0, OB_VK_ATTN_TICKET_BYTES, 0);
+    vk->hz_all = true;
+    return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
 }
 
 /* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
@@ -486,28 +575,45 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         const ob_tensor *kc = n->src[1], *vc = n->src[2];
         uint64_t H = (uint64_t)a->ne[1], T = (uint64_t)(a->ne[2] * a->ne[3]);
         pc.u[0] = (uint32_t)a->ne[0];
-        pc.u[1] = (uint32_t)H;
+        pc.u[1] = (uint32_t)H | (uint32_t)n->ip[1] << 16;
         pc.u[2] = (uint32_t)T;
-        pc.u[3] = (uint32_t)n->ip[1];
         pc.u[4] = (uint32_t)n->ip[0];
         pc.u[5] = (uint32_t)n->ip[2];
         pc.u[6] = n->ip[3] != 0;
-        pc.u[7] = (uint32_t)kc->type;
-        pc.u[8] = (uint32_t)vc->type;
+        pc.u[7] = (uint32_t)kc->type | (uint32_t)vc->type << 8;
         pc.u[9] = (uint32_t)ob_nrows(kc);
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
         pc.f[2] = n->fp[2];
         uint64_t S = attn_splits(vk, T * H, (uint64_t)n->ip[0]), hd = (uint64_t)a->ne[0];
-        if (S > 1 && scratch_buffer(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S <= 1 && vk->q8_next.hi > vk->q8_next.lo) {
+            /* and its int8 form (ob_vk_q8_out chose this only without splits) */
+            pc.u[3] = (uint32_t)vk->q8_next.lo;
+            pc.u[8] = (uint32_t)(vk->q8_next.lo >> 32);
+            pc.u[6] |= 8u;
+            ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
+            if (!st) q8_written(vk, n);
+            return st;
+        }
         if (S <= 1) return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
+        pc.u[3] = (uint32_t)vk->attn_part.addr;
+        pc.u[8] = (uint32_t)(vk->attn_part.addr >> 32);
+        if (vk->attn_last && T * H <= OB_VK_ATTN_TICKET_BYTES / 4) {
+            /* one dispatch: the partials, merged by whichever split of a (token, head)
+             * finishes last; it reads and writes the buffer's partials and tickets */
+            ob_vk_range rw = {vk->attn_part.addr, vk->attn_part.addr + vk->attn_part.size, false};
+            ob_vk_hz(vk, &rw, 1, &rw, 1);
+            pc.u[6] |= (uint32_t)S << 8 | 4u;
+            return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
+        }
         /* the partials, then their merge; each waits for what came before */
-        pc.o = vk->attn_part.addr;
+        pc.o = vk->attn_part.addr + OB_VK_ATTN_TICKET_BYTES;
         pc.u[6] |= (uint32_t)S << 8;
         vk->need_barrier = true;
         ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
         if (st) return st;
-        pc.a = vk->attn_part.addr;
+        pc.a = vk->attn_part.addr + OB_VK_ATTN_TICKET_BYTES;
         pc.o = addr(n);
         pc.u[6] = ((uint32_t)S << 8) | 2u;
         vk->need_barrier = true;

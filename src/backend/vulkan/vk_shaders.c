@@ -78,6 +78,7 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_1R4] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
     [OB_VK_SH_MATVEC_Q8_1R2] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
     [OB_VK_SH_MATVEC_Q8_1R1] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
+    [OB_VK_SH_MATVEC_Q8_GLU] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8_glu"},
     [OB_VK_SH_QUANT_X4] = {spv_quant_x4, sizeof(spv_quant_x4), "quant_x4"},
     [OB_VK_SH_NORM_Q8] = {spv_norm_q8, sizeof(spv_norm_q8), "norm_q8"},
 };

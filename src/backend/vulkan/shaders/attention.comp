@@ -4,21 +4,34 @@
 // its own output dimensions over the tile with an online softmax (running max and sum).
 // a q F32 [hd, H, T], b K cache, c V cache ([hd*n_kv, cells] of F32/F16/Q8_0),
 // d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T].
-// u[0] hd, u[1] H, u[2] T, u[3] n_kv, u[4] cells per seq, u[5] window, u[6] bit 0 causal,
-// bit 1 merge pass, bits 8.. splits S; u[7] K type, u[8] V type, u[9] cache cells,
-// u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi max bias (0 = none; slopes as
-// ob_alibi_slope in src/graph/graph.h).
+// u[0] hd, u[1] H | n_kv << 16, u[2] T, u[4] cells per seq, u[5] window, u[6] bit 0
+// causal, bit 1 merge pass, bit 2 merge by the last split, bits 8.. splits S; u[7] K type |
+// V type << 8, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi
+// max bias (0 = none; slopes as ob_alibi_slope in src/graph/graph.h).
 //
 // Decode has one (t, h) per head, too few workgroups to fill a GPU, so with S > 1 the
 // cells of each (t, h) are split over S workgroups (split sp takes tiles sp, sp + S, ...):
 // each writes its running max m, sum l and unnormalised output to o = partials F32
 // [hd + 2, S, H, T], and a merge pass (a = partials, o = y) rescales them to one max.
+// With bit 2 there is no merge pass: the partials go to u[3] | u[8] << 32 (after the
+// TICKET_BYTES of uint tickets there, one per (t, h), zero between dispatches; T * H <=
+// 1024), o is y, and the split that finishes last
+// (it draws ticket S - 1) merges, then puts the ticket back to 0. Its partials are written
+// and read coherent (L2), after a device-scope memory barrier.
+// Bit 3 (S = 1, hd % 32 == 0): y is also written as int8 for matvec_q8.comp (q8.glsl) at
+// u[3] | u[8] << 32: qx, then dx after T * H * hd bytes rounded up to 16; each head's
+// blocks of 32 by its own workgroup, so the matmul after needs no quantization pass.
 #include "common.glsl"
+#include "q8.glsl"
 #define WG 128
 #define MAXD 4 // output dims per invocation: head_dim <= 4 * WG
 layout(local_size_x = WG) in;
 
 shared float qs[MAXD * WG];
+shared uint ticket;
+#define TICKET_BYTES 4096 // OB_VK_ATTN_TICKET_BYTES
+layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer BCF { float v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer BTK { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BK4 { uvec4 v[]; };
 shared float lg[WG];
 
@@ -33,6 +46,42 @@ float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
 
 const float NEG_INF = -1.0 / 0.0;
 
+void merge(uint g, uint hd, uint S, uint64_t p0, uint64_t y0);
+
+// Bit 3: head g's hd outputs, in qs (after a barrier), as int8 blocks of 32.
+void q8_head(uint g, uint hd) {
+    uint tid = gl_LocalInvocationID.x, c = tid;
+    if (c >= hd / 32) return;
+    uint64_t qx = uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32);
+    uint64_t qbytes = (uint64_t(pc.u[2]) * (pc.u[1] & 0xffffu) * hd + 15) / 16 * 16;
+    float am = 0.0;
+    for (uint i = 0; i < 32; i++) am = max(am, abs(qs[32 * c + i]));
+    float id = q8_id(am);
+    int sq = 0;
+    for (uint w = 0; w < 8; w++) {
+        uint e = 32 * c + 4 * w;
+        ivec4 q = q8_round(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), id);
+        sq += q.x + q.y + q.z + q.w;
+        BQ8W(qx + uint64_t(g) * hd + 32 * c).v[w] = q8_pack(q);
+    }
+    float d = am / 127.0;
+    BQ8D(qx + qbytes).v[g * (hd / 32) + c] = vec2(d, d * float(sq));
+}
+
+// After this split's partial of (t, h) = g is written: the split that draws the last
+// ticket merges all S into y (pc.o) and resets the ticket. Workgroup-uniform.
+void finish(uint g, uint hd, uint S, uint64_t p0) {
+    memoryBarrierBuffer(); // this invocation's partial writes, device-wide, before the ticket
+    barrier();
+    uint64_t tk = uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32);
+    if (gl_LocalInvocationID.x == 0u) ticket = atomicAdd(BTK(tk).v[g], 1u);
+    barrier();
+    if (ticket != S - 1u) return;
+    memoryBarrierBuffer();
+    merge(g, hd, S, p0, pc.o);
+    if (gl_LocalInvocationID.x == 0u) BTK(tk).v[g] = 0u;
+}
+
 // The scaled query (qs, elements e ..) dotted with 16 bytes of a key: 4 F32 (kt 0) or 8 F16.
 float key_dot(uvec4 w, uint kt, uint e) {
     if (kt == 0u) return dot(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), uintBitsToFloat(w));
@@ -44,10 +93,10 @@ float key_dot(uvec4 w, uint kt, uint e) {
     return x;
 }
 
-// y[t, h] from the S partials of (t, h) = g.
-void merge(uint g, uint hd, uint S) {
+// y[t, h] (at y0) from the S partials of (t, h) = g at p0.
+void merge(uint g, uint hd, uint S, uint64_t p0, uint64_t y0) {
     uint tid = gl_LocalInvocationID.x, st = hd + 2;
-    BF32 part = BF32(pc.a + uint64_t(g) * S * st * 4);
+    BCF part = BCF(p0 + uint64_t(g) * S * st * 4);
     float M = NEG_INF;
     for (uint sp = 0; sp < S; sp++) M = max(M, part.v[sp * st]);
     float L = 0.0, acc[MAXD];
@@ -62,7 +111,7 @@ void merge(uint g, uint hd, uint S) {
         }
     }
     float inv = L > 0.0 ? 1.0 / L : 0.0;
-    BF32 y = BF32(pc.o + uint64_t(g) * hd * 4);
+    BF32 y = BF32(y0 + uint64_t(g) * hd * 4);
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
         if (e < hd) y.v[e] = acc[k] * inv;
@@ -72,21 +121,33 @@ void merge(uint g, uint hd, uint S) {
 void main() {
     uint g = group_id();
     if (g >= pc.u[10]) return;
-    uint hd = pc.u[0], H = pc.u[1], T = pc.u[2], tid = gl_LocalInvocationID.x;
+    uint hd = pc.u[0], H = pc.u[1] & 0xffffu, n_kv = pc.u[1] >> 16, T = pc.u[2], tid = gl_LocalInvocationID.x;
     uint S = max(pc.u[6] >> 8, 1u), sp = g % S;
-    if ((pc.u[6] & 2u) != 0u) { merge(g, hd, S); return; }
+    if ((pc.u[6] & 2u) != 0u) { merge(g, hd, S, pc.a, pc.o); return; }
+    bool last = (pc.u[6] & 4u) != 0u;
+    uint64_t p0 = (uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32)) + TICKET_BYTES;
     g /= S;
-    uint t = g / H, h = g % H, kh = h / (H / pc.u[3]), rl = hd * pc.u[3], cps = pc.u[4];
-    uint kt = pc.u[7], vt = pc.u[8];
+    uint t = g / H, h = g % H, kh = h / (H / n_kv), rl = hd * n_kv, cps = pc.u[4];
+    uint kt = pc.u[7] & 255u, vt = pc.u[7] >> 8;
     int p = BI32(pc.d).v[t], s = BI32(pc.e).v[t];
     bool causal = (pc.u[6] & 1u) != 0u;
     int w = int(pc.u[5]);
     // S > 1: this split's partial, [m, l, acc[hd]]
-    BF32 y = BF32(pc.o + (S > 1 ? (uint64_t(g) * S + sp) * (hd + 2) * 4 + 8 : (uint64_t(t) * H + h) * hd * 4));
-    BF32 ml = BF32(pc.o + (uint64_t(g) * S + sp) * (hd + 2) * 4);
+    uint64_t pbase = last ? p0 : pc.o;
+    BCF y = BCF(S > 1 ? pbase + (uint64_t(g) * S + sp) * (hd + 2) * 4 + 8 : pc.o + (uint64_t(t) * H + h) * hd * 4);
+    BCF ml = BCF(pbase + (uint64_t(g) * S + sp) * (hd + 2) * 4);
+    bool q8 = (pc.u[6] & 8u) != 0u && S == 1u;
     if (p < 0 || s < 0 || uint(p) >= cps || uint64_t(s) * cps + cps > uint64_t(pc.u[9])) {
-        for (uint e = tid; e < hd; e += WG) y.v[e] = 0.0;
+        for (uint e = tid; e < hd; e += WG) {
+            y.v[e] = 0.0;
+            qs[e] = 0.0;
+        }
         if (S > 1 && tid == 0) { ml.v[0] = NEG_INF; ml.v[1] = 0.0; }
+        if (last && S > 1) finish(g, hd, S, p0);
+        if (q8) {
+            barrier();
+            q8_head(g, hd);
+        }
         return;
     }
     // Whole-sequence attention reaches the furthest position of this sequence in the batch.
@@ -122,7 +183,8 @@ void main() {
             if (kwide) {
                 // one 16-byte load per 8 f16 or 4 f32 of the cell's key (rows 16-aligned)
                 // (four loads issued together: hd is a multiple of 16 elements where they
-                // are whole, else one at a time)
+                // are whole, else one at a time; sixteen together measured slower on the
+                // H200, 2026-11-30)
                 uint64_t kr = pc.b + (r * rl + kh * hd) * (kt == 0u ? 4 : 2);
                 uint step = kt == 0u ? 4 : 8, e = 0;
                 for (; e + 4 * step <= hd; e += 4 * step) {
@@ -145,7 +207,8 @@ void main() {
         m = mn;
         for (uint k = 0; k < MAXD; k++) acc[k] *= corr;
         int nj = min(WG, hi - j0 + 1), jj = 0;
-        // eight cells' values loaded together, then accumulated (in cell order, as below)
+        // eight cells' values loaded together, then accumulated (in cell order, as below;
+        // 32 together measured slower on the H200, 2026-11-30)
         for (; jj + 8 <= nj; jj += 8)
             for (uint k = 0; k < MAXD; k++) {
                 uint e = tid + k * WG;
@@ -170,4 +233,13 @@ void main() {
         if (e < hd) y.v[e] = acc[k] * inv;
     }
     if (S > 1 && tid == 0) { ml.v[0] = m; ml.v[1] = l; }
+    if (last && S > 1) finish(g, hd, S, p0);
+    if (q8) { // the tiles' last barrier is behind: qs is free
+        for (uint k = 0; k < MAXD; k++) {
+            uint e = tid + k * WG;
+            if (e < hd) qs[e] = acc[k] * inv;
+        }
+        barrier();
+        q8_head(g, hd);
+    }
 }

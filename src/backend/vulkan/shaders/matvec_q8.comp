@@ -26,6 +26,14 @@ layout(constant_id = 1) const uint MAXT = 8;
 // Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
 // holds at once (1 at 8 rows, else 2: a K = 4096 row of 64 units fills the lanes twice).
 layout(constant_id = 2) const uint RS = 8;
+// Gate/up/GLU mode of the one-token path (RS = 8): a W gate and d W up (both u[3] row
+// bytes), rows of both dotted with the same x in registers; e gets act(gate) * up (u[8]
+// the ob_act), o its int8 form (q8.glsl) per 32 rows, dx at o + u[9]. A workgroup's rows
+// (u[4]) are whole 32-row blocks and N a multiple of 32 (the host checks).
+layout(constant_id = 3) const bool GLU = false;
+#include "act.glsl"
+#include "q8.glsl"
+shared float gv[WG]; // GLU: the workgroup's outputs (at most WG rows: 8 a subgroup, >= 16 lanes)
 const uint CH = RS == 8 ? 1 : 2;
 layout(local_size_x = WG) in;
 
@@ -254,9 +262,10 @@ void main() {
         // their products dropped): every weight load of a step can be issued before the
         // first arithmetic, as a branch or a store between them would prevent.
         uint n0 = g * RW + gl_SubgroupID * RS;
-        if (n0 >= N) return; // uniform over the subgroup; no barrier follows
-        float acc[RS];
+        if (!GLU && n0 >= N) return; // uniform over the subgroup; no barrier follows
+        float acc[RS], acc2[GLU ? RS : 1];
         for (uint r = 0; r < RS; r++) acc[r] = 0.0;
+        for (uint r = 0; r < acc2.length(); r++) acc2[r] = 0.0;
         for (uint u0 = 0; u0 < U; u0 += CH * sgs) {
             uvec4 X[CH][4];
             vec4 D[CH], E[CH];
@@ -275,12 +284,44 @@ void main() {
                     unit_w(row, uc[j], w);
                     float v = unit_dot(uc[j], w, X[j], D[j], E[j]);
                     acc[r] += ok[j] ? v : 0.0;
+                    if (GLU) {
+                        unit_w(pc.d + (row - pc.a), uc[j], w);
+                        v = unit_dot(uc[j], w, X[j], D[j], E[j]);
+                        acc2[r] += ok[j] ? v : 0.0;
+                    }
                 }
             }
         }
+        if (!GLU) {
+            for (uint r = 0; r < RS; r++) {
+                float s = subgroupAdd(acc[r]);
+                if (subgroupElect() && n0 + r < N) BF32(pc.o).v[n0 + r] = s;
+            }
+            return;
+        }
+        // GLU: act(gate) * up per row, then each block of 32 rows as int8
         for (uint r = 0; r < RS; r++) {
-            float s = subgroupAdd(acc[r]);
-            if (subgroupElect() && n0 + r < N) BF32(pc.o).v[n0 + r] = s;
+            float v = act(pc.u[8], subgroupAdd(acc[r])) * subgroupAdd(acc2[r]);
+            if (subgroupElect()) {
+                gv[gl_SubgroupID * RS + r] = v;
+                if (n0 + r < N) BF32(pc.e).v[n0 + r] = v;
+            }
+        }
+        barrier();
+        uint b0 = g * RW + 32 * tid;
+        if (tid < RW / 32 && b0 < N) {
+            float am = 0.0;
+            for (uint i = 0; i < 32; i++) am = max(am, abs(gv[32 * tid + i]));
+            float id = q8_id(am);
+            int sq = 0;
+            for (uint w = 0; w < 8; w++) {
+                uint e = 32 * tid + 4 * w;
+                ivec4 q = q8_round(vec4(gv[e], gv[e + 1], gv[e + 2], gv[e + 3]), id);
+                sq += q.x + q.y + q.z + q.w;
+                BQ8W(pc.o + b0).v[w] = q8_pack(q);
+            }
+            float d = am / 127.0;
+            BQ8D(pc.o + pc.u[9]).v[b0 / 32] = vec2(d, d * float(sq));
         }
         return;
     }
