@@ -354,11 +354,17 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         }
     }
     if (!vk->no_fuse && n->op == OB_OP_MATMUL) {
-        /* gate, up and their GLU: the fused recorder keeps its own hazard ranges */
+        /* gate, up and their GLU, or a matmul and its residual ADD: the fused recorders keep
+         * their own hazard ranges */
         int64_t j = *i + 1, k;
         while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
         k = j + 1;
         while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
+        if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
+            vk->prof.key_now = prof_key(n);
+            *i = j;
+            return ob_vk_record_matmul_add(vk, n, &g->nodes[j], err, err_len);
+        }
         if (k < g->n && g->nodes[k].op == OB_OP_GLU) {
             ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
@@ -559,6 +565,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         pr->t_step = ob_time_s();
     }
     vk->q8_src = 0; /* a quantized x is kept within a graph only */
+    vk->ss_src = 0;
     bool all_device = vk->reuse;
     for (int64_t i = 0; i < g->n && all_device; i++) {
         const ob_tensor *n = &g->nodes[i];

@@ -379,6 +379,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     /* slower on the H200 (qwen3-8b TQ2_0 tg64 256.9 against 269.9, Q4_K_M 217.7 / 238.5,
      * 2026-11-30 15:01 UTC), so on request */
     vk->glu_fuse = gluf && !strcmp(gluf, "1");
+    const char *resf = getenv("ONEBIT_VK_RES_FUSE");
+    vk->res_fuse = !(resf && !strcmp(resf, "0"));
     const char *aq8 = getenv("ONEBIT_VK_ATTN_Q8");
     vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
     const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
@@ -458,6 +460,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
         if (vk->q8_buf.buf) ob_vk_buffer_free(vk, &vk->q8_buf);
         if (vk->q8_buf2.buf) ob_vk_buffer_free(vk, &vk->q8_buf2);
+        if (vk->ss_buf.buf) ob_vk_buffer_free(vk, &vk->ss_buf);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)

@@ -210,6 +210,14 @@ typedef struct ob_vk {
                                   (ONEBIT_VK_GLU_FUSE=1; slower on the H200) */
     bool attn_q8;              /* a decode attention writes its int8 output (q8_fuse too;
                                   ONEBIT_VK_ATTN_Q8=0: off) */
+    /* A one-token matmul with the residual ADD after it fused in (ONEBIT_VK_RES_FUSE=0: off)
+     * writes the sum and ss_n partial sums of its squares (ss_buf); the RMS_NORM of that
+     * sum, recorded next, reads them and spreads over workgroups (ss_src: the sum's address,
+     * 0 when none is pending). */
+    bool res_fuse;
+    ob_vk_alloc ss_buf;
+    uint64_t ss_src;
+    uint32_t ss_n;
     ob_vk_range q8_next;       /* ob_vk_q8_out's answer for the node being recorded */
     uint64_t q8_src, q8_end;
     uint32_t q8_K, q8_T;
@@ -299,6 +307,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
  * both nodes' outputs. */
 bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm);
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len);
+/* MATMUL (one token, int8 x already quantized), the residual ADD of its output (its one
+ * reader) and the RMS_NORM of that sum next: matvec_q8.comp writes the sum and partial
+ * sums of squares for the norm. */
+bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
+                              int64_t add_index);
+ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char *err, size_t err_len);
 /* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
  * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
  * and its int8 form. */

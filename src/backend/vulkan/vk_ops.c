@@ -215,6 +215,21 @@ static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
     return OB_VK_SH_NORM_Q8;
 }
 
+/* Subgroups per 128-invocation workgroup of matvec_q8.comp. */
+static uint32_t q8_sgs(const ob_vk *vk) { return vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup; }
+
+/* The one-token pipeline for N rows of type t and its rows per subgroup: up to q8_rows1
+ * (unset: 4 for Q4_K and Q6_K; H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240,
+ * 2026-11-30 14:37 UTC), fewer while that leaves under q8_min_wg workgroups. */
+static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint32_t *rps_out) {
+    uint32_t rps = vk->q8_rows1;
+    if (vk->q8_rows1_auto && (t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K) && rps > 4) rps = 4;
+    while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * vk->q8_min_wg) rps /= 2;
+    *rps_out = rps;
+    return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
+                                                                                          : OB_VK_SH_MATVEC_Q8_1R1;
+}
+
 /* MATMUL of T <= 8 tokens on int8 activations: x is quantized into q8_buf (unless the
  * last quantized x is this one, unchanged), then matvec_q8.comp reads it. */
 static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, bool *taken, char *err, size_t err_len) {
@@ -253,22 +268,72 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     pc->b = q0;
     pc->c = q0 + qbytes;
     pc->e = 0;
-    /* rows per subgroup: up to q8_rows (one token: q8_rows1, whose rows share x in
-     * registers), fewer while that leaves under q8_min_wg workgroups */
-    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
     const bool one = T == 1 && vk->q8_rows1 > 0;
-    uint32_t rps = one ? vk->q8_rows1 : vk->q8_rows;
-    /* H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240 (2026-11-30 14:37 UTC) */
-    if (one && vk->q8_rows1_auto && (w->type == OB_TYPE_Q4_K || w->type == OB_TYPE_Q6_K) && rps > 4) rps = 4;
-    while (rps > 1 && (uint64_t)N < (uint64_t)sg * rps * vk->q8_min_wg) rps /= 2;
-    pc->u[4] = sg * rps;
+    uint32_t rps;
+    const ob_vk_shader sh = one ? one_token_rows(vk, w->type, N, &rps) : T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8;
+    if (!one) {
+        /* rows per subgroup: up to q8_rows, fewer while that leaves under q8_min_wg workgroups */
+        rps = vk->q8_rows;
+        while (rps > 1 && (uint64_t)N < (uint64_t)q8_sgs(vk) * rps * vk->q8_min_wg) rps /= 2;
+    }
+    pc->u[4] = q8_sgs(vk) * rps;
     pc->u[6] = one;
     pc->u[5] = vk->q8_stage && (uint64_t)T * K <= 768 * 16;
-    const ob_vk_shader sh = !one ? (T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8)
-                            : rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4
-                            : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2 : OB_VK_SH_MATVEC_Q8_1R1;
-    return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err,
-                          err_len);
+    return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err, err_len);
+}
+
+bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
+                              int64_t add_index) {
+    if (!vk->res_fuse || !vk->q8_rows1 || mm->op != OB_OP_MATMUL || add->op != OB_OP_ADD || norm->op != OB_OP_RMS_NORM ||
+        norm->src[0] != add || (add->src[0] == mm) == (add->src[1] == mm) || mm->last_use != add_index)
+        return false;
+    const ob_tensor *w = mm->src[0], *x = mm->src[1], *res = add->src[0] == mm ? add->src[1] : add->src[0];
+    const int64_t N = w->ne[1];
+    /* one token on an int8 x a producer already wrote; the norm's row spread over N / 256
+     * workgroups of 64 vec4s (n / 4 a multiple of 8 per workgroup), on its register path */
+    return ob_vk_supports_node(mm) && ob_vk_supports_node(add) && ob_vk_supports_node(norm) && ob_nrows(x) == 1 &&
+           matvec_q8_ok(vk, w, x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
+           is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
+           (addr(res) | addr(add) | addr(norm) | addr(norm->src[1])) % 16 == 0;
+}
+
+ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char *err, size_t err_len) {
+    const ob_tensor *w = mm->src[0], *res = add->src[0] == mm ? add->src[1] : add->src[0];
+    const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1];
+    uint32_t rps;
+    const ob_vk_shader sh = one_token_rows(vk, w->type, N, &rps);
+    const uint32_t np = (uint32_t)cdiv(N, rps);
+    ob_status st = scratch_buffer(vk, &vk->ss_buf, (uint64_t)np * 4, err, err_len);
+    if (st) return st;
+    uint64_t qb, db;
+    q8_sizes(K, 1, &qb, &db);
+    /* reads the int8 x, the weights and the residual; writes the sum (the matmul's own
+     * output is never written: the ADD was its one reader) and the partial sums */
+    const uint64_t q0 = vk->q8_addr, ss = vk->ss_buf.addr;
+    ob_vk_range rd[3] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
+                         {addr(res), addr(res) + ob_nbytes(res), false}};
+    ob_vk_range wr[2] = {{addr(add), addr(add) + ob_nbytes(add), false}, {ss, ss + (uint64_t)np * 4, false}};
+    ob_vk_hz(vk, rd, 3, wr, 2);
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.a = addr(w);
+    pc.b = q0;
+    pc.c = q0 + qb;
+    pc.d = addr(res);
+    pc.e = ss;
+    pc.o = addr(add);
+    pc.u[0] = K;
+    pc.u[1] = N;
+    pc.u[2] = 1;
+    pc.u[3] = (uint32_t)ob_row_size(w->type, K);
+    pc.u[4] = q8_sgs(vk) * rps;
+    pc.u[6] = 1;
+    pc.u[7] = 1;
+    st = ob_vk_dispatch(vk, sh, w->type, &pc, cdiv(N, pc.u[4]), err, err_len);
+    if (st) return st;
+    vk->ss_src = addr(add);
+    vk->ss_n = np;
+    return OB_OK;
 }
 
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
@@ -479,7 +544,20 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.f[0] = n->fp[0];
         {
             const ob_vk_shader sh = norm_q8_pc(vk, n, &pc);
-            ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
+            uint64_t groups = (uint64_t)ob_nrows(a);
+            if (vk->ss_src && vk->ss_src == addr(a) && n->op == OB_OP_RMS_NORM && groups == 1 && pc.u[5] &&
+                a->ne[0] % 512 == 0) {
+                /* the matmul before wrote partial sums of squares: N / 256 workgroups */
+                const uint64_t ss = vk->ss_buf.addr;
+                ob_vk_range rd = {ss, ss + (uint64_t)vk->ss_n * 4, false};
+                ob_vk_hz(vk, &rd, 1, NULL, 0);
+                pc.d = ss;
+                pc.u[8] = (uint32_t)(a->ne[0] / 256);
+                pc.u[9] = vk->ss_n;
+                groups = pc.u[8];
+            }
+            vk->ss_src = 0;
+            ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, groups, err, err_len);
             if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, n);
             return st;
         }

@@ -4,7 +4,9 @@
 // a W, b qx int8 [T][K], c dx vec2 [T][K/32] (d, d * sum(q)), o y F32 [N, T].
 // u[0] K, u[1] N, u[2] T (<= MAXT), u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
 // shared memory (set only when T * K <= SQ * 16), u[6] (one-token pipelines only) 1: the
-// x-in-registers path of RS rows per subgroup (0: the per-row path), u[10] workgroups.
+// x-in-registers path of RS rows per subgroup (0: the per-row path), u[7] 1 (that path):
+// the residual ADD after the matmul fused in (d the other addend, o the sum, e one sum of
+// squares per subgroup), u[10] workgroups.
 //
 // The f32 matvec (matvec.comp) turns every weight into a float and spends ~6 instructions
 // per weight; here weight bytes meet int8 activations in 4-wide integer dot products
@@ -291,6 +293,22 @@ void main() {
                     }
                 }
             }
+        }
+        if (!GLU && pc.u[7] != 0u) {
+            // the residual ADD fused in: o = d + W x (o may be d: each row is read, then
+            // written, by this subgroup alone, all reads first), and the sum of the rows'
+            // squares to e[n0 / RS] for the RMS norm after it
+            float res[RS], ss = 0.0;
+            for (uint r = 0; r < RS; r++) res[r] = BF32(pc.d).v[min(n0 + r, N - 1)];
+            for (uint r = 0; r < RS; r++) {
+                float h = res[r] + subgroupAdd(acc[r]);
+                if (n0 + r < N) {
+                    ss += h * h;
+                    if (subgroupElect()) BF32(pc.o).v[n0 + r] = h;
+                }
+            }
+            if (subgroupElect()) BF32(pc.e).v[n0 / RS] = ss;
+            return;
         }
         if (!GLU) {
             for (uint r = 0; r < RS; r++) {

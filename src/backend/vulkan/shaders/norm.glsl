@@ -12,6 +12,10 @@
 // c + u[7] + row * n / 4.
 // That variant is its own module (norm_q8.comp defines NORM_Q8): shuffles are a
 // capability a device may lack, and a driver may reject a module that declares one.
+// u[8] G > 1 (RMS, register path, one row, no fused ADD): the row's sum of squares comes
+// as u[9] partial sums at d (the matmul before wrote them with the row), so G workgroups
+// each normalise 1 / G of the row (n / 4 a multiple of 8 G: whole 32-element blocks). One
+// workgroup per row was the longest small dispatch of a decode step (8 us on the H200).
 #ifdef NORM_Q8
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define Q8_SHUFFLE
@@ -25,7 +29,30 @@ layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 
 
 void main() {
     uint r = group_id(), n = pc.u[0], tid = gl_LocalInvocationID.x;
-    if (r >= pc.u[10]) return; // u[10] rows; uniform per workgroup, so barriers stay legal
+    if (r >= pc.u[10]) return; // u[10] rows (or parts); uniform per workgroup, so barriers stay legal
+    if (pc.u[8] > 1u) {
+        uint per = n / 4 / pc.u[8], lo = r * per; // this workgroup's vec4s of the one row
+        float s = 0.0;
+        vec4 v[NV], wv[NV];
+        for (uint k = 0; k < NV; k++) {
+            uint j = tid + k * WG;
+            v[k] = j < per ? BV4(pc.a).v[lo + j] : vec4(0.0);
+            wv[k] = j < per && pc.u[2] != 0 ? BV4(pc.b).v[lo + j] : vec4(1.0);
+        }
+        for (uint i = tid; i < pc.u[9]; i += WG) s += BF32(pc.d).v[i];
+        float scale = inversesqrt(wg_sum(s) / float(n) + pc.f[0]);
+        for (uint k = 0; k < NV; k++) {
+            if (k * WG >= per) break; // uniform
+            uint j = tid + k * WG;
+            bool live = j < per;
+            vec4 y = v[k] * scale * wv[k];
+            if (live) BV4(pc.o).v[lo + j] = y;
+#ifdef NORM_Q8
+            if (pc.u[6] != 0) q8_vec4(y, live, lo + j, pc.c, pc.c + pc.u[7]);
+#endif
+        }
+        return;
+    }
     uint64_t off = uint64_t(r) * n * 4;
     bool layer = pc.u[1] != 0, has_w = pc.u[2] != 0, has_b = pc.u[3] != 0, fused = pc.u[4] != 0;
     if (pc.u[5] != 0) {
