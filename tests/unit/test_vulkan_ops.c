@@ -221,6 +221,8 @@ static void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol,
 
 static ob_backend *backend_with(const char *var, const char *val);
 static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what);
+static void check_on_as(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what,
+                        const char *suffix);
 
 /* ---- per-op cases ---------------------------------------------------------------------- */
 
@@ -597,12 +599,10 @@ static void run_attention(const attn_case *ac) {
     if (ac->decode && vk->n_prev == 1) CHECK((vk->prev[0].pc.u[6] >> 8) == 3 && (vk->prev[0].pc.u[6] & 4u));
     if (ac->decode && g_nosplit) check_on(g_nosplit, g, o, 1e-5, 1e-4, what);
     if (ac->decode && g_mergepass) {
-        char w2[192];
-        snprintf(w2, sizeof(w2), "%s, merge pass", what);
-        check_on(g_mergepass, g, o, 1e-5, 1e-4, w2);
+        check_on_as(g_mergepass, g, o, 1e-5, 1e-4, what, "merge pass");
         const ob_vk *mv = g_mergepass->ctx;
         CHECKF(mv->n_prev == 2 && (mv->prev[0].pc.u[6] >> 8) == 3 && mv->prev[1].pc.u[6] == ((3u << 8) | 2u),
-               "%s: %lld dispatches", w2, (long long)mv->n_prev);
+               "%s, merge pass: %lld dispatches", what, (long long)mv->n_prev);
     }
     ob_graph_free(g);
     free(q); free(kc); free(vc);
@@ -851,6 +851,14 @@ static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, dou
     free(got);
 }
 
+/* check_on under the name "what, suffix". */
+static void check_on_as(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what,
+                        const char *suffix) {
+    char w[192];
+    snprintf(w, sizeof(w), "%s, %s", what, suffix);
+    check_on(be, g, o, atol, rtol, w);
+}
+
 /* The decode matvec's two paths and its knobs: the streaming path (Q4_K, Q6_K, Q8_0,
  * Q1_0, TQ2_0) with 1, 3 and 4 rows per subgroup (N = 37: partial row groups) and the
  * chunk decoder (ONEBIT_VK_MATVEC_OLD=1), each against the reference; the listed
@@ -1090,15 +1098,13 @@ static void test_matvec_q8(void) {
                 for (int64_t i = 0; i < vk->n_prev; i++) g0 += vk->prev[i].pipe == vk->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
                 CHECKF(g0 == 0, "%s: fused by default", what);
                 if (gfuse) {
-                    char w2[128];
-                    snprintf(w2, sizeof(w2), "%s, fused", what);
-                    check_on(gfuse, g, o, atol, 1e-2, w2);
+                    check_on_as(gfuse, g, o, atol, 1e-2, what, "fused");
                     const ob_vk *fv = gfuse->ctx;
                     int glus = 0;
                     for (int64_t i = 0; i < fv->n_prev; i++) glus += fv->prev[i].pipe == fv->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
                     const bool want = fv->q8_fuse && fv->info.subgroup >= 8 && fv->info.subgroup <= 32;
-                    CHECKF(want ? glus == 1 && fv->n_prev == 2 + down : glus == 0, "%s: %d fused, %lld dispatches", w2, glus,
-                           (long long)fv->n_prev);
+                    CHECKF(want ? glus == 1 && fv->n_prev == 2 + down : glus == 0, "%s, fused: %d fused, %lld dispatches", what,
+                           glus, (long long)fv->n_prev);
                 }
                 ob_graph_free(g);
                 free(wg); free(wu); free(wd); free(x); free(nwt);
@@ -1144,13 +1150,11 @@ static void test_matvec_q8(void) {
                 CHECKF(want ? fused == 1 && split == 1 && vk->n_prev == 4 : fused == 0, "%s: %d fused, %d split, %lld dispatches",
                        what, fused, split, (long long)vk->n_prev);
                 if (nores) {
-                    char w2s[128];
-                    snprintf(w2s, sizeof(w2s), "%s, unfused", what);
-                    check_on(nores, g, chk, atol, 1e-3, w2s);
+                    check_on_as(nores, g, chk, atol, 1e-3, what, "unfused");
                     const ob_vk *nv = nores->ctx;
                     int f2 = 0;
                     for (int64_t i = 0; i < nv->n_prev; i++) f2 += nv->prev[i].pc.u[7] == 1 && q8_mv(nv, nv->prev[i].pipe, t, 1);
-                    CHECKF(f2 == 0, "%s: fused anyway", w2s);
+                    CHECKF(f2 == 0, "%s, unfused: fused anyway", what);
                 }
                 ob_graph_free(g);
                 free(w1); free(w2); free(x); free(nw1); free(nw2); free(res);

@@ -326,6 +326,9 @@ void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, 
 
 /* Records node *i, or the fused pair starting there (then *i moves to its second node). */
 static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t err_len) {
+    /* partial sums of squares from a matmul + ADD serve only the plain RMS_NORM right after */
+    const uint64_t ss = vk->ss_src;
+    vk->ss_src = 0;
     ob_tensor *n = &g->nodes[*i];
     if (!vk->no_fuse && n->op == OB_OP_ADD) {
         int64_t j = *i + 1;
@@ -377,6 +380,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     }
     vk->prof.key_now = prof_key(n); /* the dispatches of this node time under its key */
     hz_node(vk, n, NULL, NULL);
+    if (n->op == OB_OP_RMS_NORM) vk->ss_src = ss;
     return ob_vk_record_node(vk, n, err, err_len);
 }
 
