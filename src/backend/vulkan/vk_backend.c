@@ -63,15 +63,16 @@ static void prof_mark(ob_vk *vk, VkCommandBuffer cb, bool start) {
     vkCmdWriteTimestamp(cb, stage, pr->pool, pr->n++);
 }
 
-/* After the fence: the pairs of the finished command buffer into the per-op sums. */
-static void prof_collect(ob_vk *vk) {
+/* After the fence: the pairs of the finished command buffer into the per-op sums; true
+ * when their timestamps were read (into ts). */
+static bool prof_collect(ob_vk *vk) {
     ob_vk_prof *pr = &vk->prof;
     uint32_t n = pr->n - pr->n % 2;
     pr->n = 0;
-    if (n < 2) return;
+    if (n < 2) return false;
     VkResult r = vkGetQueryPoolResults(vk->dev, pr->pool, 0, n, sizeof(uint64_t) * n, pr->ts, sizeof(uint64_t),
                                        VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
-    if (r != VK_SUCCESS) return;
+    if (r != VK_SUCCESS) return false;
     const double ms_per_tick = pr->ns_per_tick * 1e-6;
     for (uint32_t k = 0; k < n; k += 2) {
         int key = pr->key[k / 2];
@@ -79,10 +80,12 @@ static void prof_collect(ob_vk *vk) {
         pr->node_count[key]++;
     }
     pr->gpu_span_ms += (double)((pr->ts[n - 1] - pr->ts[0]) & pr->mask) * ms_per_tick;
+    return true;
 }
 
-/* ONEBIT_VK_PROFILE=3: before prof_collect reads the same timestamps, each position's
- * start (after the first dispatch's start) and duration into the timeline sums. */
+/* ONEBIT_VK_PROFILE=3: after prof_collect read a listed graph's timestamps (into ts),
+ * each position's start (after the first dispatch's start) and duration into the timeline
+ * sums. */
 static void prof_timeline(ob_vk *vk) {
     ob_vk_prof *pr = &vk->prof;
     int64_t n = vk->gcmd_prof_n / 2 < vk->n_prev ? vk->gcmd_prof_n / 2 : vk->n_prev;
@@ -96,10 +99,7 @@ static void prof_timeline(ob_vk *vk) {
         pr->tl_steps = 0;
         if (!pr->tl_n) return;
     }
-    uint64_t *ts = pr->ts;
-    if (vkGetQueryPoolResults(vk->dev, pr->pool, 0, (uint32_t)(2 * n), sizeof(uint64_t) * 2 * (size_t)n, ts,
-                              sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
-        return;
+    const uint64_t *ts = pr->ts;
     const double ms = pr->ns_per_tick * 1e-6;
     for (int64_t k = 0; k < n; k++) {
         pr->tl_start[k] += (double)((ts[2 * k] - ts[0]) & pr->mask) * ms;
@@ -456,8 +456,7 @@ static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
         if (pr->pool && pr->pool == vk->gcmd_pool) {
             for (uint32_t k = 0; k < vk->gcmd_prof_n / 2 && k < (uint32_t)vk->n_prev; k++) pr->key[k] = vk->prev[k].prof_key;
             pr->n = vk->gcmd_prof_n;
-            if (pr->timeline) prof_timeline(vk);
-            prof_collect(vk);
+            if (prof_collect(vk) && pr->timeline) prof_timeline(vk);
         }
         pr->t_step = ob_time_s();
     }

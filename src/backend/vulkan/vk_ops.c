@@ -160,7 +160,14 @@ static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
            (addr(a) | addr(b) | addr(glu)) % 16 == 0;
 }
 
-static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps);
+/* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
+ * to fill the device; else one per attn_cells cells a sequence can hold, up to
+ * attn_splits. */
+static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
+    if (vk->attn_splits <= 1 || pairs >= 512) return 1;
+    uint64_t s = cdiv(cps, vk->attn_cells);
+    return s < vk->attn_splits ? s : vk->attn_splits;
+}
 
 /* An ATTENTION of T <= 8 tokens in one workgroup per (token, head) (no split) and heads of
  * whole 32-element blocks: each workgroup quantizes its head's output itself. */
@@ -449,14 +456,6 @@ static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_l
     return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
 }
 
-/* Workgroups per (token, head) of attention: 1 once there are enough (token, head) pairs
- * to fill the device; else one per attn_cells cells a sequence can hold, up to
- * attn_splits. */
-static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
-    if (vk->attn_splits <= 1 || pairs >= 512) return 1;
-    uint64_t s = cdiv(cps, vk->attn_cells);
-    return s < vk->attn_splits ? s : vk->attn_splits;
-}
 
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
     const ob_tensor *x = norm->src[0];
@@ -556,7 +555,6 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 pc.u[9] = vk->ss_n;
                 groups = pc.u[8];
             }
-            vk->ss_src = 0;
             ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, groups, err, err_len);
             if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, n);
             return st;

@@ -54,18 +54,9 @@ void q8_head(uint g, uint hd) {
     if (c >= hd / 32) return;
     uint64_t qx = uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32);
     uint64_t qbytes = (uint64_t(pc.u[2]) * (pc.u[1] & 0xffffu) * hd + 15) / 16 * 16;
-    float am = 0.0;
-    for (uint i = 0; i < 32; i++) am = max(am, abs(qs[32 * c + i]));
-    float id = q8_id(am);
-    int sq = 0;
-    for (uint w = 0; w < 8; w++) {
-        uint e = 32 * c + 4 * w;
-        ivec4 q = q8_round(vec4(qs[e], qs[e + 1], qs[e + 2], qs[e + 3]), id);
-        sq += q.x + q.y + q.z + q.w;
-        BQ8W(qx + uint64_t(g) * hd + 32 * c).v[w] = q8_pack(q);
-    }
-    float d = am / 127.0;
-    BQ8D(qx + qbytes).v[g * (hd / 32) + c] = vec2(d, d * float(sq));
+    float x[32];
+    for (uint i = 0; i < 32; i++) x[i] = qs[32 * c + i];
+    q8_block(x, qx + uint64_t(g) * hd + 32 * c, qx + qbytes + (uint64_t(g) * (hd / 32) + c) * 8);
 }
 
 // After this split's partial of (t, h) = g is written: the split that draws the last

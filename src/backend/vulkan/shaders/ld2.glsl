@@ -17,22 +17,18 @@ uvec2 ld8(uint64_t p) {
     uint w0 = BU32(a).v[0], w1 = BU32(a + 4ul).v[0], w2 = BU32(m ? a + 8ul : a + 4ul).v[0];
     return m ? uvec2((w0 >> 16) | (w1 << 16), (w1 >> 16) | (w2 << 16)) : uvec2(w0, w1);
 }
-// 16 and 32 bytes as words.
-void ld16(uint64_t p, out uint w[4]) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint v[5];
-    for (uint i = 0; i < 4; i++) v[i] = BU32(a + 4 * i).v[0];
-    v[4] = BU32(m ? a + 16 : a + 12).v[0];
-    for (uint i = 0; i < 4; i++) w[i] = m ? (v[i] >> 16) | (v[i + 1] << 16) : v[i];
-}
-void ld32(uint64_t p, out uint w[8]) {
-    uint64_t a = p & ~3ul;
-    bool m = (p & 2ul) != 0ul;
-    uint v[9];
-    for (uint i = 0; i < 8; i++) v[i] = BU32(a + 4 * i).v[0];
-    v[8] = BU32(m ? a + 32 : a + 28).v[0];
-    for (uint i = 0; i < 8; i++) w[i] = m ? (v[i] >> 16) | (v[i + 1] << 16) : v[i];
-}
+// 16 and 32 bytes as words: N words from N + 1 (GLSL has no array-length-generic
+// function, so one macro defines both).
+#define LD_WORDS(NAME, N)                                                              \
+    void NAME(uint64_t p, out uint w[N]) {                                             \
+        uint64_t a = p & ~3ul;                                                         \
+        bool m = (p & 2ul) != 0ul;                                                     \
+        uint v[N + 1];                                                                 \
+        for (uint i = 0; i < N; i++) v[i] = BU32(a + 4 * i).v[0];                     \
+        v[N] = BU32(m ? a + 4 * N : a + 4 * N - 4).v[0];                               \
+        for (uint i = 0; i < N; i++) w[i] = m ? (v[i] >> 16) | (v[i + 1] << 16) : v[i]; \
+    }
+LD_WORDS(ld16, 4)
+LD_WORDS(ld32, 8)
 // f16.
 float ldh2(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }

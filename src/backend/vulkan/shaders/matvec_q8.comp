@@ -328,18 +328,9 @@ void main() {
         barrier();
         uint b0 = g * RW + 32 * tid;
         if (tid < RW / 32 && b0 < N) {
-            float am = 0.0;
-            for (uint i = 0; i < 32; i++) am = max(am, abs(gv[32 * tid + i]));
-            float id = q8_id(am);
-            int sq = 0;
-            for (uint w = 0; w < 8; w++) {
-                uint e = 32 * tid + 4 * w;
-                ivec4 q = q8_round(vec4(gv[e], gv[e + 1], gv[e + 2], gv[e + 3]), id);
-                sq += q.x + q.y + q.z + q.w;
-                BQ8W(pc.o + b0).v[w] = q8_pack(q);
-            }
-            float d = am / 127.0;
-            BQ8D(pc.o + pc.u[9]).v[b0 / 32] = vec2(d, d * float(sq));
+            float x[32];
+            for (uint i = 0; i < 32; i++) x[i] = gv[32 * tid + i];
+            q8_block(x, pc.o + b0, pc.o + pc.u[9] + uint64_t(b0 / 32) * 8);
         }
         return;
     }

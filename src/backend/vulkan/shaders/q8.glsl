@@ -14,6 +14,21 @@ uint q8_pack(ivec4 q) {
     return (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8) | ((uint(q.z) & 255u) << 16) | (uint(q.w) << 24);
 }
 
+// One whole block held by one invocation: its 8 words of qx at qx, its dx pair at dx.
+void q8_block(float x[32], uint64_t qx, uint64_t dx) {
+    float am = 0.0;
+    for (uint i = 0; i < 32; i++) am = max(am, abs(x[i]));
+    float id = q8_id(am);
+    int s = 0;
+    for (uint w = 0; w < 8; w++) {
+        ivec4 q = q8_round(vec4(x[4 * w], x[4 * w + 1], x[4 * w + 2], x[4 * w + 3]), id);
+        s += q.x + q.y + q.z + q.w;
+        BQ8W(qx).v[w] = q8_pack(q);
+    }
+    float d = am / 127.0;
+    BQ8D(dx).v[0] = vec2(d, d * float(s));
+}
+
 #ifdef Q8_SHUFFLE
 // Elements 4i .. 4i + 3 of a row, y, held by invocation lane of a subgroup where the 8
 // invocations of one 32-element block are lanes 8j .. 8j + 7 (i % 8 == lane % 8). Every
