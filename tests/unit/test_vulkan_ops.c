@@ -561,6 +561,8 @@ typedef struct attn_case {
 
 static ob_backend *g_nosplit; /* ONEBIT_VK_ATTN_SPLIT=1 */
 static ob_backend *g_mergepass; /* ONEBIT_VK_ATTN_LAST=0: splits merged by a second dispatch */
+static ob_backend *g_olddec;    /* ONEBIT_VK_ATTN_DEC=0: attention.comp where attn_dec.comp applies */
+static ob_backend *g_gw4;       /* ONEBIT_VK_ATTN_GW=4: attn_dec.comp with up to 4 query heads a workgroup */
 
 static void run_attention(const attn_case *ac) {
     int64_t cps = ac->decode ? 300 : 24, n_seq = 3, hd = ac->hd, row = hd * ac->n_kv, cells = cps * n_seq;
@@ -592,12 +594,56 @@ static void run_attention(const attn_case *ac) {
              ob_type_name(ac->kv), ac->hd, ac->n_head, ac->n_kv, ac->window, ac->causal, ac->softcap, ac->alibi,
              ac->decode ? "decode" : "prefill");
     check_graph(g, o, 1e-5, 1e-4, what);
-    /* decode (300 cells per sequence): split over 3 workgroups per head, merged by the
-     * last of them to finish (one dispatch), or by a merge pass (ONEBIT_VK_ATTN_LAST=0) */
+    /* Causal attention of heads of 8k elements (32..256) takes attn_dec.comp: a workgroup
+     * per (token, kv head, group of GW query heads (attn_gw: 1 by default), split), C = cpi *
+     * (128 / (hd / 8)) cells a chunk, chunks split over S = cells per sequence / C workgroups
+     * (at most attn_splits), merged by the last split to finish. Else attention.comp, decode (300 cells per sequence) split over 3
+     * workgroups per head, merged by the last of them (one dispatch), or by a merge pass
+     * (ONEBIT_VK_ATTN_LAST=0). */
     ob_vk *vk = g_be[0]->ctx;
+    const uint32_t agw = ((ob_vk *)g_be[0]->ctx)->attn_gw;
+    const int G = ac->n_head / ac->n_kv, cpi = 8, gw = G == 1 ? 1 : G == 2 && agw > 2 ? 2 : (int)agw;
+    const ob_vk_shader dsh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
+    const bool dec = ac->causal && ac->hd % 8 == 0 && ac->hd >= 32 && ac->hd <= 256;
+    const int64_t C = cpi * (128 / (ac->hd / 8)), S_dec = (cps + C - 1) / C < 16 ? (cps + C - 1) / C : 16;
     CHECKF(vk->n_prev == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
-    if (ac->decode && vk->n_prev == 1) CHECK((vk->prev[0].pc.u[6] >> 8) == 3 && (vk->prev[0].pc.u[6] & 4u));
-    if (ac->decode && g_nosplit) check_on(g_nosplit, g, o, 1e-5, 1e-4, what);
+    if (vk->n_prev == 1) {
+        const ob_vk_pc *pc = &vk->prev[0].pc;
+        if (dec)
+            CHECKF(vk->prev[0].pipe == vk->pipes[dsh][ac->kv] && (pc->u[6] >> 8) == (uint32_t)S_dec &&
+                       ((pc->u[2] >> 16) & 255u) == (uint32_t)cpi && (pc->u[2] >> 24) == (uint32_t)gw &&
+                       ((pc->u[6] & 4u) != 0) == (S_dec > 1),
+                   "%s: attn_dec, S %u cpi %u gw %u, want S %lld cpi %d gw %d", what, pc->u[6] >> 8,
+                   (pc->u[2] >> 16) & 255u, pc->u[2] >> 24, (long long)S_dec, cpi, gw);
+        else
+            CHECKF(vk->prev[0].pipe == vk->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] &&
+                       (!ac->decode || ((pc->u[6] >> 8) == 3 && (pc->u[6] & 4u))),
+                   "%s: attention.comp, S %u", what, pc->u[6] >> 8);
+        if (dec && ac->decode) CHECKF(S_dec > 1, "%s: the decode case splits", what);
+    }
+    if (dec && g_olddec) {
+        /* the same on attention.comp, split over 3 workgroups per head */
+        check_on_as(g_olddec, g, o, 1e-5, 1e-4, what, "attention.comp");
+        const ob_vk *ov = g_olddec->ctx;
+        CHECKF(ov->n_prev == 1 && ov->prev[0].pipe == ov->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] &&
+                   (!ac->decode || (ov->prev[0].pc.u[6] >> 8) == 3),
+               "%s, attention.comp: %lld dispatches", what, (long long)ov->n_prev);
+    }
+    if (dec && g_gw4) {
+        /* query heads in groups of up to 4 per workgroup (6 heads: 4 + 2; 2 heads: GW = 2) */
+        check_on_as(g_gw4, g, o, 1e-5, 1e-4, what, "4 heads a workgroup");
+        const ob_vk *gv = g_gw4->ctx;
+        const ob_vk_shader want = G >= 3 ? OB_VK_SH_ATTN_DEC : G == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
+        CHECKF(gv->n_prev == 1 && gv->prev[0].pipe == gv->pipes[want][ac->kv] && (gv->prev[0].pc.u[2] >> 24) == (G >= 3 ? 4u : (uint32_t)G),
+               "%s, 4 heads a workgroup: %lld dispatches", what, (long long)gv->n_prev);
+    }
+    /* no split: attn_dec.comp walks all chunks in one workgroup (online softmax across them) */
+    if (ac->decode && g_nosplit) {
+        check_on(g_nosplit, g, o, 1e-5, 1e-4, what);
+        const ob_vk *nv = g_nosplit->ctx;
+        CHECKF(nv->n_prev == 1 && (nv->prev[0].pc.u[6] >> 8) <= 1, "%s, no split: %lld dispatches", what,
+               (long long)nv->n_prev);
+    }
     if (ac->decode && g_mergepass) {
         check_on_as(g_mergepass, g, o, 1e-5, 1e-4, what, "merge pass");
         const ob_vk *mv = g_mergepass->ctx;
@@ -612,6 +658,9 @@ static void test_attention(void) {
     g_nosplit = backend_with("ONEBIT_VK_ATTN_SPLIT", "1");
     g_mergepass = backend_with("ONEBIT_VK_ATTN_LAST", "0");
     if (g_mergepass) ((ob_vk *)g_mergepass->ctx)->attn_cells = 128;
+    g_olddec = backend_with("ONEBIT_VK_ATTN_DEC", "0");
+    if (g_olddec) ((ob_vk *)g_olddec->ctx)->attn_cells = 128;
+    g_gw4 = backend_with("ONEBIT_VK_ATTN_GW", "4");
     /* splits of 128 cells, so the 300-cell decode cases split (the default is 1024) */
     uint32_t keep_cells[N_BE];
     for (int b = 0; b < N_BE; b++) {
@@ -646,6 +695,10 @@ static void test_attention(void) {
     g_nosplit = NULL;
     if (g_mergepass) ob_backend_free(g_mergepass);
     g_mergepass = NULL;
+    if (g_olddec) ob_backend_free(g_olddec);
+    g_olddec = NULL;
+    if (g_gw4) ob_backend_free(g_gw4);
+    g_gw4 = NULL;
     for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_cells = keep_cells[b];
 }
 
@@ -1166,25 +1219,30 @@ static void test_matvec_q8(void) {
      * above. */
     const ob_rng keep_rng2 = g_rng;
     ob_rng_seed(&g_rng, 0xa77eu);
-    for (int late = 0; late < 2; late++) {
-        const int64_t hd = 64, H = 4, n_kv = 2, cps = 40, K = hd * H, N = 70, nw[2] = {K, N};
+    for (int late = 0; late < 3; late++) {
+        /* late 2: 300 cells, split over 3 workgroups on attn_dec.comp; the split that merges
+         * writes the int8 x */
+        const int64_t hd = 64, H = 4, n_kv = 2, cps = late == 2 ? 300 : 40, K = hd * H, N = 70, nw[2] = {K, N};
         const int64_t nq[3] = {hd, H, 1}, nc[2] = {hd * n_kv, cps}, n1[1] = {1};
         void *w = rand_typed(OB_TYPE_Q4_K, K, N, 1.0f);
         void *kc = rand_typed(OB_TYPE_F16, hd * n_kv, cps, 1.0f), *vc = rand_typed(OB_TYPE_F16, hd * n_kv, cps, 1.0f);
         float *q = rand_f32(hd * H, 1.0f), tok = 0;
-        int32_t pos[1] = {late ? (int32_t)cps - 1 : 29}, seq[1] = {0};
+        int32_t pos[1] = {late == 1 ? (int32_t)cps - 1 : late == 2 ? 287 : 29}, seq[1] = {0};
         ob_graph *g = ob_graph_new(12);
         ob_tensor *at = ob_attention(g, ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q), ob_leaf(g, "k", OB_TYPE_F16, 2, nc, kc),
                                      ob_leaf(g, "v", OB_TYPE_F16, 2, nc, vc), ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, pos),
                                      ob_leaf(g, "seq", OB_TYPE_I32, 1, n1, seq), ob_leaf(g, "tok", OB_TYPE_F32, 1, n1, &tok),
                                      (int)cps, (int)n_kv, 0, 1, 1.0f / sqrtf((float)hd), 0.0f);
         ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", OB_TYPE_Q4_K, 2, nw, w), at);
-        const char *what = late ? "matvec_q8 after attention, last cell" : "matvec_q8 after attention";
+        const char *what = late == 2 ? "matvec_q8 after split attention" : late ? "matvec_q8 after attention, last cell" : "matvec_q8 after attention";
         check_graph(g, o, mm_atol(OB_TYPE_Q4_K, K, 1), 1e-4, what);
         int quants = 0, fused = 0;
         for (int64_t i = 0; i < vk->n_prev; i++) {
             quants += is_quant(vk, vk->prev[i].pipe);
-            fused += vk->prev[i].pipe == vk->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] && (vk->prev[i].pc.u[6] & 8u);
+            const VkPipeline p = vk->prev[i].pipe;
+            fused += (p == vk->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] || p == vk->pipes[OB_VK_SH_ATTN_DEC][OB_TYPE_F16] ||
+                      p == vk->pipes[OB_VK_SH_ATTN_DEC_G2][OB_TYPE_F16] || p == vk->pipes[OB_VK_SH_ATTN_DEC_G1][OB_TYPE_F16]) &&
+                     (vk->prev[i].pc.u[6] & 8u);
         }
         CHECKF(vk->q8_fuse ? quants == 0 && fused == 1 && vk->n_prev == 2 : quants == 1,
                "%s: %d x quantized apart, %d fused, %lld dispatches", what, quants, fused, (long long)vk->n_prev);

@@ -187,9 +187,13 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
-     * subgroup of the one-token path, 3: its gate/up/GLU mode (all ignored elsewhere) */
+     * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
+     * gate/up/GLU mode (all ignored elsewhere) */
     const bool one = sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU;
-    const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 ? 4u : sh == OB_VK_SH_MATVEC_Q8_1R2 ? 2u : sh == OB_VK_SH_MATVEC_Q8_1R1 ? 1u : 8u;
+    const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC                 ? 4u
+                        : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 ? 2u
+                        : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 ? 1u
+                                                                                    : 8u;
     uint32_t spec[4] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU};
     VkSpecializationMapEntry me[4] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
                                       {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)},
@@ -295,10 +299,10 @@ static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const o
         if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
         else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
     }
-    /* n's output; dead when nothing reads it back: a KV_STORE's token, or a rope's output
-     * when its store is fused in */
+    /* n's output, but not a KV_STORE's token (kv_store.comp never writes it); dead when
+     * nothing reads it back: a rope's output when its store is fused in */
     uint64_t o = (uint64_t)(uintptr_t)n->data;
-    wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n), n->op == OB_OP_KV_STORE || store != NULL};
+    if (n->op != OB_OP_KV_STORE) wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n), store != NULL};
     /* a norm or GLU that also writes the int8 x buffer */
     ob_vk_range q = ob_vk_q8_out(vk, n, add);
     if (q.hi > q.lo) wr[nwr++] = q;

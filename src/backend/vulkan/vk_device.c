@@ -105,6 +105,7 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     d->type = pr.properties.deviceType;
     d->api = pr.properties.apiVersion;
     d->subgroup = sg.subgroupSize;
+    d->shared_bytes = pr.properties.limits.maxComputeSharedMemorySize;
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(p, &mp);
     for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
@@ -385,6 +386,14 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
     const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
     vk->attn_last = !(alast && !strcmp(alast, "0"));
+    const char *adec = getenv("ONEBIT_VK_ATTN_DEC");
+    vk->attn_dec = !(adec && !strcmp(adec, "0"));
+    const char *agw = getenv("ONEBIT_VK_ATTN_GW");
+    /* 1: on the H200 a workgroup per query head beat 2 and 4 (qwen3-8b TQ2_0 tg64 275.8 /
+     * 265.5 / 235.1, attention.comp 253.9; 2026-11-30 17:51 UTC): its per-invocation work,
+     * not the extra key and value reads, sets the time */
+    int gw = agw ? atoi(agw) : 1;
+    vk->attn_gw = gw >= 4 ? 4 : gw >= 2 ? 2 : 1;
     VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
     ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};

@@ -49,6 +49,10 @@ typedef enum ob_vk_shader {
                               module only with q8_fuse */
     OB_VK_SH_QUANT_X4,     /* QUANT_X, 4 elements per invocation (subgroup shuffles); module
                               only with q8_fuse */
+    OB_VK_SH_ATTN_DEC,     /* causal ATTENTION of T <= 8 tokens, a workgroup per (token, kv
+                              head, group of 4 query heads (GW), split); TYPE the cache type */
+    OB_VK_SH_ATTN_DEC_G2,  /* ... groups of 2 query heads (GW = 2) */
+    OB_VK_SH_ATTN_DEC_G1,  /* ... one query head (GW = 1) */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -82,6 +86,7 @@ typedef struct ob_vk_dev_info {
     uint32_t api;
     uint64_t mem;          /* largest device-local heap */
     uint32_t subgroup;
+    uint32_t shared_bytes; /* maxComputeSharedMemorySize */
     bool coopmat;          /* VK_KHR_cooperative_matrix is offered (listing only) */
     bool coopmat_nv;       /* VK_NV_cooperative_matrix with 16x16x16 f16*f16->f32, subgroup
                               32, shaderFloat16 and vulkanMemoryModel: what
@@ -142,11 +147,11 @@ typedef struct ob_vk_cmd {
 } ob_vk_cmd;
 
 /* Byte ranges [lo, hi) of device memory read / written since the last barrier. dead: a
- * write no dispatch reads back (a KV_STORE's ordering token, a rope output whose one
- * reader, the KV_STORE, is fused into its dispatch). Its bytes were free when the graph
- * placed it, so whatever an earlier dispatch of the same level wrote there is dead too:
- * it waits only for earlier reads of those bytes (WAR), not for earlier writes (WAW).
- * Later dispatches still order themselves after it. */
+ * write no dispatch reads back (a rope output whose one reader, the KV_STORE, is fused
+ * into its dispatch; a KV_STORE's own ordering token is not written at all). Its bytes
+ * were free when the graph placed it, so whatever an earlier dispatch of the same level
+ * wrote there is dead too: it waits only for earlier reads of those bytes (WAR), not for
+ * earlier writes (WAW). Later dispatches still order themselves after it. */
 typedef struct ob_vk_range { uint64_t lo, hi; bool dead; } ob_vk_range;
 #define OB_VK_MAX_RANGES 64
 
@@ -254,6 +259,9 @@ typedef struct ob_vk {
                               at ~600 cells one workgroup per head beat 5 splits + merge) */
     ob_vk_alloc attn_part;
     bool attn_last;        /* the last split merges (no merge pass; ONEBIT_VK_ATTN_LAST=0: off) */
+    bool attn_dec;         /* attn_dec.comp where it applies (ONEBIT_VK_ATTN_DEC=0: off) */
+    uint32_t attn_gw;      /* its query heads per workgroup: 1, 2 or 4 (ONEBIT_VK_ATTN_GW,
+                              default 1) */
 #define OB_VK_ATTN_TICKET_BYTES 4096 /* attn_part's first bytes: attention.comp's tickets */
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];

@@ -2,6 +2,7 @@
  * attention: two) or a fused pair of nodes one: which shader, which push constants, how
  * many workgroups. Shapes follow src/graph/graph.h. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/vulkan/vk_internal.h"
 #include "format/quant.h"
@@ -169,12 +170,42 @@ static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
     return s < vk->attn_splits ? s : vk->attn_splits;
 }
 
-/* An ATTENTION of T <= 8 tokens in one workgroup per (token, head) (no split) and heads of
- * whole 32-element blocks: each workgroup quantizes its head's output itself. */
+/* attn_dec.comp's plan for an ATTENTION, where it applies: causal, T <= 8 tokens, head_dim
+ * a multiple of 8 in 32..256 (of 32 for Q8_0), K and V caches of one type (F32, F16 or
+ * Q8_0) at 16-byte aligned addresses. A workgroup per (token, kv head, group of *gw <= 4
+ * of its G query heads, split); *cpi (8) cells per invocation per chunk, *splits (S) chunks
+ * apart. S > 1 needs the last-split merge. */
+static bool attn_dec_plan(const ob_vk *vk, const ob_tensor *n, uint32_t *cpi, uint32_t *gw, uint64_t *splits) {
+    const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
+    if (!vk->attn_dec || n->op != OB_OP_ATTENTION || !q || !kc || !vc || n->ip[3] == 0 || n->ip[1] <= 0) return false;
+    const int64_t hd = q->ne[0], H = q->ne[1], T = q->ne[2] * q->ne[3], n_kv = n->ip[1];
+    if (T > 8 || H % n_kv != 0 || H > 65535 || hd % 8 != 0 || hd < 32 || hd > 256 || kc->type != vc->type ||
+        vk->info.shared_bytes < 24 * 1024)
+        return false;
+    if (kc->type != OB_TYPE_F32 && kc->type != OB_TYPE_F16 && !(kc->type == OB_TYPE_Q8_0 && hd % 32 == 0)) return false;
+    if (kc->type != OB_TYPE_Q8_0 && (addr(kc) | addr(vc)) % 16 != 0) return false;
+    const uint64_t G = (uint64_t)(H / n_kv), ncl = 128 / (uint64_t)(hd / 8);
+    /* heads per workgroup: attn_gw, or the one or two there are */
+    *gw = G == 1 ? 1 : G == 2 && vk->attn_gw > 2 ? 2 : vk->attn_gw;
+    if ((uint64_t)T * (uint64_t)n_kv * cdiv(G, *gw) > OB_VK_ATTN_TICKET_BYTES / 4) return false;
+    *cpi = 8; /* the shader's CPI */
+    uint64_t S = cdiv((uint64_t)n->ip[0], *cpi * ncl);
+    if (S > vk->attn_splits) S = vk->attn_splits;
+    if (S > 1 && !vk->attn_last) return false;
+    *splits = S < 1 ? 1 : S;
+    return true;
+}
+
+/* An ATTENTION of T <= 8 tokens in one workgroup per (token, head) (no split), or on
+ * attn_dec.comp (any split), and heads of whole 32-element blocks: the workgroup that
+ * makes a head's output quantizes it itself. */
 static bool attn_q8_ok(const ob_vk *vk, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     if (!vk->q8_fuse || !vk->attn_q8 || n->op != OB_OP_ATTENTION || !q || ob_nrows(n) > 8 || q->ne[0] % 32 != 0)
         return false;
+    uint32_t cpi, gw;
+    uint64_t S;
+    if (attn_dec_plan(vk, n, &cpi, &gw, &S)) return true;
     const uint64_t T = (uint64_t)(q->ne[2] * q->ne[3]), H = (uint64_t)q->ne[1];
     return attn_splits(vk, T * H, (uint64_t)n->ip[0]) == 1;
 }
@@ -661,7 +692,33 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
         pc.f[2] = n->fp[2];
-        uint64_t S = attn_splits(vk, T * H, (uint64_t)n->ip[0]), hd = (uint64_t)a->ne[0];
+        uint32_t cpi, gw;
+        uint64_t S, hd = (uint64_t)a->ne[0];
+        if (attn_dec_plan(vk, n, &cpi, &gw, &S)) {
+            const uint64_t n_kv = (uint64_t)n->ip[1], ng = cdiv(H / n_kv, gw);
+            if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+            pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
+            pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u : 0u);
+            if (S > 1) {
+                /* the partials and tickets: read and written by this dispatch */
+                ob_vk_range rw = {vk->attn_part.addr, vk->attn_part.addr + vk->attn_part.size, false};
+                ob_vk_hz(vk, &rw, 1, &rw, 1);
+                const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
+                pc.u[7] = (uint32_t)vk->attn_part.addr;
+                memcpy(&pc.f[3], &hi, sizeof(hi));
+            }
+            const bool q8 = vk->q8_next.hi > vk->q8_next.lo;
+            if (q8) {
+                pc.u[3] = (uint32_t)vk->q8_next.lo;
+                pc.u[8] = (uint32_t)(vk->q8_next.lo >> 32);
+                pc.u[6] |= 8u;
+            }
+            const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
+            ob_status st = ob_vk_dispatch(vk, sh, kc->type, &pc, T * n_kv * ng * S, err, err_len);
+            if (!st && q8) q8_written(vk, n);
+            return st;
+        }
+        S = attn_splits(vk, T * H, (uint64_t)n->ip[0]);
         if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
         if (S <= 1 && vk->q8_next.hi > vk->q8_next.lo) {
             /* and its int8 form (ob_vk_q8_out chose this only without splits) */

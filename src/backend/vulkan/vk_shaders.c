@@ -54,6 +54,9 @@ static const uint32_t spv_norm_q8[] = {
 static const uint32_t spv_quant_x4[] = {
 #include "quant_x4.spv.inc"
 };
+static const uint32_t spv_attn_dec[] = {
+#include "attn_dec.spv.inc"
+};
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
@@ -81,4 +84,7 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_GLU] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8_glu"},
     [OB_VK_SH_QUANT_X4] = {spv_quant_x4, sizeof(spv_quant_x4), "quant_x4"},
     [OB_VK_SH_NORM_Q8] = {spv_norm_q8, sizeof(spv_norm_q8), "norm_q8"},
+    [OB_VK_SH_ATTN_DEC] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec"},
+    [OB_VK_SH_ATTN_DEC_G2] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g2"},
+    [OB_VK_SH_ATTN_DEC_G1] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g1"},
 };

@@ -1,6 +1,8 @@
 #version 450
 // KV_STORE: a x F32 [row, T] -> cache b (type u[2]: F32, F16, Q8_0) at cell
-// seq*cps + pos; c pos I32 [T], d seq I32 [T], o the 1-element ordering token.
+// seq*cps + pos; c pos I32 [T], d seq I32 [T]; o, the 1-element ordering token, is never
+// written (no shader reads it: writing it made the graph place a barrier wherever the
+// token's byte lay in memory an earlier dispatch of the level was still reading).
 // u[0] row (a multiple of 32 for Q8_0; F32/F16 rows may end in a partial 32-chunk),
 // u[1] T, u[3] cells per sequence, u[4] cache cells, u[5] cache row bytes. One invocation
 // per 32-chunk of a token's row; u[6] 1 (F32/F16, row % 4 == 0, x and cache 16- and
@@ -18,7 +20,6 @@ void main() {
     bool wide = pc.u[6] != 0u;
     uint row = pc.u[0], per_row = wide ? row / 4 : (row + 31) / 32;
     uint t = idx / per_row, c = idx % per_row;
-    if (idx == 0u) BF32(pc.o).v[0] = 0.0;
     if (t >= pc.u[1]) return;
     int p = BI32(pc.c).v[t], s = BI32(pc.d).v[t];
     vec4 x4 = wide ? BV4(pc.a).v[idx] : vec4(0.0); // x rows are contiguous: element 4 * idx
