@@ -601,8 +601,7 @@ static void run_attention(const attn_case *ac) {
      * workgroups per head, merged by the last of them (one dispatch), or by a merge pass
      * (ONEBIT_VK_ATTN_LAST=0). */
     ob_vk *vk = g_be[0]->ctx;
-    const uint32_t agw = ((ob_vk *)g_be[0]->ctx)->attn_gw;
-    const int G = ac->n_head / ac->n_kv, cpi = 8, gw = G == 1 ? 1 : G == 2 && agw > 2 ? 2 : (int)agw;
+    const int G = ac->n_head / ac->n_kv, cpi = 8, gw = G == 1 ? 1 : G == 2 && vk->attn_gw > 2 ? 2 : (int)vk->attn_gw;
     const ob_vk_shader dsh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
     const bool dec = ac->causal && ac->hd % 8 == 0 && ac->hd >= 32 && ac->hd <= 256;
     const int64_t C = cpi * (128 / (ac->hd / 8)), S_dec = (cps + C - 1) / C < 16 ? (cps + C - 1) / C : 16;

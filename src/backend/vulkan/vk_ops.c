@@ -488,6 +488,23 @@ static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_l
 }
 
 
+/* An attention that merges its splits itself reads and writes attn_part's partials and
+ * tickets. */
+static void attn_part_rw(ob_vk *vk) {
+    ob_vk_range rw = {vk->attn_part.addr, vk->attn_part.addr + vk->attn_part.size, false};
+    ob_vk_hz(vk, &rw, 1, &rw, 1);
+}
+
+/* The int8 output of an attention, if ob_vk_q8_out gave it one: its address in u[3] | u[8]
+ * << 32 and bit 3 of u[6] (attention.comp and attn_dec.comp alike). */
+static bool attn_q8_pc(const ob_vk *vk, ob_vk_pc *pc) {
+    if (vk->q8_next.hi <= vk->q8_next.lo) return false;
+    pc->u[3] = (uint32_t)vk->q8_next.lo;
+    pc->u[8] = (uint32_t)(vk->q8_next.lo >> 32);
+    pc->u[6] |= 8u;
+    return true;
+}
+
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
     const ob_tensor *x = norm->src[0];
     return norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
@@ -700,19 +717,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
             pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u : 0u);
             if (S > 1) {
-                /* the partials and tickets: read and written by this dispatch */
-                ob_vk_range rw = {vk->attn_part.addr, vk->attn_part.addr + vk->attn_part.size, false};
-                ob_vk_hz(vk, &rw, 1, &rw, 1);
+                attn_part_rw(vk);
                 const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
                 pc.u[7] = (uint32_t)vk->attn_part.addr;
                 memcpy(&pc.f[3], &hi, sizeof(hi));
             }
-            const bool q8 = vk->q8_next.hi > vk->q8_next.lo;
-            if (q8) {
-                pc.u[3] = (uint32_t)vk->q8_next.lo;
-                pc.u[8] = (uint32_t)(vk->q8_next.lo >> 32);
-                pc.u[6] |= 8u;
-            }
+            const bool q8 = attn_q8_pc(vk, &pc);
             const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
             ob_status st = ob_vk_dispatch(vk, sh, kc->type, &pc, T * n_kv * ng * S, err, err_len);
             if (!st && q8) q8_written(vk, n);
@@ -720,23 +730,19 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         }
         S = attn_splits(vk, T * H, (uint64_t)n->ip[0]);
         if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
-        if (S <= 1 && vk->q8_next.hi > vk->q8_next.lo) {
-            /* and its int8 form (ob_vk_q8_out chose this only without splits) */
-            pc.u[3] = (uint32_t)vk->q8_next.lo;
-            pc.u[8] = (uint32_t)(vk->q8_next.lo >> 32);
-            pc.u[6] |= 8u;
+        if (S <= 1) {
+            /* and its int8 form where ob_vk_q8_out chose it (only without splits here) */
+            const bool q8 = attn_q8_pc(vk, &pc);
             ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
-            if (!st) q8_written(vk, n);
+            if (!st && q8) q8_written(vk, n);
             return st;
         }
-        if (S <= 1) return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
         pc.u[3] = (uint32_t)vk->attn_part.addr;
         pc.u[8] = (uint32_t)(vk->attn_part.addr >> 32);
         if (vk->attn_last && T * H <= OB_VK_ATTN_TICKET_BYTES / 4) {
             /* one dispatch: the partials, merged by whichever split of a (token, head)
-             * finishes last; it reads and writes the buffer's partials and tickets */
-            ob_vk_range rw = {vk->attn_part.addr, vk->attn_part.addr + vk->attn_part.size, false};
-            ob_vk_hz(vk, &rw, 1, &rw, 1);
+             * finishes last */
+            attn_part_rw(vk);
             pc.u[6] |= (uint32_t)S << 8 | 4u;
             return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
         }

@@ -23,16 +23,13 @@
 // blocks of 32 by its own workgroup, so the matmul after needs no quantization pass.
 #include "common.glsl"
 #include "q8.glsl"
+#include "attn.glsl"
 #define WG 128
 #define MAXD 4 // output dims per invocation: head_dim <= 4 * WG
 layout(local_size_x = WG) in;
 
 shared float qs[MAXD * WG];
 shared uint ticket;
-#define TICKET_BYTES 4096 // OB_VK_ATTN_TICKET_BYTES
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer BCF { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer BTK { uint v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer BK4 { uvec4 v[]; };
 shared float lg[WG];
 
 // Element i of cache row r (row length rl) of type ty.
@@ -43,8 +40,6 @@ float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
     uint64_t blk = base + (r * (rl / 32) + i / 32) * 34;
     return ld_f16(blk) * float(ld_i8(blk + 2 + i % 32));
 }
-
-const float NEG_INF = -1.0 / 0.0;
 
 void merge(uint g, uint hd, uint S, uint64_t p0, uint64_t y0);
 
@@ -157,12 +152,7 @@ void main() {
     barrier();
     uint64_t cell0 = uint64_t(s) * cps;
     bool kwide = (pc.b & 15ul) == 0ul && ((kt == 0u && hd % 4u == 0u) || (kt == 1u && hd % 8u == 0u));
-    // ALiBi: head h's slope; n2 is the largest power of two <= H.
-    float slope = 0.0;
-    if (pc.f[2] > 0.0) {
-        float n2 = float(1u << findMSB(H));
-        slope = float(h) < n2 ? exp2(-pc.f[2] / n2 * float(h + 1u)) : exp2(-pc.f[2] / (2.0 * n2) * (2.0 * (float(h) - n2) + 1.0));
-    }
+    float slope = alibi_slope(h, H);
     float m = -1.0 / 0.0, l = 0.0, acc[MAXD];
     for (uint k = 0; k < MAXD; k++) acc[k] = 0.0;
     for (int j0 = lo + int(sp * WG); j0 <= hi; j0 += int(S * WG)) {

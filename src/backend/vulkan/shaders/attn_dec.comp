@@ -26,20 +26,15 @@
 #include "dequant.glsl"
 #include "ld2.glsl"
 #include "q8.glsl"
+#include "attn.glsl"
 #define WG 128
 layout(local_size_x = WG) in;
 
-#define TICKET_BYTES 4096 // OB_VK_ATTN_TICKET_BYTES
 #define RED 4128          // >= NC * (C * GW + 1) <= NC * (8 * NCL * 4 + 1) and NCL * (4 * hd + 1)
 shared float red[RED];
 shared float lgs[1024];   // a chunk's logits [i][gi][cl], and the workgroup's outputs
 shared float mms[256], lls[256]; // per (lane, head), then per (split, head) in the merge
 shared uint ticket;
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer BCF { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer BTK { uint v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer BK4 { uvec4 v[]; };
-
-const float NEG_INF = -1.0 / 0.0;
 // Cells per invocation per chunk: a constant, and the loops over them have constant trip
 // counts and no break, so they unroll and ka / va stay in registers.
 const uint CPI = 8;
@@ -120,12 +115,7 @@ void main() {
     for (uint gi = 0; gi < GW; gi++) {
         for (uint k = 0; k < 8; k++)
             qv[gi][k] = gi < gn ? BF32(pc.a + ((gy0 + gi) * hd + dc * 8 + k) * 4).v[0] * pc.f[0] : 0.0;
-        uint h = hb + gi;
-        slope[gi] = 0.0;
-        if (pc.f[2] > 0.0) {
-            float n2 = float(1u << findMSB(H));
-            slope[gi] = float(h) < n2 ? exp2(-pc.f[2] / n2 * float(h + 1u)) : exp2(-pc.f[2] / (2.0 * n2) * (2.0 * (float(h) - n2) + 1.0));
-        }
+        slope[gi] = alibi_slope(hb + gi, H);
     }
     float m[GW], l[GW], acc[GW][8];
     for (uint gi = 0; gi < GW; gi++) {
