@@ -100,6 +100,8 @@ static bool q8_mv(const ob_vk *vk, VkPipeline pipe, ob_type t, int64_t T) {
     if (T > 1) return pipe == vk->pipes[OB_VK_SH_MATVEC_Q8][t];
     for (int s = OB_VK_SH_MATVEC_Q8_1; s <= OB_VK_SH_MATVEC_Q8_1R1; s++)
         if (pipe == vk->pipes[s][t]) return true;
+    for (int s = OB_VK_SH_MATVEC_Q8_NT; s <= OB_VK_SH_MATVEC_Q8_PR1; s++) /* with a tail */
+        if (pipe == vk->pipes[s][t]) return true;
     return false;
 }
 
@@ -1121,10 +1123,11 @@ static void test_matvec_q8(void) {
      * (matvec_q8.comp's GLU mode) writes the GLU's output and its int8 form, which the down
      * matmul reads; N = 288 leaves a partial workgroup where rows per workgroup exceed 32.
      * Checked twice: the GLU itself (its f32 output) and the down matmul (its int8 x), on a
-     * backend with ONEBIT_VK_GLU_FUSE=1 (opt-in) and on the default ones (gate, up, then the
-     * GLU quantizer). Weights of scale 1 / sqrt(K) keep gate and up ~N(0, 1), as the x of
-     * mm_atol. */
-    ob_backend *gfuse = backend_with("ONEBIT_VK_GLU_FUSE", "1");
+     * backend with ONEBIT_VK_GLU_FUSE=1 (opt-in), with ONEBIT_VK_GLU_PAIR=1 (opt-in: gate
+     * and up rows in one dispatch whose tails write the GLU, u[7] 4) and on the default ones
+     * (gate, up, then the GLU quantizer). Weights of scale 1 / sqrt(K) keep gate and up
+     * ~N(0, 1), as the x of mm_atol. */
+    ob_backend *gfuse = backend_with("ONEBIT_VK_GLU_FUSE", "1"), *pairb = backend_with("ONEBIT_VK_GLU_PAIR", "1");
     const ob_rng keep_rng3 = g_rng;
     ob_rng_seed(&g_rng, 0x6a7eu);
     static const ob_type gtypes[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0};
@@ -1147,8 +1150,18 @@ static void test_matvec_q8(void) {
                 const double atol = down ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1) / sqrt((double)K);
                 check_graph(g, o, atol, 1e-2, what);
                 int g0 = 0;
-                for (int64_t i = 0; i < vk->n_prev; i++) g0 += vk->prev[i].pipe == vk->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
-                CHECKF(g0 == 0, "%s: fused by default", what);
+                for (int64_t i = 0; i < vk->n_prev; i++)
+                    g0 += vk->prev[i].pipe == vk->pipes[OB_VK_SH_MATVEC_Q8_GLU][t] || vk->prev[i].pc.u[7] == 4;
+                CHECKF(g0 == 0 && (!vk->q8_fuse || vk->n_prev == 4 + down), "%s: %d fused by default, %lld dispatches",
+                       what, g0, (long long)vk->n_prev);
+                if (pairb) {
+                    check_on_as(pairb, g, o, atol, 1e-2, what, "pair");
+                    const ob_vk *pv = pairb->ctx;
+                    int pairs = 0;
+                    for (int64_t i = 0; i < pv->n_prev; i++) pairs += pv->prev[i].pc.u[7] == 4 && q8_mv(pv, pv->prev[i].pipe, t, 1);
+                    CHECKF(pv->q8_fuse ? pairs == 1 && pv->n_prev == 2 + down : pairs == 0, "%s, pair: %d pairs, %lld dispatches",
+                           what, pairs, (long long)pv->n_prev);
+                }
                 if (gfuse) {
                     check_on_as(gfuse, g, o, atol, 1e-2, what, "fused");
                     const ob_vk *fv = gfuse->ctx;
@@ -1163,11 +1176,13 @@ static void test_matvec_q8(void) {
             }
     g_rng = keep_rng3;
     if (gfuse) ob_backend_free(gfuse);
+    if (pairb) ob_backend_free(pairb);
     /* One token's matmul and the residual ADD after it in one dispatch, which also writes
      * partial sums of squares; the RMS norm of the sum then runs as N / 256 workgroups.
-     * Checked on the sum and on the matmul after the norm, and with ONEBIT_VK_RES_FUSE=0
-     * (the ADD fused into the norm instead). */
-    ob_backend *nores = backend_with("ONEBIT_VK_RES_FUSE", "0");
+     * With ONEBIT_VK_NORM_TAIL=1 (opt-in) the matmul's last workgroup runs the norm instead
+     * (u[7] 3). Checked on the sum and on the matmul after the norm, and with
+     * ONEBIT_VK_RES_FUSE=0 (the ADD fused into the norm instead). */
+    ob_backend *nores = backend_with("ONEBIT_VK_RES_FUSE", "0"), *tailb = backend_with("ONEBIT_VK_NORM_TAIL", "1");
     const ob_rng keep_rng4 = g_rng;
     ob_rng_seed(&g_rng, 0x4e5u);
     for (size_t ti = 0; ti < OB_ARRAY_LEN(gtypes); ti++)
@@ -1191,16 +1206,21 @@ static void test_matvec_q8(void) {
                  * off on one H200 draw, fused and unfused alike) */
                 const double atol = last ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1);
                 check_graph(g, chk, atol, 1e-3, what);
-                int fused = 0, split = 0;
-                for (int64_t i = 0; i < vk->n_prev; i++) {
-                    fused += q8_mv(vk, vk->prev[i].pipe, t, 1) && vk->prev[i].pc.u[7] == 1;
-                    split += vk->prev[i].pc.u[8] == (uint32_t)(N / 256) &&
-                             (vk->prev[i].pipe == vk->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32] ||
-                              vk->prev[i].pipe == vk->pipes[OB_VK_SH_NORM][OB_TYPE_F32]);
+                for (int b = 0; b < 2; b++) {
+                    const ob_vk *bv = b ? (tailb ? tailb->ctx : NULL) : vk;
+                    if (!bv) continue;
+                    if (b) check_on_as(tailb, g, chk, atol, 1e-3, what, "tail");
+                    int fused = 0, split = 0;
+                    for (int64_t i = 0; i < bv->n_prev; i++) {
+                        fused += q8_mv(bv, bv->prev[i].pipe, t, 1) && bv->prev[i].pc.u[7] == (b ? 3u : 1u);
+                        split += bv->prev[i].pc.u[8] == (uint32_t)(N / 256) &&
+                                 (bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32] ||
+                                  bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM][OB_TYPE_F32]);
+                    }
+                    CHECKF(!bv->q8_fuse ? fused == 0 : b ? fused == 1 && bv->n_prev == 3 : fused == 1 && split == 1 && bv->n_prev == 4,
+                           "%s%s: %d fused, %d split, %lld dispatches", what, b ? ", tail" : "", fused, split,
+                           (long long)bv->n_prev);
                 }
-                const bool want = vk->q8_fuse;
-                CHECKF(want ? fused == 1 && split == 1 && vk->n_prev == 4 : fused == 0, "%s: %d fused, %d split, %lld dispatches",
-                       what, fused, split, (long long)vk->n_prev);
                 if (nores) {
                     check_on_as(nores, g, chk, atol, 1e-3, what, "unfused");
                     const ob_vk *nv = nores->ctx;
@@ -1213,6 +1233,7 @@ static void test_matvec_q8(void) {
             }
     g_rng = keep_rng4;
     if (nores) ob_backend_free(nores);
+    if (tailb) ob_backend_free(tailb);
     /* A decode attention (one workgroup per head) writes the int8 x of the matmul after it
      * itself: no quantization pass; at 29 and 39 cells seen. Its own random stream, as
      * above. */

@@ -188,18 +188,20 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
-     * gate/up/GLU mode (all ignored elsewhere) */
-    const bool one = sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU;
-    const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC                 ? 4u
-                        : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 ? 2u
-                        : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 ? 1u
-                                                                                    : 8u;
-    uint32_t spec[4] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU};
-    VkSpecializationMapEntry me[4] = {{.constantID = 0, .offset = 0, .size = sizeof(uint32_t)},
-                                      {.constantID = 1, .offset = sizeof(uint32_t), .size = sizeof(uint32_t)},
-                                      {.constantID = 2, .offset = 2 * sizeof(uint32_t), .size = sizeof(uint32_t)},
-                                      {.constantID = 3, .offset = 3 * sizeof(uint32_t), .size = sizeof(uint32_t)}};
-    VkSpecializationInfo si = {.mapEntryCount = 4, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+     * gate/up/GLU mode, 4: its tail (1 norm, 2 pair) (all ignored elsewhere) */
+    const bool tail = sh >= OB_VK_SH_MATVEC_Q8_NT && sh <= OB_VK_SH_MATVEC_Q8_PR1;
+    const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU) || tail;
+    const int tv = tail ? (int)(sh - OB_VK_SH_MATVEC_Q8_NT) % 4 : -1; /* RS 8, 4, 2, 1 */
+    const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC || tv == 1                 ? 4u
+                        : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 || tv == 2 ? 2u
+                        : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || tv == 3 ? 1u
+                                                                                               : 8u;
+    uint32_t spec[5] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU,
+                        !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u};
+    VkSpecializationMapEntry me[5];
+    for (uint32_t i = 0; i < 5; i++)
+        me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
+    VkSpecializationInfo si = {.mapEntryCount = 5, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -354,10 +356,12 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             int64_t k = j + 1;
             while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
             if (k < g->n && ob_vk_fusable_rope_store(rope, &g->nodes[k], k)) store = &g->nodes[k];
-            vk->prof.key_now = prof_key(n); /* timed as the norm */
-            hz_node(vk, rope, n, store);
-            *i = store ? k : j;
-            return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
+            if (store || ob_vk_norm_rope_out_ok(n, rope)) {
+                vk->prof.key_now = prof_key(n); /* timed as the norm */
+                hz_node(vk, rope, n, store);
+                *i = store ? k : j;
+                return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
+            }
         }
     }
     if (!vk->no_fuse && n->op == OB_OP_MATMUL) {
@@ -369,16 +373,23 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
             vk->prof.key_now = prof_key(n);
-            *i = j;
-            return ob_vk_record_matmul_add(vk, n, &g->nodes[j], err, err_len);
+            ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;
+            *i = norm ? k : j;
+            return ob_vk_record_matmul_add(vk, n, &g->nodes[j], norm, err, err_len);
         }
         if (k < g->n && g->nodes[k].op == OB_OP_GLU) {
             ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
+            /* ONEBIT_VK_GLU_FUSE=1 (opt-in) before the default pair */
             if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;
                 return ob_vk_record_gate_up_glu(vk, a, b, glu, err, err_len);
+            }
+            if (ob_vk_fusable_gate_up_pair(vk, a, b, glu, k)) {
+                vk->prof.key_now = prof_key(n);
+                *i = k;
+                return ob_vk_record_gate_up_pair(vk, a, b, glu, err, err_len);
             }
         }
     }

@@ -382,6 +382,11 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->glu_fuse = gluf && !strcmp(gluf, "1");
     const char *resf = getenv("ONEBIT_VK_RES_FUSE");
     vk->res_fuse = !(resf && !strcmp(resf, "0"));
+    const char *ntail = getenv("ONEBIT_VK_NORM_TAIL"), *gpair = getenv("ONEBIT_VK_GLU_PAIR");
+    /* both slower on the H200 (qwen3-8b TQ2_0 tg64 304.1 without, 291.2 with the norm tail,
+     * 265.2 with both; Q4_K_M 251.6 / 245.8 / 206.7; 2026-11-30 19:52 UTC), so on request */
+    vk->norm_tail = ntail && !strcmp(ntail, "1");
+    vk->glu_pair = gpair && !strcmp(gpair, "1");
     const char *aq8 = getenv("ONEBIT_VK_ATTN_Q8");
     vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
     const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
@@ -440,7 +445,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
-        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || ((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) && !vk->q8) ||
+        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || s >= OB_VK_SH_MATVEC_Q8_NT) && !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
@@ -470,6 +475,8 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->q8_buf.buf) ob_vk_buffer_free(vk, &vk->q8_buf);
         if (vk->q8_buf2.buf) ob_vk_buffer_free(vk, &vk->q8_buf2);
         if (vk->ss_buf.buf) ob_vk_buffer_free(vk, &vk->ss_buf);
+        if (vk->tail_norm.buf) ob_vk_buffer_free(vk, &vk->tail_norm);
+        if (vk->tail_glu.buf) ob_vk_buffer_free(vk, &vk->tail_glu);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)

@@ -53,6 +53,14 @@ typedef enum ob_vk_shader {
                               head, group of 4 query heads (GW), split); TYPE the cache type */
     OB_VK_SH_ATTN_DEC_G2,  /* ... groups of 2 query heads (GW = 2) */
     OB_VK_SH_ATTN_DEC_G1,  /* ... one query head (GW = 1) */
+    OB_VK_SH_MATVEC_Q8_NT, /* MATVEC_Q8_1 with the RMS norm tail (TAIL = 1), RS = 8, 4, 2, 1 */
+    OB_VK_SH_MATVEC_Q8_NT4,
+    OB_VK_SH_MATVEC_Q8_NT2,
+    OB_VK_SH_MATVEC_Q8_NT1,
+    OB_VK_SH_MATVEC_Q8_PR, /* ... gate and up rows with the GLU tail (TAIL = 2), RS = 8, 4, 2, 1 */
+    OB_VK_SH_MATVEC_Q8_PR4,
+    OB_VK_SH_MATVEC_Q8_PR2,
+    OB_VK_SH_MATVEC_Q8_PR1,
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -220,6 +228,14 @@ typedef struct ob_vk {
      * sum, recorded next, reads them and spreads over workgroups (ss_src: the sum's address,
      * 0 when none is pending). */
     bool res_fuse;
+    /* Tails (matvec_q8.comp): the last workgroup of a one-token matmul finishes the node
+     * after it. norm_tail: the RMS_NORM after a fused residual ADD (ONEBIT_VK_NORM_TAIL=1;
+     * else the partial sums above); glu_pair: gate and up in one dispatch whose 32-row
+     * blocks' last workgroups write the GLU (ONEBIT_VK_GLU_PAIR=1). Both slower on the H200,
+     * so opt-in. Their int8 outputs (after OB_VK_TICKET_BYTES of tickets) in tail_norm and
+     * tail_glu. */
+    bool norm_tail, glu_pair;
+    ob_vk_alloc tail_norm, tail_glu;
     ob_vk_alloc ss_buf;
     uint64_t ss_src;
     uint32_t ss_n;
@@ -262,7 +278,8 @@ typedef struct ob_vk {
     bool attn_dec;         /* attn_dec.comp where it applies (ONEBIT_VK_ATTN_DEC=0: off) */
     uint32_t attn_gw;      /* its query heads per workgroup: 1, 2 or 4 (ONEBIT_VK_ATTN_GW,
                               default 1) */
-#define OB_VK_ATTN_TICKET_BYTES 4096 /* attn_part's first bytes: attention.comp's tickets */
+#define OB_VK_TICKET_BYTES 4096 /* the first bytes of attn_part, tail_norm and tail_glu: tickets */
+#define OB_VK_ATTN_TICKET_BYTES OB_VK_TICKET_BYTES
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
     int n_retired;
@@ -320,7 +337,17 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
  * sums of squares for the norm. */
 bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
                               int64_t add_index);
-ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char *err, size_t err_len);
+/* ... with norm (non-NULL, ob_vk_norm_tail_ok): that RMS_NORM as the dispatch's tail, which
+ * also writes its int8 form. */
+bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm);
+ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
+                                  size_t err_len);
+/* MATMUL gate and up of one int8 x and their GLU (the one reader of both): one dispatch of
+ * both matmuls' rows, whose tails write the GLU and its int8 form. */
+bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                                int64_t glu_index);
+ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
+                                    size_t err_len);
 /* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
  * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
  * and its int8 form. */
@@ -329,6 +356,9 @@ bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
 /* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
+/* ... and whose rope output, which the fused dispatch writes unless its store is fused too,
+ * lies exactly on the norm's input or apart from it. */
+bool ob_vk_norm_rope_out_ok(const ob_tensor *norm, const ob_tensor *rope);
 /* ... and the KV_STORE of that rope's output (its one reader) into a cache: one dispatch. */
 bool ob_vk_fusable_rope_store(const ob_tensor *rope, const ob_tensor *store, int64_t store_index);
 ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob_tensor *store, char *err,

@@ -267,6 +267,10 @@ static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint3
     return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
                                                                                           : OB_VK_SH_MATVEC_Q8_1R1;
 }
+/* The same rows per subgroup with a tail: base OB_VK_SH_MATVEC_Q8_NT or _PR. */
+static ob_vk_shader tail_rows(ob_vk_shader base, uint32_t rps) {
+    return (ob_vk_shader)(base + (rps >= 8 ? 0 : rps == 4 ? 1 : rps == 2 ? 2 : 3));
+}
 
 /* MATMUL of T <= 8 tokens on int8 activations: x is quantized into q8_buf (unless the
  * last quantized x is this one, unchanged), then matvec_q8.comp reads it. */
@@ -320,6 +324,24 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
+static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len);
+
+/* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
+static void tail_pc(ob_vk_pc *pc, uint64_t g, uint64_t h) {
+    const uint32_t w[3] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)(h >> 32)};
+    memcpy(&pc->f[1], w, sizeof(w));
+    pc->u[9] = (uint32_t)h;
+}
+
+/* After a tail wrote node n's int8 form (q8 at qx): the next matmuls of n read it. */
+static void tail_written(ob_vk *vk, const ob_tensor *n, uint64_t qx) {
+    vk->q8_addr = qx;
+    vk->q8_src = addr(n);
+    vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
+    vk->q8_K = (uint32_t)n->ne[0];
+    vk->q8_T = 1;
+}
+
 bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
                               int64_t add_index) {
     if (!vk->res_fuse || !vk->q8_rows1 || mm->op != OB_OP_MATMUL || add->op != OB_OP_ADD || norm->op != OB_OP_RMS_NORM ||
@@ -335,23 +357,40 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
            (addr(res) | addr(add) | addr(norm) | addr(norm->src[1])) % 16 == 0;
 }
 
-ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char *err, size_t err_len) {
+/* The RMS norm after a fusable matmul + ADD as the matmul's tail: a plain norm of the one
+ * row, its weight (if any) F32 of the row's length. */
+bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm) {
+    const ob_tensor *nw = norm->src[1];
+    return vk->norm_tail && vk->q8_fuse && ob_nrows(norm) == 1 && norm->ne[0] == add->ne[0] && is_f32(norm) &&
+           (!nw || (is_f32(nw) && ob_nelements(nw) == norm->ne[0]));
+}
+
+ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
+                                  size_t err_len) {
     const ob_tensor *w = mm->src[0], *res = add->src[0] == mm ? add->src[1] : add->src[0];
     const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1];
     uint32_t rps;
     const ob_vk_shader sh = one_token_rows(vk, w->type, N, &rps);
     const uint32_t np = (uint32_t)cdiv(N, rps);
-    ob_status st = scratch_buffer(vk, &vk->ss_buf, (uint64_t)np * 4, err, err_len);
-    if (st) return st;
-    uint64_t qb, db;
+    uint64_t qb, db, qn, dn;
     q8_sizes(K, 1, &qb, &db);
+    q8_sizes(N, 1, &qn, &dn);
+    ob_status st = norm ? ticket_scratch(vk, &vk->tail_norm, qn + dn, err, err_len)
+                        : scratch_buffer(vk, &vk->ss_buf, (uint64_t)np * 4, err, err_len);
+    if (st) return st;
     /* reads the int8 x, the weights and the residual; writes the sum (the matmul's own
-     * output is never written: the ADD was its one reader) and the partial sums */
-    const uint64_t q0 = vk->q8_addr, ss = vk->ss_buf.addr;
-    ob_vk_range rd[3] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
-                         {addr(res), addr(res) + ob_nbytes(res), false}};
-    ob_vk_range wr[2] = {{addr(add), addr(add) + ob_nbytes(add), false}, {ss, ss + (uint64_t)np * 4, false}};
-    ob_vk_hz(vk, rd, 3, wr, 2);
+     * output is never written: the ADD was its one reader) and the partial sums, or with
+     * the norm's tail its output and int8 form (and its ticket) */
+    const uint64_t q0 = vk->q8_addr, ss = norm ? vk->tail_norm.addr : vk->ss_buf.addr;
+    const uint64_t ss_end = norm ? ss + OB_VK_TICKET_BYTES + qn + dn : ss + (uint64_t)np * 4;
+    ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
+                         {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
+    ob_vk_range wr[3] = {{addr(add), addr(add) + ob_nbytes(add), false}, {ss, ss_end, false}, {0, 0, false}};
+    if (norm) {
+        if (norm->src[1]) rd[3] = (ob_vk_range){addr(norm->src[1]), addr(norm->src[1]) + ob_nbytes(norm->src[1]), false};
+        wr[2] = (ob_vk_range){addr(norm), addr(norm) + ob_nbytes(norm), false};
+    }
+    ob_vk_hz(vk, rd, norm && norm->src[1] ? 4 : 3, wr, norm ? 3 : 2);
     ob_vk_pc pc;
     memset(&pc, 0, sizeof(pc));
     pc.a = addr(w);
@@ -367,11 +406,82 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char
     pc.u[4] = q8_sgs(vk) * rps;
     pc.u[6] = 1;
     pc.u[7] = 1;
-    st = ob_vk_dispatch(vk, sh, w->type, &pc, cdiv(N, pc.u[4]), err, err_len);
+    if (norm) {
+        pc.u[7] = 3;
+        pc.e = addr(norm);
+        tail_pc(&pc, addr(norm->src[1]), ss);
+        pc.f[0] = norm->fp[0];
+    }
+    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, w->type, &pc, cdiv(N, pc.u[4]), err,
+                        err_len);
     if (st) return st;
+    if (norm) {
+        tail_written(vk, norm, ss + OB_VK_TICKET_BYTES);
+        return OB_OK;
+    }
     vk->ss_src = addr(add);
     vk->ss_n = np;
     return OB_OK;
+}
+
+bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                                int64_t glu_index) {
+    if (!vk->glu_pair || !vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
+        glu->op != OB_OP_GLU)
+        return false;
+    const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
+    if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
+        up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
+        return false;
+    /* one token, x already in int8, the same weight type and shape, whole 32-row blocks (a
+     * ticket each) */
+    const int64_t N = wg->ne[1];
+    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && N == wu->ne[1] &&
+           matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
+           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && N % 32 == 0 && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
+           is_f32(gate) && is_f32(up) && is_f32(glu) && ob_nelements(glu) == N;
+}
+
+ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
+                                    size_t err_len) {
+    const ob_tensor *wg = gate->src[0], *wu = up->src[0];
+    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1];
+    uint64_t qin, din, qout, dout;
+    q8_sizes(K, 1, &qin, &din);
+    q8_sizes(N, 1, &qout, &dout);
+    ob_status st = ticket_scratch(vk, &vk->tail_glu, qout + dout, err, err_len);
+    if (st) return st;
+    /* reads the weights and the int8 x; writes gate, up, the GLU, its int8 form and the
+     * tickets */
+    const uint64_t q0 = vk->q8_addr, t0 = vk->tail_glu.addr;
+    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
+                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    ob_vk_range wr[4] = {{addr(gate), addr(gate) + ob_nbytes(gate), false}, {addr(up), addr(up) + ob_nbytes(up), false},
+                         {addr(glu), addr(glu) + ob_nbytes(glu), false},
+                         {t0, t0 + OB_VK_TICKET_BYTES + qout + dout, false}};
+    ob_vk_hz(vk, rd, 3, wr, 4);
+    uint32_t rps;
+    (void)one_token_rows(vk, wg->type, N, &rps);
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.a = addr(wg);
+    pc.b = q0;
+    pc.c = q0 + qin;
+    pc.d = addr(wu);
+    pc.e = addr(up);
+    pc.o = addr(gate);
+    tail_pc(&pc, addr(glu), t0);
+    pc.u[0] = K;
+    pc.u[1] = N;
+    pc.u[2] = 1;
+    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
+    pc.u[4] = q8_sgs(vk) * rps;
+    pc.u[6] = 1;
+    pc.u[7] = 4;
+    pc.u[8] = (uint32_t)glu->ip[0];
+    st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), wg->type, &pc, 2 * cdiv(N, pc.u[4]), err, err_len);
+    if (!st) tail_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
+    return st;
 }
 
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
@@ -435,6 +545,17 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
+/* A fused dispatch may write the second node's output `out` over bytes of the first
+ * node's input `in`, which the graph freed after the first node: safe only where every
+ * workgroup reads its rows before it writes the same rows (out exactly at in), or where
+ * they do not meet. At an offset, one workgroup's output would land on rows another has
+ * yet to read (a Gemma 3 norm after its residual ADD met this). */
+static bool no_partial_overlap(const ob_tensor *out, const ob_tensor *in) {
+    if (!in || !in->data || !out->data) return true;
+    const uint64_t o = addr(out), i = addr(in);
+    return o == i || o + ob_nbytes(out) <= i || i + ob_nbytes(in) <= o;
+}
+
 /* norm.comp's register path: rows of whole vec4s up to its 256 x 4 x 8 elements, every
  * address it touches 16-aligned (absent ones are 0). */
 static bool norm_vec_ok(int64_t n, const ob_vk_pc *pc) {
@@ -446,7 +567,7 @@ bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm) {
     return add->op == OB_OP_ADD && (norm->op == OB_OP_RMS_NORM || norm->op == OB_OP_LAYER_NORM) &&
            norm->src[0] == add && x && y && is_f32(x) && is_f32(y) && is_f32(add) &&
            ob_nelements(x) == ob_nelements(add) && ob_nelements(y) == ob_nelements(add) && ob_vk_supports_node(add) &&
-           ob_vk_supports_node(norm);
+           ob_vk_supports_node(norm) && no_partial_overlap(norm, x) && no_partial_overlap(norm, y);
 }
 
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len) {
@@ -472,19 +593,23 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
     return st;
 }
 
-/* attn_part of at least `bytes` after its tickets, which are zeroed where the buffer is
- * new: in the command buffer being recorded (the next dispatch then waits for the fill), or
- * by a submission of its own when none is (a graph being listed). */
-static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
-    const VkBuffer before = vk->attn_part.buf;
-    ob_status st = scratch_buffer(vk, &vk->attn_part, OB_VK_ATTN_TICKET_BYTES + bytes, err, err_len);
-    if (st || vk->attn_part.buf == before) return st;
+/* A scratch buffer (attn_part, tail_norm, tail_glu) of at least `bytes` after its
+ * tickets, which are zeroed where the buffer is new: in the command buffer being recorded
+ * (the next dispatch then waits for the fill), or by a submission of its own when none is
+ * (a graph being listed). */
+static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len) {
+    const VkBuffer before = b->buf;
+    ob_status st = scratch_buffer(vk, b, OB_VK_TICKET_BYTES + bytes, err, err_len);
+    if (st || b->buf == before) return st;
     const bool was = vk->recording;
     st = ob_vk_begin(vk, err, err_len);
     if (st) return st;
-    vkCmdFillBuffer(vk->cmd, vk->attn_part.buf, 0, OB_VK_ATTN_TICKET_BYTES, 0);
+    vkCmdFillBuffer(vk->cmd, b->buf, 0, OB_VK_TICKET_BYTES, 0);
     vk->hz_all = true;
     return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
+}
+static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
+    return ticket_scratch(vk, &vk->attn_part, bytes, err, err_len);
 }
 
 
@@ -511,6 +636,7 @@ bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64
            norm->last_use == rope_index && x && x->ne[0] <= 512 && ob_nelements(rope) == ob_nelements(norm) &&
            rope->ne[0] == x->ne[0] && ob_vk_supports_node(norm) && ob_vk_supports_node(rope);
 }
+bool ob_vk_norm_rope_out_ok(const ob_tensor *norm, const ob_tensor *rope) { return no_partial_overlap(rope, norm->src[0]); }
 
 /* The rope shaders' ratio base^(-2/n_rot), in double, as a float pair hi + lo. */
 static void rope_ratio(float base, int32_t n_rot, float *hi, float *lo) {

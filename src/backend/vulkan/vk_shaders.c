@@ -60,6 +60,9 @@ static const uint32_t spv_attn_dec[] = {
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
+static const uint32_t spv_matvec_q8_tail[] = {
+#include "matvec_q8_tail.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -87,4 +90,12 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_ATTN_DEC] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec"},
     [OB_VK_SH_ATTN_DEC_G2] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g2"},
     [OB_VK_SH_ATTN_DEC_G1] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g1"},
+    [OB_VK_SH_MATVEC_Q8_NT] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
+    [OB_VK_SH_MATVEC_Q8_NT4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
+    [OB_VK_SH_MATVEC_Q8_NT2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
+    [OB_VK_SH_MATVEC_Q8_NT1] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
+    [OB_VK_SH_MATVEC_Q8_PR] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
+    [OB_VK_SH_MATVEC_Q8_PR4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
+    [OB_VK_SH_MATVEC_Q8_PR2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
+    [OB_VK_SH_MATVEC_Q8_PR1] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
 };

@@ -117,7 +117,8 @@ void main() {
     }
     float scale = inversesqrt(wg_sum(s) / float(n) + pc.f[0]);
     for (uint i = tid; i < n; i += WG) {
-        float v = (x.v[i] + (fused ? x2.v[i] : 0.0) - mean) * scale;
+        // the sum as this invocation wrote it: the ADD's output may lie over an addend
+        float v = ((fused ? BF32(pc.e + off).v[i] : x.v[i]) - mean) * scale;
         if (has_w) v *= BF32(pc.b).v[i];
         if (has_b) v += BF32(pc.c).v[i];
         y.v[i] = v;

@@ -60,7 +60,9 @@ void main() {
             float x0 = rs[ia], x1 = rs[ib];
             o = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
         }
-        y.v[j] = o;
+        // with the store fused, the store is the rope output's one reader: not written
+        // (it may lie over rows of x that other workgroups have yet to read)
+        if (pc.u[5] == 0u) y.v[j] = o;
         ys[j] = o;
     }
     if (pc.u[5] == 0u) return;
