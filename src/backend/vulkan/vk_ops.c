@@ -424,21 +424,27 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
     return OB_OK;
 }
 
-bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                                int64_t glu_index) {
-    if (!vk->glu_pair || !vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
-        glu->op != OB_OP_GLU)
+/* What both gate/up/GLU fusions need: MATMUL gate and up of one x and their GLU (the one
+ * reader of both), one token on an int8 x already written, the same weight type and
+ * shape, rows in whole 32-row blocks. */
+static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                            int64_t glu_index) {
+    if (!vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL || glu->op != OB_OP_GLU)
         return false;
     const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
         up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
         return false;
-    /* one token, x already in int8, the same weight type and shape, whole 32-row blocks (a
-     * ticket each) */
-    const int64_t N = wg->ne[1];
-    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && N == wu->ne[1] &&
+    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
-           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && N % 32 == 0 && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
+           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && wg->ne[1] % 32 == 0;
+}
+
+bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                                int64_t glu_index) {
+    /* a ticket per 32-row block */
+    const int64_t N = gate->src[0] ? gate->src[0]->ne[1] : 0;
+    return vk->glu_pair && gate_up_fusable(vk, gate, up, glu, glu_index) && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
            is_f32(gate) && is_f32(up) && is_f32(glu) && ob_nelements(glu) == N;
 }
 
@@ -486,21 +492,10 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
 
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index) {
-    if (!vk->glu_fuse || !vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
-        glu->op != OB_OP_GLU)
-        return false;
-    const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
-    if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
-        up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
-        return false;
-    /* one token, x already in int8 (a norm wrote it), the same weight type and shape, and a
-     * workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
+    /* a workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
     const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
-    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
-           matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
-           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && vk->info.subgroup >= 8 && (sg * 8) % 32 == 0 &&
-           wg->ne[1] % 32 == 0 &&
-           glu_q8_ok(vk, glu) && ob_nelements(glu) == wg->ne[1];
+    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index) && vk->info.subgroup >= 8 && (sg * 8) % 32 == 0 &&
+           glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
 }
 
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
