@@ -211,8 +211,8 @@ typedef struct ob_vk {
     bool q8_stage;             /* x staged in shared memory (ONEBIT_VK_Q8_STAGE=0: off) */
     uint32_t q8_rows;          /* rows per subgroup (ONEBIT_VK_Q8_ROWS, default 2) */
     uint32_t q8_rows1;         /* one token: rows per subgroup sharing x in registers, 8, 4,
-                                  2 or 1 (ONEBIT_VK_Q8_ROWS1; 0: the per-row path); unset: 4
-                                  for Q4_K and Q6_K (12-15 weight words a unit), else 8 */
+                                  2 or 1 (ONEBIT_VK_Q8_ROWS1; 0: the per-row path); unset: 4,
+                                  Q8_0 8 (vk_ops.c one_token_rows) */
     bool q8_rows1_auto;
     uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
                                   workgroups (ONEBIT_VK_Q8_MIN_WG, default 256) */

@@ -257,11 +257,12 @@ static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
 static uint32_t q8_sgs(const ob_vk *vk) { return vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup; }
 
 /* The one-token pipeline for N rows of type t and its rows per subgroup: up to q8_rows1
- * (unset: 4 for Q4_K and Q6_K; H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240,
- * 2026-11-30 14:37 UTC), fewer while that leaves under q8_min_wg workgroups. */
+ * (unset: 4, except Q8_0's 8; H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240,
+ * 2026-11-30 14:37 UTC; tg128 8 / 4 rows: TQ2_0 320.9 / 336.9, Q1_0 335.9 / 351.0, 20:4x
+ * UTC), fewer while that leaves under q8_min_wg workgroups. */
 static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint32_t *rps_out) {
     uint32_t rps = vk->q8_rows1;
-    if (vk->q8_rows1_auto && (t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K) && rps > 4) rps = 4;
+    if (vk->q8_rows1_auto && t != OB_TYPE_Q8_0 && rps > 4) rps = 4;
     while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * vk->q8_min_wg) rps /= 2;
     *rps_out = rps;
     return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
