@@ -279,7 +279,6 @@ typedef struct ob_vk {
     uint32_t attn_gw;      /* its query heads per workgroup: 1, 2 or 4 (ONEBIT_VK_ATTN_GW,
                               default 1) */
 #define OB_VK_TICKET_BYTES 4096 /* the first bytes of attn_part, tail_norm and tail_glu: tickets */
-#define OB_VK_ATTN_TICKET_BYTES OB_VK_TICKET_BYTES
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
     int n_retired;

@@ -187,7 +187,7 @@ static bool attn_dec_plan(const ob_vk *vk, const ob_tensor *n, uint32_t *cpi, ui
     const uint64_t G = (uint64_t)(H / n_kv), ncl = 128 / (uint64_t)(hd / 8);
     /* heads per workgroup: attn_gw, or the one or two there are */
     *gw = G == 1 ? 1 : G == 2 && vk->attn_gw > 2 ? 2 : vk->attn_gw;
-    if ((uint64_t)T * (uint64_t)n_kv * cdiv(G, *gw) > OB_VK_ATTN_TICKET_BYTES / 4) return false;
+    if ((uint64_t)T * (uint64_t)n_kv * cdiv(G, *gw) > OB_VK_TICKET_BYTES / 4) return false;
     *cpi = 8; /* the shader's CPI */
     uint64_t S = cdiv((uint64_t)n->ip[0], *cpi * ncl);
     if (S > vk->attn_splits) S = vk->attn_splits;
@@ -233,9 +233,26 @@ static ob_status dispatch_quant(ob_vk *vk, ob_vk_pc *pc, uint64_t n, char *err, 
     return ob_vk_dispatch(vk, x4 ? OB_VK_SH_QUANT_X4 : OB_VK_SH_QUANT_X, OB_TYPE_F32, pc, cdiv(pc->u[1], 64), err, err_len);
 }
 
-/* After a dispatch that wrote the int8 form of node n's output (into q8_buf). */
-static void q8_written(ob_vk *vk, const ob_tensor *n) {
-    vk->q8_addr = vk->q8_buf.addr;
+/* A scratch buffer (attn_part, tail_norm, tail_glu) of at least `bytes` after its
+ * tickets, which are zeroed where the buffer is new: in the command buffer being recorded
+ * (the next dispatch then waits for the fill), or by a submission of its own when none is
+ * (a graph being listed). */
+static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len) {
+    const VkBuffer before = b->buf;
+    ob_status st = scratch_buffer(vk, b, OB_VK_TICKET_BYTES + bytes, err, err_len);
+    if (st || b->buf == before) return st;
+    const bool was = vk->recording;
+    st = ob_vk_begin(vk, err, err_len);
+    if (st) return st;
+    vkCmdFillBuffer(vk->cmd, b->buf, 0, OB_VK_TICKET_BYTES, 0);
+    vk->hz_all = true;
+    return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
+}
+
+/* After a dispatch that wrote the int8 form of node n's output at qx (q8_buf, q8_buf2 or a
+ * tail's buffer): the next matmuls of n read it there. */
+static void q8_written(ob_vk *vk, const ob_tensor *n, uint64_t qx) {
+    vk->q8_addr = qx;
     vk->q8_src = addr(n);
     vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
     vk->q8_K = (uint32_t)n->ne[0];
@@ -297,7 +314,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
         ob_vk_hz(vk, &rd, 1, &wr, 1);
         ob_status st = dispatch_quant(vk, &q, (uint64_t)T * K, err, err_len);
         if (st) return st;
-        q8_written(vk, x);
+        q8_written(vk, x, vk->q8_buf.addr);
     }
     /* qx was written since the last barrier (or not): the ranges decide. A fresh qx was
      * written just now, so that barrier comes and clears the node's own ranges (added by
@@ -325,22 +342,11 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
-static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len);
-
 /* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
 static void tail_pc(ob_vk_pc *pc, uint64_t g, uint64_t h) {
     const uint32_t w[3] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)(h >> 32)};
     memcpy(&pc->f[1], w, sizeof(w));
     pc->u[9] = (uint32_t)h;
-}
-
-/* After a tail wrote node n's int8 form (q8 at qx): the next matmuls of n read it. */
-static void tail_written(ob_vk *vk, const ob_tensor *n, uint64_t qx) {
-    vk->q8_addr = qx;
-    vk->q8_src = addr(n);
-    vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
-    vk->q8_K = (uint32_t)n->ne[0];
-    vk->q8_T = 1;
 }
 
 bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
@@ -417,7 +423,7 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
                         err_len);
     if (st) return st;
     if (norm) {
-        tail_written(vk, norm, ss + OB_VK_TICKET_BYTES);
+        q8_written(vk, norm, ss + OB_VK_TICKET_BYTES);
         return OB_OK;
     }
     vk->ss_src = addr(add);
@@ -487,7 +493,7 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
     pc.u[7] = 4;
     pc.u[8] = (uint32_t)glu->ip[0];
     st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), wg->type, &pc, 2 * cdiv(N, pc.u[4]), err, err_len);
-    if (!st) tail_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
+    if (!st) q8_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
     return st;
 }
 
@@ -533,11 +539,7 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     pc.u[9] = (uint32_t)qout;
     st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err, err_len);
     if (st) return st;
-    vk->q8_src = addr(glu);
-    vk->q8_end = addr(glu) + (uint64_t)N * 4;
-    vk->q8_K = N;
-    vk->q8_T = 1;
-    vk->q8_addr = o2;
+    q8_written(vk, glu, o2);
     return OB_OK;
 }
 
@@ -585,28 +587,10 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
     pc.f[0] = norm->fp[0];
     const ob_vk_shader sh = norm_q8_pc(vk, norm, &pc);
     ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
-    if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, norm);
+    if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, norm, vk->q8_buf.addr);
     return st;
 }
 
-/* A scratch buffer (attn_part, tail_norm, tail_glu) of at least `bytes` after its
- * tickets, which are zeroed where the buffer is new: in the command buffer being recorded
- * (the next dispatch then waits for the fill), or by a submission of its own when none is
- * (a graph being listed). */
-static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len) {
-    const VkBuffer before = b->buf;
-    ob_status st = scratch_buffer(vk, b, OB_VK_TICKET_BYTES + bytes, err, err_len);
-    if (st || b->buf == before) return st;
-    const bool was = vk->recording;
-    st = ob_vk_begin(vk, err, err_len);
-    if (st) return st;
-    vkCmdFillBuffer(vk->cmd, b->buf, 0, OB_VK_TICKET_BYTES, 0);
-    vk->hz_all = true;
-    return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
-}
-static ob_status attn_scratch(ob_vk *vk, uint64_t bytes, char *err, size_t err_len) {
-    return ticket_scratch(vk, &vk->attn_part, bytes, err, err_len);
-}
 
 
 /* An attention that merges its splits itself reads and writes attn_part's partials and
@@ -726,7 +710,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 groups = pc.u[8];
             }
             ob_status st = ob_vk_dispatch(vk, sh, OB_TYPE_F32, &pc, groups, err, err_len);
-            if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, n);
+            if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, n, vk->q8_buf.addr);
             return st;
         }
     case OB_OP_MATMUL: {
@@ -777,7 +761,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             pc.u[3] = 1;
             pc.u[4] = (uint32_t)n->ip[0];
             ob_status st = dispatch_quant(vk, &pc, ne, err, err_len);
-            if (!st) q8_written(vk, n);
+            if (!st) q8_written(vk, n, vk->q8_buf.addr);
             return st;
         }
         /* fall through */
@@ -835,7 +819,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         uint64_t S, hd = (uint64_t)a->ne[0];
         if (attn_dec_plan(vk, n, &cpi, &gw, &S)) {
             const uint64_t n_kv = (uint64_t)n->ip[1], ng = cdiv(H / n_kv, gw);
-            if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+            if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
             pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
             pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u : 0u);
             if (S > 1) {
@@ -847,21 +831,21 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             const bool q8 = attn_q8_pc(vk, &pc);
             const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
             ob_status st = ob_vk_dispatch(vk, sh, kc->type, &pc, T * n_kv * ng * S, err, err_len);
-            if (!st && q8) q8_written(vk, n);
+            if (!st && q8) q8_written(vk, n, vk->q8_buf.addr);
             return st;
         }
         S = attn_splits(vk, T * H, (uint64_t)n->ip[0]);
-        if (S > 1 && attn_scratch(vk, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
         if (S <= 1) {
             /* and its int8 form where ob_vk_q8_out chose it (only without splits here) */
             const bool q8 = attn_q8_pc(vk, &pc);
             ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
-            if (!st && q8) q8_written(vk, n);
+            if (!st && q8) q8_written(vk, n, vk->q8_buf.addr);
             return st;
         }
         pc.u[3] = (uint32_t)vk->attn_part.addr;
         pc.u[8] = (uint32_t)(vk->attn_part.addr >> 32);
-        if (vk->attn_last && T * H <= OB_VK_ATTN_TICKET_BYTES / 4) {
+        if (vk->attn_last && T * H <= OB_VK_TICKET_BYTES / 4) {
             /* one dispatch: the partials, merged by whichever split of a (token, head)
              * finishes last */
             attn_part_rw(vk);
@@ -869,12 +853,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
         }
         /* the partials, then their merge; each waits for what came before */
-        pc.o = vk->attn_part.addr + OB_VK_ATTN_TICKET_BYTES;
+        pc.o = vk->attn_part.addr + OB_VK_TICKET_BYTES;
         pc.u[6] |= (uint32_t)S << 8;
         vk->need_barrier = true;
         ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H * S, err, err_len);
         if (st) return st;
-        pc.a = vk->attn_part.addr + OB_VK_ATTN_TICKET_BYTES;
+        pc.a = vk->attn_part.addr + OB_VK_TICKET_BYTES;
         pc.o = addr(n);
         pc.u[6] = ((uint32_t)S << 8) | 2u;
         vk->need_barrier = true;

@@ -1,6 +1,6 @@
 // Shared by attention.comp and attn_dec.comp: the split scratch's ticket area, the buffer
 // views both use, and the ALiBi slope.
-#define TICKET_BYTES 4096 // OB_VK_ATTN_TICKET_BYTES
+#define TICKET_BYTES 4096 // OB_VK_TICKET_BYTES
 // partials of other workgroups: read and written coherent (L2)
 layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer BCF { float v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BTK { uint v[]; };
