@@ -184,6 +184,42 @@ ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     return OB_OK;
 }
 
+/* ONEBIT_VK_PIPE_STATS=1: the driver's statistics of each new pipeline on stderr, one line
+ * each (the H200's driver: registers per invocation, shared memory, binary size). */
+static void pipe_stats(ob_vk *vk, VkPipeline p, const char *name, ob_vk_shader sh, ob_type type) {
+    PFN_vkGetPipelineExecutableStatisticsKHR get =
+        (PFN_vkGetPipelineExecutableStatisticsKHR)vkGetDeviceProcAddr(vk->dev, "vkGetPipelineExecutableStatisticsKHR");
+    if (!get) return;
+    VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = p};
+    VkPipelineExecutableStatisticKHR st[16];
+    uint32_t n = 16;
+    for (uint32_t i = 0; i < n; i++)
+        st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+    if (get(vk->dev, &ei, &n, st) < 0) return;
+    char line[512];
+    int at = snprintf(line, sizeof line, "pipe-stats %s sh=%d type=%d:", name, (int)sh, (int)type);
+    for (uint32_t i = 0; i < n && at > 0 && (size_t)at < sizeof line; i++) {
+        const VkPipelineExecutableStatisticValueKHR *v = &st[i].value;
+        char *p = line + at;
+        const size_t left = sizeof line - (size_t)at;
+        switch (st[i].format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+            at += snprintf(p, left, " %s=%u;", st[i].name, (unsigned)v->b32);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+            at += snprintf(p, left, " %s=%lld;", st[i].name, (long long)v->i64);
+            break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+            at += snprintf(p, left, " %s=%llu;", st[i].name, (unsigned long long)v->u64);
+            break;
+        default:
+            at += snprintf(p, left, " %s=%g;", st[i].name, v->f64);
+            break;
+        }
+    }
+    fprintf(stderr, "%s\n", line);
+}
+
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
     if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
@@ -207,8 +243,10 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                   .module = vk->mods[sh], .pName = "main", .pSpecializationInfo = &si},
         .layout = vk->layout};
+    if (vk->pipe_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     double t0 = vk->prof.in_step ? ob_time_s() : 0;
     OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, &vk->pipes[sh][type]));
+    if (vk->pipe_stats) pipe_stats(vk, vk->pipes[sh][type], ob_vk_spv_table[sh].name, sh, type);
     /* First use compiles inside a step's recording: kept apart so it does not read as a
      * per-step recording cost. */
     if (vk->prof.in_step) vk->prof.pipeline_ms += 1e3 * (ob_time_s() - t0);

@@ -410,9 +410,19 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     }
     VkPhysicalDeviceShaderIntegerDotProductFeatures fid = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t n_ext = 0;
     if (vk->use_coop) exts[n_ext++] = ext_cm;
+    const char *pst = getenv("ONEBIT_VK_PIPE_STATS");
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR fpe = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE};
+    vk->pipe_stats = pst && !strcmp(pst, "1") && has_extension(vk->info.phys, "VK_KHR_pipeline_executable_properties");
+    if (vk->pipe_stats) {
+        exts[n_ext++] = "VK_KHR_pipeline_executable_properties";
+        fpe.pNext = f11.pNext;
+        f11.pNext = &fpe;
+    }
     if (vk->q8) {
         exts[n_ext++] = "VK_KHR_shader_integer_dot_product";
         fid.pNext = f11.pNext;

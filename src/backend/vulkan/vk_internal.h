@@ -245,6 +245,9 @@ typedef struct ob_vk {
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
+    bool pipe_stats;       /* ONEBIT_VK_PIPE_STATS=1: each pipeline's driver statistics
+                              (registers, shared memory) on stderr as it is made, where
+                              VK_KHR_pipeline_executable_properties exists */
     bool bar_compute;      /* ONEBIT_VK_BARRIER_COMPUTE=1: barriers inside a listed graph
                               compute-to-compute only (not transfer stages too) */
     bool all_barriers;     /* a barrier after every dispatch (ONEBIT_VK_ALL_BARRIERS=1), not

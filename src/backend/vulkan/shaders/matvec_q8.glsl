@@ -64,6 +64,10 @@ spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [
 int sdot4_(uint a, uint b, spirv_literal int packed_format);
 // c + the dot product of the 4 signed bytes of a and b.
 int dp4(uint a, uint b, int c) { return c + sdot4_(a, b, 0); }
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4452)
+int sudot4_(uint a, uint b, spirv_literal int packed_format);
+// c + the dot product of the 4 signed bytes of a with the 4 unsigned bytes of b.
+int dp4su(uint a, uint b, int c) { return c + sudot4_(a, b, 0); }
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BV2 { vec2 v[]; };
@@ -182,7 +186,12 @@ void unit_x(uint t, uint u, out uvec4 q[4], out vec4 d, out vec4 e) {
             for (uint i = 0; i < 4; i++) sx = dp4(TYPE == T_Q6_K ? 0x20202020u : 0x01010101u, q[r][i], sx);
             e[r] = d[r] * float(sx);
         }
-        if (TYPE == T_TQ2_0) e = vec4(e.x + e.y + e.z + e.w, 0.0, 0.0, 0.0);
+        if (TYPE == T_TQ2_0) {
+            e = vec4(e.x + e.y + e.z + e.w, 0.0, 0.0, 0.0);
+            // unit_dot leaves run r's trits at bit 2r (4^r times their value): 4^-r here,
+            // once per x rather than a shift per weight word and row (exact: powers of 2)
+            d *= vec4(1.0, 0.25, 0.0625, 0.015625);
+        }
     } else if (TYPE == T_Q8_0) {
         q[0] = xq(t, 32 * b);
         q[1] = xq(t, 32 * b + 16);
@@ -211,10 +220,11 @@ float unit_dot(uint u, uint w[NWU], uvec4 q[4], vec4 d, vec4 e) {
         for (uint i = 0; i < 4; i++) {
             dl = dp4(w[4 + i] & 0x0f0f0f0fu, q[0][i], dl);
             dl = dp4(w[8 + i] & 0x0f0f0f0fu, q[1][i], dl);
-            dh = dp4((w[4 + i] >> 4) & 0x0f0f0f0fu, q[2][i], dh);
-            dh = dp4((w[8 + i] >> 4) & 0x0f0f0f0fu, q[3][i], dh);
+            // high nibbles masked in place (16 times their value, unsigned): 1/16 below
+            dh = dp4su(q[2][i], w[4 + i] & 0xf0f0f0f0u, dh);
+            dh = dp4su(q[3][i], w[8 + i] & 0xf0f0f0f0u, dh);
         }
-        return dm.x * (float(int(sl) * dl) * d.x + float(int(sh) * dh) * d.z) - dm.y * (float(ml) * d.y + float(mh) * d.w);
+        return dm.x * (float(int(sl) * dl) * d.x + float(int(sh) * dh) * (d.z * 0.0625)) - dm.y * (float(ml) * d.y + float(mh) * d.w);
     } else if (TYPE == T_Q6_K) {
         // weights are 6-bit unsigned; the -32 comes off as 32 sum(x) (e)
         uint j0 = 16 * (s % 2);
@@ -233,11 +243,12 @@ float unit_dot(uint u, uint w[NWU], uvec4 q[4], vec4 d, vec4 e) {
         }
         return uintBitsToFloat(w[14]) * a;
     } else if (TYPE == T_TQ2_0) {
-        // trit - 1: the -1 comes off as sum(x) (e.x)
+        // trit - 1: the -1 comes off as sum(x) (e.x). Run r's trits are masked in place, not
+        // shifted: bytes of 4^r * trit, unsigned, and d[r] carries the 4^-r (unit_x)
         float a = 0.0;
         for (uint r = 0; r < 4; r++) {
             int si = 0;
-            for (uint i = 0; i < 4; i++) si = dp4((w[i] >> (2 * r)) & 0x03030303u, q[r][i], si);
+            for (uint i = 0; i < 4; i++) si = dp4su(q[r][i], w[i] & (0x03030303u << (2 * r)), si);
             a += d[r] * float(si);
         }
         return uintBitsToFloat(w[4]) * (a - e.x);
