@@ -447,6 +447,30 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
            vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && wg->ne[1] % 32 == 0;
 }
 
+/* What both gate/up recorders share: the hazards (reads: the int8 x and both weights;
+ * writes: wr) and the push constants of both matmuls' rows on one int8 x. */
+static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, const ob_tensor *glu,
+                       const ob_vk_range *wr, int nwr, ob_vk_pc *pc) {
+    const uint32_t K = (uint32_t)wg->ne[0];
+    uint64_t qin, din;
+    q8_sizes(K, 1, &qin, &din);
+    const uint64_t q0 = vk->q8_addr;
+    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
+                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    ob_vk_hz(vk, rd, 3, wr, nwr);
+    memset(pc, 0, sizeof(*pc));
+    pc->a = addr(wg);
+    pc->b = q0;
+    pc->c = q0 + qin;
+    pc->d = addr(wu);
+    pc->u[0] = K;
+    pc->u[1] = (uint32_t)wg->ne[1];
+    pc->u[2] = 1;
+    pc->u[3] = (uint32_t)ob_row_size(wg->type, K);
+    pc->u[6] = 1;
+    pc->u[8] = (uint32_t)glu->ip[0];
+}
+
 bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                 int64_t glu_index) {
     /* a ticket per 32-row block */
@@ -458,40 +482,25 @@ bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tenso
 ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
                                     size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
-    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1];
-    uint64_t qin, din, qout, dout;
-    q8_sizes(K, 1, &qin, &din);
+    const uint32_t N = (uint32_t)wg->ne[1];
+    uint64_t qout, dout;
     q8_sizes(N, 1, &qout, &dout);
     ob_status st = ticket_scratch(vk, &vk->tail_glu, qout + dout, err, err_len);
     if (st) return st;
-    /* reads the weights and the int8 x; writes gate, up, the GLU, its int8 form and the
-     * tickets */
-    const uint64_t q0 = vk->q8_addr, t0 = vk->tail_glu.addr;
-    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
-                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    /* writes gate, up, the GLU, its int8 form and the tickets */
+    const uint64_t t0 = vk->tail_glu.addr;
     ob_vk_range wr[4] = {{addr(gate), addr(gate) + ob_nbytes(gate), false}, {addr(up), addr(up) + ob_nbytes(up), false},
                          {addr(glu), addr(glu) + ob_nbytes(glu), false},
                          {t0, t0 + OB_VK_TICKET_BYTES + qout + dout, false}};
-    ob_vk_hz(vk, rd, 3, wr, 4);
+    ob_vk_pc pc;
+    gate_up_pc(vk, wg, wu, glu, wr, 4, &pc);
     uint32_t rps;
     (void)one_token_rows(vk, wg->type, N, &rps);
-    ob_vk_pc pc;
-    memset(&pc, 0, sizeof(pc));
-    pc.a = addr(wg);
-    pc.b = q0;
-    pc.c = q0 + qin;
-    pc.d = addr(wu);
     pc.e = addr(up);
     pc.o = addr(gate);
     tail_pc(&pc, addr(glu), t0);
-    pc.u[0] = K;
-    pc.u[1] = N;
-    pc.u[2] = 1;
-    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
     pc.u[4] = q8_sgs(vk) * rps;
-    pc.u[6] = 1;
     pc.u[7] = 4;
-    pc.u[8] = (uint32_t)glu->ip[0];
     st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), wg->type, &pc, 2 * cdiv(N, pc.u[4]), err, err_len);
     if (!st) q8_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
     return st;
@@ -500,42 +509,27 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index) {
     /* a workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
-    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
-    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index) && vk->info.subgroup >= 8 && (sg * 8) % 32 == 0 &&
+    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index) && vk->info.subgroup >= 8 &&
+           (q8_sgs(vk) * 8) % 32 == 0 &&
            glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
 }
 
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
-    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1];
-    uint64_t qin, din, qout, dout;
-    q8_sizes(K, 1, &qin, &din);
+    const uint32_t N = (uint32_t)wg->ne[1];
+    uint64_t qout, dout;
     q8_sizes(N, 1, &qout, &dout);
     ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
     if (st) return st;
-    /* reads the weights and the int8 x; writes the GLU's output and its int8 form (the
-     * gate and up outputs are never written: the GLU was their one reader) */
-    const uint64_t q0 = vk->q8_addr, o2 = vk->q8_buf2.addr;
-    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
-                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    /* writes the GLU's output and its int8 form (the gate and up outputs are never written:
+     * the GLU was their one reader) */
+    const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
-    ob_vk_hz(vk, rd, 3, wr, 2);
     ob_vk_pc pc;
-    memset(&pc, 0, sizeof(pc));
-    const uint32_t sg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
-    pc.a = addr(wg);
-    pc.b = q0;
-    pc.c = q0 + qin;
-    pc.d = addr(wu);
+    gate_up_pc(vk, wg, wu, glu, wr, 2, &pc);
     pc.e = addr(glu);
     pc.o = o2;
-    pc.u[0] = K;
-    pc.u[1] = N;
-    pc.u[2] = 1;
-    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
-    pc.u[4] = sg * 8;
-    pc.u[6] = 1;
-    pc.u[8] = (uint32_t)glu->ip[0];
+    pc.u[4] = q8_sgs(vk) * 8;
     pc.u[9] = (uint32_t)qout;
     st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err, err_len);
     if (st) return st;
@@ -590,8 +584,6 @@ ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char
     if (!st && sh == OB_VK_SH_NORM_Q8) q8_written(vk, norm, vk->q8_buf.addr);
     return st;
 }
-
-
 
 /* An attention that merges its splits itself reads and writes attn_part's partials and
  * tickets. */
