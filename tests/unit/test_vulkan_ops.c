@@ -1308,11 +1308,14 @@ static void test_reuse(void) {
             ob_graph_plan(g);
             void *scratch = b->iface->alloc(b, g->scratch_size);
             ob_graph_bind(g, scratch);
-            int64_t reused0 = vk->reused;
+            int64_t reused0 = vk->reused, unlisted0 = vk->unlisted;
             const bool q8 = vk->q8;
             const int64_t n_want = q8 ? 6 : 5;
             float got[64], ref[64];
-            for (int run = 0; run < 3; run++) {
+            /* runs 0-1 at version 0 (listed each time); run 2 gives the graph a version (listed
+             * once more), run 3 comes back with it (submitted without listing) */
+            for (int run = 0; run < 4; run++) {
+                if (run == 2) g->version = ob_graph_new_version();
                 ob_rng_fill_normal(&g_rng, x, K, 1.0f);
                 b->iface->upload(b, dev[0], x, K * 4);
                 char err[256] = "";
@@ -1334,7 +1337,8 @@ static void test_reuse(void) {
                        variant, bi, run, (long long)at, got[at], ref[at]);
             }
             if (variant == 0) {
-                CHECKF(vk->reused - reused0 == 2, "re-submitted %lld of 2", (long long)(vk->reused - reused0));
+                CHECKF(vk->reused - reused0 == 3, "re-submitted %lld of 3", (long long)(vk->reused - reused0));
+                CHECKF(vk->unlisted - unlisted0 == 1, "unlisted %lld of 1", (long long)(vk->unlisted - unlisted0));
                 /* add, mul, add, [quantize x,] matmul, norm: barriers before all but mul */
                 CHECK(vk->n_prev == n_want);
                 bool bars = vk->n_prev == n_want && !vk->prev[1].barrier;
@@ -1342,11 +1346,12 @@ static void test_reuse(void) {
                 CHECKF(bars, "barriers %u %u %u %u %u", vk->prev[0].barrier, vk->prev[1].barrier, vk->prev[2].barrier,
                        vk->prev[3].barrier, vk->prev[4].barrier);
             } else if (bi == 0) {
-                CHECK(vk->reused == reused0); /* ONEBIT_VK_NO_REUSE */
+                CHECK(vk->reused == reused0 && vk->unlisted == unlisted0); /* ONEBIT_VK_NO_REUSE */
             } else {
                 bool all = vk->n_prev == n_want;
                 for (int64_t i = 0; i < vk->n_prev; i++) all &= vk->prev[i].barrier != 0;
                 CHECK(all); /* ONEBIT_VK_ALL_BARRIERS */
+                CHECK(vk->unlisted - unlisted0 == 1);
             }
             b->iface->free_buf(b, scratch);
             for (int k = 0; k < 3; k++) b->iface->free_buf(b, dev[k]);

@@ -271,6 +271,12 @@ typedef struct ob_vk {
     VkQueryPool gcmd_pool; /* the profiling pool gcmd writes (a new pool means re-record) */
     uint32_t gcmd_prof_n;  /* timestamps gcmd writes */
     int64_t reused;        /* steps that re-submitted gcmd (tests) */
+    /* The graph gcmd was last listed from, at its version: while a graph comes back with
+     * the same nonzero version (its owner's promise that no node changed), gcmd is
+     * submitted without listing it again. Any other compute, alloc or free clears it. */
+    const ob_graph *list_g;
+    uint64_t list_version;
+    int64_t unlisted;      /* steps submitted without listing (tests) */
     /* Decode attention split over cells (vk_ops.c): up to attn_splits workgroups per
      * (token, head) (ONEBIT_VK_ATTN_SPLIT, default 16, 1 = off), partials in attn_part. */
     uint32_t attn_splits;
