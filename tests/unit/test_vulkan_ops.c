@@ -104,6 +104,12 @@ static bool q8_mv(const ob_vk *vk, VkPipeline pipe, ob_type t, int64_t T) {
         if (pipe == vk->pipes[s][t]) return true;
     return false;
 }
+/* A prenorm consumer (any rows per subgroup) of weight type t. */
+static bool q8_pnc(const ob_vk *vk, VkPipeline pipe, ob_type t) {
+    for (int s = OB_VK_SH_MATVEC_Q8_PNC; s <= OB_VK_SH_MATVEC_Q8_PNC1; s++)
+        if (pipe && pipe == vk->pipes[s][t]) return true;
+    return false;
+}
 
 /* Is pipe a quantizer of x for matvec_q8.comp (quant_x.comp or quant_x4.comp)? */
 static bool is_quant(const ob_vk *vk, VkPipeline pipe) {
@@ -1177,18 +1183,23 @@ static void test_matvec_q8(void) {
     g_rng = keep_rng3;
     if (gfuse) ob_backend_free(gfuse);
     if (pairb) ob_backend_free(pairb);
-    /* One token's matmul and the residual ADD after it in one dispatch, which also writes
-     * partial sums of squares; the RMS norm of the sum then runs as N / 256 workgroups.
-     * With ONEBIT_VK_NORM_TAIL=1 (opt-in) the matmul's last workgroup runs the norm instead
-     * (u[7] 3). Checked on the sum and on the matmul after the norm, and with
-     * ONEBIT_VK_RES_FUSE=0 (the ADD fused into the norm instead). */
+    /* One token's matmul and the residual ADD after it in one dispatch. By default (prenorm)
+     * it also writes the int8 x of the sum times the next RMS norm's weight and one sum of
+     * squares per workgroup, the norm is not dispatched, and the matmul after it (its one
+     * reader) scales its dot products by the norm's r. With ONEBIT_VK_PRENORM=0 the
+     * matmul writes partial sums of squares and the norm runs as N / 256 workgroups; with
+     * ONEBIT_VK_NORM_TAIL=1 (opt-in) the matmul's last workgroup runs the norm (u[7] 3).
+     * Checked on the sum and on the matmul after the norm, and with ONEBIT_VK_RES_FUSE=0
+     * (the ADD fused into the norm instead). */
     ob_backend *nores = backend_with("ONEBIT_VK_RES_FUSE", "0"), *tailb = backend_with("ONEBIT_VK_NORM_TAIL", "1");
+    ob_backend *nopn = backend_with("ONEBIT_VK_PRENORM", "0");
     const ob_rng keep_rng4 = g_rng;
     ob_rng_seed(&g_rng, 0x4e5u);
-    for (size_t ti = 0; ti < OB_ARRAY_LEN(gtypes); ti++)
+    static const ob_type mtypes[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0, OB_TYPE_Q6_K, OB_TYPE_Q1_0};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(mtypes); ti++)
         for (int64_t N = 1024; N <= 1536; N += 512)
             for (int last = 0; last < 2; last++) {
-                const ob_type t = gtypes[ti];
+                const ob_type t = mtypes[ti];
                 const int64_t K = 512, M = 70, nx[2] = {K, 1}, nr[2] = {N, 1}, nw[2] = {K, N}, n2[2] = {N, M};
                 void *w1 = rand_typed(t, K, N, 1.0f), *w2 = rand_typed(OB_TYPE_Q8_0, N, M, 1.0f);
                 float *x = rand_f32(K, 1.0f), *nw1 = rand_f32(K, 1.0f), *nw2 = rand_f32(N, 1.0f), *res = rand_f32(N, 8.0f);
@@ -1205,21 +1216,33 @@ static void test_matvec_q8(void) {
                  * N(0, 1), so larger block maxima and int8 steps (the sum was 1.03 x mm_atol
                  * off on one H200 draw, fused and unfused alike) */
                 const double atol = last ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1);
+                const int64_t pn0 = vk->pn_count;
                 check_graph(g, chk, atol, 1e-3, what);
-                for (int b = 0; b < 2; b++) {
-                    const ob_vk *bv = b ? (tailb ? tailb->ctx : NULL) : vk;
+                /* the prenorm producer: whole 32-row blocks of 256 invocations */
+                const uint32_t pnr = vk->info.subgroup <= 64 ? 256 / vk->info.subgroup * 4 : 0;
+                const bool pn_want = vk->prenorm && pnr && pnr % 32 == 0 && N % pnr == 0;
+                CHECKF(pn_want ? vk->pn_count > pn0 : vk->pn_count == pn0, "%s: prenorm %lld times", what,
+                       (long long)(vk->pn_count - pn0));
+                for (int b = 0; b < 3; b++) {
+                    ob_backend *bb = b == 0 ? g_be[0] : b == 1 ? tailb : nopn;
+                    const ob_vk *bv = bb ? bb->ctx : NULL;
                     if (!bv) continue;
-                    if (b) check_on_as(tailb, g, chk, atol, 1e-3, what, "tail");
-                    int fused = 0, split = 0;
+                    if (b) check_on_as(bb, g, chk, atol, 1e-3, what, b == 1 ? "tail" : "no prenorm");
+                    int fused = 0, split = 0, pnp = 0, pnc = 0;
                     for (int64_t i = 0; i < bv->n_prev; i++) {
-                        fused += q8_mv(bv, bv->prev[i].pipe, t, 1) && bv->prev[i].pc.u[7] == (b ? 3u : 1u);
+                        fused += q8_mv(bv, bv->prev[i].pipe, t, 1) && bv->prev[i].pc.u[7] == (b == 1 ? 3u : 1u);
                         split += bv->prev[i].pc.u[8] == (uint32_t)(N / 256) &&
                                  (bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32] ||
                                   bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM][OB_TYPE_F32]);
+                        pnp += bv->prev[i].pipe && bv->prev[i].pipe == bv->pipes[OB_VK_SH_MATVEC_Q8_PNP][t];
+                        pnc += q8_pnc(bv, bv->prev[i].pipe, OB_TYPE_Q8_0);
                     }
-                    CHECKF(!bv->q8_fuse ? fused == 0 : b ? fused == 1 && bv->n_prev == 3 : fused == 1 && split == 1 && bv->n_prev == 4,
-                           "%s%s: %d fused, %d split, %lld dispatches", what, b ? ", tail" : "", fused, split,
-                           (long long)bv->n_prev);
+                    const bool ok = !bv->q8_fuse           ? fused == 0 && pnp == 0
+                                    : b == 1               ? fused == 1 && bv->n_prev == 3
+                                    : b == 0 && pn_want    ? pnp == 1 && pnc == 1 && fused == 0 && split == 0 && bv->n_prev == 3
+                                                           : fused == 1 && split == 1 && pnp == 0 && bv->n_prev == 4;
+                    CHECKF(ok, "%s%s: %d fused, %d split, %d/%d prenorm, %lld dispatches", what,
+                           b == 1 ? ", tail" : b == 2 ? ", no prenorm" : "", fused, split, pnp, pnc, (long long)bv->n_prev);
                 }
                 if (nores) {
                     check_on_as(nores, g, chk, atol, 1e-3, what, "unfused");
@@ -1232,6 +1255,7 @@ static void test_matvec_q8(void) {
                 free(w1); free(w2); free(x); free(nw1); free(nw2); free(res);
             }
     g_rng = keep_rng4;
+    if (nopn) ob_backend_free(nopn);
     if (nores) ob_backend_free(nores);
     if (tailb) ob_backend_free(tailb);
     /* A decode attention (one workgroup per head) writes the int8 x of the matmul after it
@@ -1316,7 +1340,10 @@ static void test_reuse(void) {
              * once more), run 3 comes back with it (submitted without listing) */
             for (int run = 0; run < 4; run++) {
                 if (run == 2) g->version = ob_graph_new_version();
-                ob_rng_fill_normal(&g_rng, x, K, 1.0f);
+                /* run 3 from a stream of its own: the model checks after this keep their draws */
+                ob_rng own;
+                ob_rng_seed(&own, 0x5e05eu + (uint64_t)variant);
+                ob_rng_fill_normal(run == 3 ? &own : &g_rng, x, K, 1.0f);
                 b->iface->upload(b, dev[0], x, K * 4);
                 char err[256] = "";
                 CHECKF(b->iface->compute(b, g, err, sizeof(err)) == OB_OK, "reuse run %d: %s", run, err);

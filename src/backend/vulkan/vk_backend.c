@@ -226,18 +226,24 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
      * gate/up/GLU mode, 4: its tail (1 norm, 2 pair) (all ignored elsewhere) */
     const bool tail = sh >= OB_VK_SH_MATVEC_Q8_NT && sh <= OB_VK_SH_MATVEC_Q8_PR1;
-    const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU) || tail;
-    const int tv = tail ? (int)(sh - OB_VK_SH_MATVEC_Q8_NT) % 4 : -1; /* RS 8, 4, 2, 1 */
+    const bool pn = sh >= OB_VK_SH_MATVEC_Q8_PNP && sh <= OB_VK_SH_MATVEC_Q8_PNC1;
+    const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU) || tail || pn;
+    /* RS 8, 4, 2, 1 (the prenorm producer: 4) */
+    const int tv = tail ? (int)(sh - OB_VK_SH_MATVEC_Q8_NT) % 4
+                   : sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
     const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC || tv == 1                 ? 4u
                         : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 || tv == 2 ? 2u
                         : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || tv == 3 ? 1u
                                                                                                : 8u;
-    uint32_t spec[5] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU,
-                        !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u};
-    VkSpecializationMapEntry me[5];
-    for (uint32_t i = 0; i < 5; i++)
+    /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size */
+    uint32_t spec[7] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU,
+                        !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : 128u};
+    VkSpecializationMapEntry me[7];
+    for (uint32_t i = 0; i < 7; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 5, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    VkSpecializationInfo si = {.mapEntryCount = 7, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -365,6 +371,8 @@ void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, 
     for (int i = 0; i < nwr; i++) {
         vk->hz_wr[vk->hz_nwr++] = wr[i];
         if (vk->q8_src && wr[i].lo < vk->q8_end && vk->q8_src < wr[i].hi) vk->q8_src = 0;
+        /* the norm's bytes reused: it is dead, and so is its prenorm */
+        if (vk->pn_src && wr[i].lo < vk->pn_end && vk->pn_src < wr[i].hi) vk->pn_src = 0;
     }
 }
 
@@ -412,6 +420,10 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
             vk->prof.key_now = prof_key(n);
             ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;
+            if (!norm && ob_vk_prenorm_ok(vk, g, n, &g->nodes[j], &g->nodes[k], k)) {
+                *i = k;
+                return ob_vk_record_matmul_add_pn(vk, n, &g->nodes[j], &g->nodes[k], err, err_len);
+            }
             *i = norm ? k : j;
             return ob_vk_record_matmul_add(vk, n, &g->nodes[j], norm, err, err_len);
         }
@@ -622,7 +634,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         pr->in_step = true;
         pr->t_step = ob_time_s();
     }
-    vk->q8_src = 0; /* a quantized x is kept within a graph only */
+    vk->q8_src = vk->pn_src = 0; /* a quantized x is kept within a graph only */
     vk->ss_src = 0;
     if (vk->reuse && vk->prev_valid && g->version && g == vk->list_g && g->version == vk->list_version &&
         vk->gcmd_pool == (prof ? pr->pool : VK_NULL_HANDLE)) {
@@ -685,7 +697,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             double t0 = prof ? ob_time_s() : 0;
             pr->in_step = false;
             if (!st) st = cpu_fallback(vk, n, err, err_len);
-            vk->q8_src = 0; /* the host wrote device memory */
+            vk->q8_src = vk->pn_src = 0; /* the host wrote device memory */
             if (prof) {
                 pr->in_step = true;
                 pr->fallback_ms += 1e3 * (ob_time_s() - t0);

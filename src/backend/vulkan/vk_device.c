@@ -387,6 +387,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
      * 265.2 with both; Q4_K_M 251.6 / 245.8 / 206.7; 2026-11-30 19:52 UTC), so on request */
     vk->norm_tail = ntail && !strcmp(ntail, "1");
     vk->glu_pair = gpair && !strcmp(gpair, "1");
+    const char *pnv = getenv("ONEBIT_VK_PRENORM");
+    vk->prenorm = vk->q8_fuse && !(pnv && !strcmp(pnv, "0"));
     const char *aq8 = getenv("ONEBIT_VK_ATTN_Q8");
     vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
     const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
@@ -456,7 +458,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
         if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || s >= OB_VK_SH_MATVEC_Q8_NT) && !vk->q8) ||
-            ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse))
+            ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
+            (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNC1 && !vk->prenorm))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -483,6 +486,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
         if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
         if (vk->q8_buf.buf) ob_vk_buffer_free(vk, &vk->q8_buf);
+        if (vk->pn_buf.buf) ob_vk_buffer_free(vk, &vk->pn_buf);
         if (vk->q8_buf2.buf) ob_vk_buffer_free(vk, &vk->q8_buf2);
         if (vk->ss_buf.buf) ob_vk_buffer_free(vk, &vk->ss_buf);
         if (vk->tail_norm.buf) ob_vk_buffer_free(vk, &vk->tail_norm);

@@ -61,6 +61,12 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_PR4,
     OB_VK_SH_MATVEC_Q8_PR2,
     OB_VK_SH_MATVEC_Q8_PR1,
+    OB_VK_SH_MATVEC_Q8_PNP, /* prenorm producer: RS = 4, the residual ADD, 256 invocations
+                               (whole 32-row blocks), the next RMS norm's int8 x unscaled */
+    OB_VK_SH_MATVEC_Q8_PNC, /* prenorm consumer, its dot products scaled by the norm's r: RS = 8, 4, 2, 1 */
+    OB_VK_SH_MATVEC_Q8_PNC4,
+    OB_VK_SH_MATVEC_Q8_PNC2,
+    OB_VK_SH_MATVEC_Q8_PNC1,
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -277,6 +283,19 @@ typedef struct ob_vk {
     const ob_graph *list_g;
     uint64_t list_version;
     int64_t unlisted;      /* steps submitted without listing (tests) */
+    /* Prenorm (ONEBIT_VK_PRENORM=0: off): an RMS norm between a one-token matmul + residual
+     * ADD and one-token matmuls is not dispatched (matvec_q8_pn.comp). pn_buf: the int8 x
+     * of h * w (qx, dx at pn_q8, rows of pn_K) and the producer's sums of squares (pn_nss
+     * at pn_ss); pn_src .. pn_end: the norm whose consumers read them (pn_src 0: none; its
+     * own bytes are never written), pn_eps its epsilon, pn_last its last reader's node. A
+     * consumer finds them whatever other int8 x was made since. */
+    bool prenorm;
+    ob_vk_alloc pn_buf;
+    uint64_t pn_src, pn_end, pn_q8, pn_ss;
+    uint32_t pn_nss, pn_K;
+    float pn_eps;
+    int64_t pn_last;
+    int64_t pn_count;      /* prenorm producers recorded (tests) */
     /* Decode attention split over cells (vk_ops.c): up to attn_splits workgroups per
      * (token, head) (ONEBIT_VK_ATTN_SPLIT, default 16, 1 = off), partials in attn_part. */
     uint32_t attn_splits;
@@ -348,6 +367,12 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
 /* ... with norm (non-NULL, ob_vk_norm_tail_ok): that RMS_NORM as the dispatch's tail, which
  * also writes its int8 form. */
 bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm);
+/* The RMS norm (at norm_index of g) after a fusable matmul + ADD as a prenorm: its readers
+ * all one-token int8 matmuls of 4 rows a subgroup, the rows whole 32-row blocks. */
+bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
+                      int64_t norm_index);
+ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
+                                     size_t err_len);
 ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
                                   size_t err_len);
 /* MATMUL gate and up of one int8 x and their GLU (the one reader of both): one dispatch of

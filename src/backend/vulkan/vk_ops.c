@@ -298,7 +298,10 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     uint64_t qbytes, dbytes;
     q8_sizes(K, T, &qbytes, &dbytes);
     const uint64_t xlo = addr(x), xhi = xlo + (uint64_t)T * K * 4;
-    const bool fresh = vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T;
+    /* a prenorm's consumer: x, the norm's output, was never written; its int8 form (without
+     * r) and the producer's sums of squares are in pn_buf */
+    const bool pn = vk->pn_src && vk->pn_src == xlo && vk->pn_K == K && T == 1;
+    const bool fresh = !pn && (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T);
     /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
     char e2[128];
     *taken = !fresh || scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) == OB_OK;
@@ -320,17 +323,25 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
      * written just now, so that barrier comes and clears the node's own ranges (added by
      * the graph's hazard check): they go in again. A reused one only adds its read; putting
      * the node's output in again would meet itself and fence q/k/v (gate/up) apart. */
-    const uint64_t q0 = vk->q8_addr;
+    const uint64_t q0 = pn ? vk->pn_q8 : vk->q8_addr;
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes, false}, {addr(w), addr(w) + ob_nbytes(w), false}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n), false};
+    if (pn) rd[1] = (ob_vk_range){vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false};
     if (fresh) ob_vk_hz(vk, rd, 2, &wr, 1);
-    else ob_vk_hz(vk, rd, 1, NULL, 0);
+    else ob_vk_hz(vk, rd, pn ? 2 : 1, NULL, 0);
     pc->b = q0;
     pc->c = q0 + qbytes;
     pc->e = 0;
     const bool one = T == 1 && vk->q8_rows1 > 0;
     uint32_t rps;
-    const ob_vk_shader sh = one ? one_token_rows(vk, w->type, N, &rps) : T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8;
+    ob_vk_shader sh = one ? one_token_rows(vk, w->type, N, &rps) : T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8;
+    if (pn) {
+        if (!one) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s: a prenorm consumer off its path", n->name);
+        sh = tail_rows(OB_VK_SH_MATVEC_Q8_PNC, rps);
+        pc->e = vk->pn_ss;
+        pc->u[8] = vk->pn_nss;
+        pc->f[0] = vk->pn_eps;
+    }
     if (!one) {
         /* rows per subgroup: up to q8_rows, fewer while that leaves under q8_min_wg workgroups */
         rps = vk->q8_rows;
@@ -359,6 +370,7 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
     /* one token on an int8 x a producer already wrote; the norm's row spread over N / 256
      * workgroups of 64 vec4s (n / 4 a multiple of 8 per workgroup), on its register path */
     return ob_vk_supports_node(mm) && ob_vk_supports_node(add) && ob_vk_supports_node(norm) && ob_nrows(x) == 1 &&
+           vk->pn_src != addr(x) &&
            matvec_q8_ok(vk, w, x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
            is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
            (addr(res) | addr(add) | addr(norm) | addr(norm->src[1])) % 16 == 0;
@@ -370,6 +382,27 @@ bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *
     const ob_tensor *nw = norm->src[1];
     return vk->norm_tail && vk->q8_fuse && ob_nrows(norm) == 1 && norm->ne[0] == add->ne[0] && is_f32(norm) &&
            (!nw || (is_f32(nw) && ob_nelements(nw) == norm->ne[0]));
+}
+
+/* The one-token matmul + residual ADD's push constants (matvec_q8.glsl, u[7] 1): W w, the
+ * int8 x at q0 (its dx qb bytes on), the residual, the sum into add, the sums of squares
+ * to ss, `rows` rows a workgroup. */
+static void matmul_add_pc(ob_vk_pc *pc, const ob_tensor *w, const ob_tensor *res, const ob_tensor *add, uint64_t q0,
+                          uint64_t qb, uint64_t ss, uint32_t rows) {
+    memset(pc, 0, sizeof(*pc));
+    pc->a = addr(w);
+    pc->b = q0;
+    pc->c = q0 + qb;
+    pc->d = addr(res);
+    pc->e = ss;
+    pc->o = addr(add);
+    pc->u[0] = (uint32_t)w->ne[0];
+    pc->u[1] = (uint32_t)w->ne[1];
+    pc->u[2] = 1;
+    pc->u[3] = (uint32_t)ob_row_size(w->type, w->ne[0]);
+    pc->u[4] = rows;
+    pc->u[6] = 1;
+    pc->u[7] = 1;
 }
 
 ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
@@ -399,20 +432,7 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
     }
     ob_vk_hz(vk, rd, norm && norm->src[1] ? 4 : 3, wr, norm ? 3 : 2);
     ob_vk_pc pc;
-    memset(&pc, 0, sizeof(pc));
-    pc.a = addr(w);
-    pc.b = q0;
-    pc.c = q0 + qb;
-    pc.d = addr(res);
-    pc.e = ss;
-    pc.o = addr(add);
-    pc.u[0] = K;
-    pc.u[1] = N;
-    pc.u[2] = 1;
-    pc.u[3] = (uint32_t)ob_row_size(w->type, K);
-    pc.u[4] = q8_sgs(vk) * rps;
-    pc.u[6] = 1;
-    pc.u[7] = 1;
+    matmul_add_pc(&pc, w, res, add, q0, qb, ss, q8_sgs(vk) * rps);
     if (norm) {
         pc.u[7] = 3;
         pc.e = addr(norm);
@@ -431,6 +451,71 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
     return OB_OK;
 }
 
+/* Rows per workgroup of the prenorm producer: 256 invocations, 4 rows a subgroup. */
+static uint32_t pn_rows(const ob_vk *vk) { return vk->info.subgroup > 64 ? 0 : 256 / vk->info.subgroup * 4; }
+
+bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
+                      int64_t norm_index) {
+    (void)mm; /* ob_vk_fusable_matmul_add held for it and add */
+    const ob_tensor *nw = norm->src[1];
+    const int64_t N = add->ne[0];
+    const uint32_t rw = pn_rows(vk);
+    /* the last prenorm's readers all recorded (its int8 x is in the one pn_buf) */
+    if (vk->pn_src && vk->pn_last >= norm_index) return false;
+    if (!vk->prenorm || norm->op != OB_OP_RMS_NORM || norm->src[0] != add || ob_nrows(norm) != 1 || !is_f32(norm) ||
+        norm->ne[0] != N || (nw && (!is_f32(nw) || ob_nelements(nw) != N)) || rw == 0 || rw % 32 != 0 || N % rw != 0)
+        return false;
+    /* every reader of the norm a one-token int8 matmul (record_matvec_q8's path), none of
+     * it fused otherwise (they check pn_src) */
+    int readers = 0;
+    for (int64_t j = norm_index + 1; j <= norm->last_use && j < g->n; j++) {
+        const ob_tensor *r = &g->nodes[j];
+        bool reads = false;
+        for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == norm;
+        if (!reads) continue;
+        if (r->op != OB_OP_MATMUL || r->src[1] != norm || r->src[0] == norm || !ob_vk_supports_node(r)) return false;
+        const ob_tensor *w = r->src[0];
+        if (!vk->q8_rows1 || !matvec_q8_ok(vk, w, norm) || w->ne[0] != N) return false;
+        readers++;
+    }
+    return readers > 0;
+}
+
+ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
+                                     size_t err_len) {
+    const ob_tensor *w = mm->src[0], *res = add->src[0] == mm ? add->src[1] : add->src[0], *nw = norm->src[1];
+    const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1], rw = pn_rows(vk), nwg = N / rw;
+    uint64_t qb, db, qn, dn;
+    q8_sizes(K, 1, &qb, &db);
+    q8_sizes(N, 1, &qn, &dn);
+    ob_status st = scratch_buffer(vk, &vk->pn_buf, qn + dn + (uint64_t)nwg * 4, err, err_len);
+    if (st) return st;
+    /* reads the int8 x, the weights, the residual and the norm's weight; writes the sum
+     * (the matmul's own output and the norm's never) and the norm's int8 x and sums */
+    const uint64_t q0 = vk->q8_addr, h = vk->pn_buf.addr, ss = h + qn + dn;
+    ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
+                         {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
+    if (nw) rd[3] = (ob_vk_range){addr(nw), addr(nw) + ob_nbytes(nw), false};
+    ob_vk_range wr[2] = {{addr(add), addr(add) + ob_nbytes(add), false}, {h, ss + (uint64_t)nwg * 4, false}};
+    ob_vk_hz(vk, rd, nw ? 4 : 3, wr, 2);
+    ob_vk_pc pc;
+    matmul_add_pc(&pc, w, res, add, q0, qb, ss, rw);
+    tail_pc(&pc, addr(nw), h);
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, w->type, &pc, nwg, err, err_len);
+    if (st) return st;
+    q8_written(vk, norm, h);
+    vk->pn_src = addr(norm);
+    vk->pn_end = addr(norm) + ob_nbytes(norm);
+    vk->pn_q8 = h;
+    vk->pn_K = N;
+    vk->pn_last = norm->last_use;
+    vk->pn_ss = ss;
+    vk->pn_nss = nwg;
+    vk->pn_eps = norm->fp[0];
+    vk->pn_count++;
+    return OB_OK;
+}
+
 /* What both gate/up/GLU fusions need: MATMUL gate and up of one x and their GLU (the one
  * reader of both), one token on an int8 x already written, the same weight type and
  * shape, rows in whole 32-row blocks. */
@@ -442,7 +527,7 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
         up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
         return false;
-    return ob_nrows(x) == 1 && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+    return ob_nrows(x) == 1 && vk->pn_src != addr(x) && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
            vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && wg->ne[1] % 32 == 0;
 }

@@ -64,6 +64,10 @@ static const uint32_t spv_matvec_q8_tail[] = {
 #include "matvec_q8_tail.spv.inc"
 };
 
+static const uint32_t spv_matvec_q8_pn[] = {
+#include "matvec_q8_pn.spv.inc"
+};
+
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
     [OB_VK_SH_ELEMENTWISE] = {spv_elementwise, sizeof(spv_elementwise), "elementwise"},
@@ -98,4 +102,9 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_PR4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
     [OB_VK_SH_MATVEC_Q8_PR2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
     [OB_VK_SH_MATVEC_Q8_PR1] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
+    [OB_VK_SH_MATVEC_Q8_PNP] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnp"},
+    [OB_VK_SH_MATVEC_Q8_PNC] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
+    [OB_VK_SH_MATVEC_Q8_PNC4] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
+    [OB_VK_SH_MATVEC_Q8_PNC2] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
+    [OB_VK_SH_MATVEC_Q8_PNC1] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
 };

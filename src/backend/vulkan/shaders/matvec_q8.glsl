@@ -33,7 +33,14 @@
 #include "common.glsl"
 #include "dequant.glsl"
 #include "ld2.glsl"
+#ifdef MATVEC_PN
+// matvec_q8_pn.comp: the workgroup size is specialization constant 6 (256 for the
+// producer, 128 for the consumers), PN constant 5 (below).
+layout(local_size_x_id = 6) in;
+#define WG gl_WorkGroupSize.x
+#else
 #define WG 128
+#endif
 // Tokens the accumulators are laid out for: 8, or 1 for the one-token pipeline (a
 // specialization constant, so the token loops unroll and acc stays in registers).
 layout(constant_id = 1) const uint MAXT = 8;
@@ -58,7 +65,9 @@ const uint TAIL = 0;
 #include "q8.glsl"
 shared float gv[WG]; // GLU: the workgroup's outputs (at most WG rows: 8 a subgroup, >= 16 lanes)
 const uint CH = RS == 8 ? 1 : 2;
+#ifndef MATVEC_PN
 layout(local_size_x = WG) in;
+#endif
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
 int sdot4_(uint a, uint b, spirv_literal int packed_format);
@@ -71,6 +80,26 @@ int dp4su(uint a, uint b, int c) { return c + sudot4_(a, b, 0); }
 
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BV2 { vec2 v[]; };
+
+#ifdef MATVEC_PN
+// Prenorm (vk_ops.c, ob_vk_prenorm_ok): the RMS norm between a one-token matmul + residual
+// ADD and the one-token matmuls that read it is not dispatched. The producer (PN 1, the
+// residual path, rows in whole 32-row blocks per workgroup) writes each block of h * w (h
+// the sum, w the norm's weight at G, 0: none) as int8 at H (qx, then dx after u[1] rounded
+// up to 16 bytes) and its workgroup's sum of h^2 to e[g]. The int8 x of h * w differs from
+// that of the norm's output only by the factor r = 1 / sqrt(mean(h^2) + eps) on every
+// block scale, so each consumer (PN 2) takes r from the u[8] sums at e (f[0] eps, u[0] the
+// row length) and scales its dot products by it. G and H are packed as the tails' are.
+layout(constant_id = 5) const uint PN = 0;
+uint64_t pn_g() { return uint64_t(floatBitsToUint(pc.f[1])) | uint64_t(floatBitsToUint(pc.f[2])) << 32; }
+uint64_t pn_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])) << 32; }
+shared float pss[64];
+float pn_scale() {
+    float s = 0.0;
+    for (uint i = gl_SubgroupInvocationID; i < pc.u[8]; i += gl_SubgroupSize) s += BF32(pc.e).v[i];
+    return inversesqrt(subgroupAdd(s) / float(pc.u[0]) + pc.f[0]);
+}
+#endif
 
 #ifdef MATVEC_TAILS
 layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer BCV4 { vec4 v[]; };
@@ -377,6 +406,9 @@ void main() {
         const uint64_t wa = second ? pc.d : pc.a;
         uint n0 = gr * RW + gl_SubgroupID * RS;
         if (!GLU && TAIL == 0u && n0 >= N) return; // uniform over the subgroup; no barrier follows (tails: none returns)
+#ifdef MATVEC_PN
+        const float rr = PN == 2u ? pn_scale() : 1.0; // loads issued ahead of the weights'
+#endif
         float acc[RS], acc2[GLU ? RS : 1];
         for (uint r = 0; r < RS; r++) acc[r] = 0.0;
         for (uint r = 0; r < acc2.length(); r++) acc2[r] = 0.0;
@@ -412,13 +444,42 @@ void main() {
             // squares to e[n0 / RS] for the RMS norm after it
             float res[RS], ss = 0.0;
             for (uint r = 0; r < RS; r++) res[r] = BF32(pc.d).v[min(n0 + r, N - 1)];
+#ifdef MATVEC_PN
+            float nw[RS];
+            for (uint r = 0; r < RS; r++) nw[r] = PN == 1u && pn_g() != 0ul ? BF32(pn_g()).v[min(n0 + r, N - 1)] : 1.0;
+#endif
             for (uint r = 0; r < RS; r++) {
                 float h = res[r] + subgroupAdd(acc[r]);
                 if (n0 + r < N) {
                     ss += h * h;
                     if (subgroupElect()) BF32(pc.o).v[n0 + r] = h;
                 }
+#ifdef MATVEC_PN
+                if (PN == 1u && subgroupElect()) gv[gl_SubgroupID * RS + r] = h * nw[r];
+#endif
             }
+#ifdef MATVEC_PN
+            if (PN == 1u) {
+                // every row of the workgroup is in (the host checks N % u[4] == 0), so no
+                // subgroup returned above and the barrier is the whole workgroup's
+                if (subgroupElect()) pss[gl_SubgroupID] = ss;
+                barrier();
+                // 4 rows an invocation, a block's 8 invocations meeting by shuffles (whole
+                // subgroups call q8_vec4: the subgroup size is a multiple of 8)
+                if (gl_SubgroupID * gl_SubgroupSize < RW / 4u) {
+                    const bool live = tid < RW / 4u;
+                    const uint j = live ? 4u * tid : 0u;
+                    q8_vec4(vec4(gv[j], gv[j + 1], gv[j + 2], gv[j + 3]), live, g * RW / 4u + tid, pn_h(),
+                            pn_h() + uint64_t((N + 15u) / 16u * 16u));
+                }
+                if (tid == 0u) {
+                    float t = 0.0;
+                    for (uint i = 0; i < gl_NumSubgroups; i++) t += pss[i];
+                    BF32(pc.e).v[g] = t;
+                }
+                return;
+            }
+#endif
 #ifdef MATVEC_TAILS
             if (TAIL == 1u) {
                 norm_tail(tid, N);
@@ -431,6 +492,9 @@ void main() {
         if (!GLU) {
             for (uint r = 0; r < RS; r++) {
                 float s = subgroupAdd(acc[r]);
+#ifdef MATVEC_PN
+                s *= rr;
+#endif
                 if (subgroupElect() && n0 + r < N) BF32(second ? pc.e : pc.o).v[n0 + r] = s;
             }
 #ifdef MATVEC_TAILS
