@@ -462,7 +462,7 @@ bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *mm, const o
     const uint32_t rw = pn_rows(vk);
     /* the last prenorm's readers all recorded (its int8 x is in the one pn_buf) */
     if (vk->pn_src && vk->pn_last >= norm_index) return false;
-    if (!vk->prenorm || norm->op != OB_OP_RMS_NORM || norm->src[0] != add || ob_nrows(norm) != 1 || !is_f32(norm) ||
+    if (!vk->prenorm || vk->no_matvec || norm->op != OB_OP_RMS_NORM || norm->src[0] != add || ob_nrows(norm) != 1 || !is_f32(norm) ||
         norm->ne[0] != N || (nw && (!is_f32(nw) || ob_nelements(nw) != N)) || rw == 0 || rw % 32 != 0 || N % rw != 0)
         return false;
     /* every reader of the norm a one-token int8 matmul (record_matvec_q8's path), none of
@@ -527,8 +527,8 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
         up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
         return false;
-    return ob_nrows(x) == 1 && vk->pn_src != addr(x) && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
-           matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
+    return ob_nrows(x) == 1 && vk->pn_src != addr(x) && wg->type == wu->type && wg->ne[0] == wu->ne[0] &&
+           wg->ne[1] == wu->ne[1] && matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
            vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && wg->ne[1] % 32 == 0;
 }
 
