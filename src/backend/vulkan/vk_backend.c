@@ -420,7 +420,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
             vk->prof.key_now = prof_key(n);
             ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;
-            if (!norm && ob_vk_prenorm_ok(vk, g, n, &g->nodes[j], &g->nodes[k], k)) {
+            if (!norm && ob_vk_prenorm_ok(vk, g, &g->nodes[j], &g->nodes[k], k)) {
                 *i = k;
                 return ob_vk_record_matmul_add_pn(vk, n, &g->nodes[j], &g->nodes[k], err, err_len);
             }
@@ -636,24 +636,12 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     }
     vk->q8_src = vk->pn_src = 0; /* a quantized x is kept within a graph only */
     vk->ss_src = 0;
-    if (vk->reuse && vk->prev_valid && g->version && g == vk->list_g && g->version == vk->list_version &&
-        vk->gcmd_pool == (prof ? pr->pool : VK_NULL_HANDLE)) {
-        /* The graph gcmd was recorded from, unchanged: no host pass over its nodes. */
-        st = ob_vk_submit_wait(vk, err, err_len);
-        if (!st) st = submit_list(vk, err, err_len);
-        if (!st) {
-            vk->reused++;
-            vk->unlisted++;
-        }
-        if (prof) {
-            pr->in_step = false;
-            if (!st) pr->steps++;
-        }
-        return st;
-    }
-    vk->list_g = NULL;
+    /* the graph gcmd was listed from, back at that version: no host pass over its nodes */
+    const bool unlisted = vk->reuse && vk->prev_valid && g->version && g == vk->list_g &&
+                          g->version == vk->list_version && vk->gcmd_pool == (prof ? pr->pool : VK_NULL_HANDLE);
+    if (!unlisted) vk->list_g = NULL;
     bool all_device = vk->reuse;
-    for (int64_t i = 0; i < g->n && all_device; i++) {
+    for (int64_t i = 0; i < g->n && all_device && !unlisted; i++) {
         const ob_tensor *n = &g->nodes[i];
         all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports_node(n);
     }
@@ -661,22 +649,25 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         /* Listed, then recorded only if the list changed. Anything still recorded on cmd
          * (nothing today) runs first: gcmd's submit follows it. */
         st = ob_vk_submit_wait(vk, err, err_len);
-        vk->listing = true;
-        vk->n_list = 0;
-        vk->need_barrier = false;
-        vk->hz_all = true;
-        for (int64_t i = 0; i < g->n && !st; i++) {
-            ob_tensor *n = &g->nodes[i];
-            if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
-            st = record_at(vk, g, &i, err, err_len);
+        if (!unlisted) {
+            vk->listing = true;
+            vk->n_list = 0;
+            vk->need_barrier = false;
+            vk->hz_all = true;
+            for (int64_t i = 0; i < g->n && !st; i++) {
+                ob_tensor *n = &g->nodes[i];
+                if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+                st = record_at(vk, g, &i, err, err_len);
+            }
+            vk->listing = false;
         }
-        vk->listing = false;
         if (!st) {
-            if (same_list(vk)) vk->reused++;
+            if (unlisted || same_list(vk)) vk->reused++;
             else st = record_list(vk, err, err_len);
         }
         if (!st) st = submit_list(vk, err, err_len);
         if (!st) {
+            vk->unlisted += unlisted;
             vk->list_g = g;
             vk->list_version = g->version;
         }

@@ -368,9 +368,8 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
  * also writes its int8 form. */
 bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm);
 /* The RMS norm (at norm_index of g) after a fusable matmul + ADD as a prenorm: its readers
- * all one-token int8 matmuls of 4 rows a subgroup, the rows whole 32-row blocks. */
-bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
-                      int64_t norm_index);
+ * all one-token int8 matmuls, the rows whole 32-row blocks of the producer's workgroups. */
+bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *add, const ob_tensor *norm, int64_t norm_index);
 ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
                                      size_t err_len);
 ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,

@@ -454,9 +454,7 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
 /* Rows per workgroup of the prenorm producer: 256 invocations, 4 rows a subgroup. */
 static uint32_t pn_rows(const ob_vk *vk) { return vk->info.subgroup > 64 ? 0 : 256 / vk->info.subgroup * 4; }
 
-bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
-                      int64_t norm_index) {
-    (void)mm; /* ob_vk_fusable_matmul_add held for it and add */
+bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *add, const ob_tensor *norm, int64_t norm_index) {
     const ob_tensor *nw = norm->src[1];
     const int64_t N = add->ne[0];
     const uint32_t rw = pn_rows(vk);

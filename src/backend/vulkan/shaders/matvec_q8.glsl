@@ -81,6 +81,13 @@ int dp4su(uint a, uint b, int c) { return c + sudot4_(a, b, 0); }
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BV2 { vec2 v[]; };
 
+#if defined(MATVEC_TAILS) || defined(MATVEC_PN)
+// The tails' (and prenorm's) two addresses: G in f[1] | f[2] << 32, H in u[9] | f[3] << 32,
+// as bits.
+uint64_t tail_g() { return uint64_t(floatBitsToUint(pc.f[1])) | uint64_t(floatBitsToUint(pc.f[2])) << 32; }
+uint64_t tail_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])) << 32; }
+#endif
+
 #ifdef MATVEC_PN
 // Prenorm (vk_ops.c, ob_vk_prenorm_ok): the RMS norm between a one-token matmul + residual
 // ADD and the one-token matmuls that read it is not dispatched. The producer (PN 1, the
@@ -91,9 +98,6 @@ layout(buffer_reference, std430, buffer_reference_align = 8) buffer BV2 { vec2 v
 // block scale, so each consumer (PN 2) takes r from the u[8] sums at e (f[0] eps, u[0] the
 // row length) and scales its dot products by it. G and H are packed as the tails' are.
 layout(constant_id = 5) const uint PN = 0;
-uint64_t pn_g() { return uint64_t(floatBitsToUint(pc.f[1])) | uint64_t(floatBitsToUint(pc.f[2])) << 32; }
-uint64_t pn_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])) << 32; }
-shared float pss[64];
 float pn_scale() {
     float s = 0.0;
     for (uint i = gl_SubgroupInvocationID; i < pc.u[8]; i += gl_SubgroupSize) s += BF32(pc.e).v[i];
@@ -315,9 +319,6 @@ void unit_acc(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
 }
 
 #ifdef MATVEC_TAILS
-// The tails' two addresses: G (below) in f[1] | f[2] << 32, H in u[9] | f[3] << 32, as bits.
-uint64_t tail_g() { return uint64_t(floatBitsToUint(pc.f[1])) | uint64_t(floatBitsToUint(pc.f[2])) << 32; }
-uint64_t tail_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])) << 32; }
 
 // u[7] 3, after every row of the sum is written: the last workgroup normalises it (two
 // 32-element blocks per invocation at most) and writes it as F32 and int8.
@@ -446,7 +447,7 @@ void main() {
             for (uint r = 0; r < RS; r++) res[r] = BF32(pc.d).v[min(n0 + r, N - 1)];
 #ifdef MATVEC_PN
             float nw[RS];
-            for (uint r = 0; r < RS; r++) nw[r] = PN == 1u && pn_g() != 0ul ? BF32(pn_g()).v[min(n0 + r, N - 1)] : 1.0;
+            for (uint r = 0; r < RS; r++) nw[r] = PN == 1u && tail_g() != 0ul ? BF32(tail_g()).v[min(n0 + r, N - 1)] : 1.0;
 #endif
             for (uint r = 0; r < RS; r++) {
                 float h = res[r] + subgroupAdd(acc[r]);
@@ -461,22 +462,18 @@ void main() {
 #ifdef MATVEC_PN
             if (PN == 1u) {
                 // every row of the workgroup is in (the host checks N % u[4] == 0), so no
-                // subgroup returned above and the barrier is the whole workgroup's
-                if (subgroupElect()) pss[gl_SubgroupID] = ss;
-                barrier();
+                // subgroup returned above and wg_sum's barriers are the whole workgroup's
+                // (ss is the same on every lane: one lane's counts)
+                const float t = wg_sum(subgroupElect() ? ss : 0.0);
                 // 4 rows an invocation, a block's 8 invocations meeting by shuffles (whole
                 // subgroups call q8_vec4: the subgroup size is a multiple of 8)
                 if (gl_SubgroupID * gl_SubgroupSize < RW / 4u) {
                     const bool live = tid < RW / 4u;
                     const uint j = live ? 4u * tid : 0u;
-                    q8_vec4(vec4(gv[j], gv[j + 1], gv[j + 2], gv[j + 3]), live, g * RW / 4u + tid, pn_h(),
-                            pn_h() + uint64_t((N + 15u) / 16u * 16u));
+                    q8_vec4(vec4(gv[j], gv[j + 1], gv[j + 2], gv[j + 3]), live, g * RW / 4u + tid, tail_h(),
+                            tail_h() + uint64_t((N + 15u) / 16u * 16u));
                 }
-                if (tid == 0u) {
-                    float t = 0.0;
-                    for (uint i = 0; i < gl_NumSubgroups; i++) t += pss[i];
-                    BF32(pc.e).v[g] = t;
-                }
+                if (tid == 0u) BF32(pc.e).v[g] = t;
                 return;
             }
 #endif
