@@ -18,74 +18,13 @@ int main(void) {
 #include "backend/vulkan/vk_internal.h"
 #include "convert/convert.h"
 #include "onebit.h"
+#include "vk_testutil.h"
 #include <dlfcn.h>
 #include <jansson.h>
 #include <unistd.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* lavapipe keeps a few small allocations reachable only from its own globals. The loader
- * unloads the driver when the last instance goes, and LeakSanitizer then reports them
- * from an unknown module; pinning the libraries (before the loader opens them) keeps them reachable (driver-owned, not
- * ours), and the suppression covers what the driver itself never frees. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void) { return "leak:libvulkan_lvp.so\n"; }
-static void pin_mesa_drivers(void) {
-    static const char *libs[] = {"libvulkan_lvp.so", "libvulkan_intel.so", "libvulkan_intel_hasvk.so", "libvulkan_radeon.so"};
-    for (size_t i = 0; i < OB_ARRAY_LEN(libs); i++) (void)dlopen(libs[i], RTLD_LAZY | RTLD_NODELETE);
-}
-
-#define N_BE 3
-/* 0: mapped memory, 1: staging copies, 2: mapped writes with staged reads (as on a
- * discrete GPU whose device memory maps uncached) */
-static ob_backend *g_be[N_BE];
-static const char *const g_be_name[N_BE] = {"mapped", "staging", "staged reads"};
-static ob_rng g_rng;
-
-static float *rand_f32(int64_t n, float scale) {
-    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
-    ob_rng_fill_normal(&g_rng, x, n, scale);
-    return x;
-}
-
-static bool is_iq(ob_type t) {
-    return t == OB_TYPE_IQ2_XXS || t == OB_TYPE_IQ2_XS || t == OB_TYPE_IQ2_S || t == OB_TYPE_IQ3_XXS ||
-           t == OB_TYPE_IQ3_S || t == OB_TYPE_IQ1_S || t == OB_TYPE_IQ1_M;
-}
-
-/* Lattice types: random bytes are valid blocks (every index names a grid point, every
- * sign and scale code is legal) and reach every grid point, which a quantizer's output
- * would not; only the f16 block scale is set, to a finite value in [0.005, 0.015). */
-static void *rand_iq(ob_type t, int64_t ne0, int64_t rows) {
-    size_t bsz = ob_row_size(t, ob_type_block_size(t)), nb = (size_t)(ne0 * rows / ob_type_block_size(t));
-    uint8_t *q = malloc(bsz * nb);
-    for (size_t i = 0; i < bsz * nb; i++) q[i] = (uint8_t)ob_rng_u64(&g_rng);
-    for (size_t b = 0; b < nb; b++) {
-        uint8_t *blk = q + b * bsz;
-        uint16_t d = ob_f32_to_f16(0.005f + 0.01f * ob_rng_uniform(&g_rng));
-        if (t == OB_TYPE_IQ1_M) {
-            /* the scale's four nibbles sit in the top nibble of each 16-bit scale word */
-            for (int k = 0; k < 4; k++) blk[48 + 2 * k + 1] = (uint8_t)((blk[48 + 2 * k + 1] & 0x0f) | (((d >> (4 * k)) & 15) << 4));
-        } else {
-            memcpy(blk, &d, 2);
-        }
-    }
-    return q;
-}
-
-static void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale) {
-    if (is_iq(t)) return rand_iq(t, ne0, rows);
-    float *f = rand_f32(ne0 * rows, scale);
-    size_t rb = ob_row_size(t, ne0);
-    char *q = malloc(rb * (size_t)rows);
-    for (int64_t r = 0; r < rows; r++) {
-        if (t == OB_TYPE_F32) memcpy(q + rb * (size_t)r, f + r * ne0, rb);
-        else ob_type_traits_get(t)->from_float(f + r * ne0, q + rb * (size_t)r, ne0);
-    }
-    free(f);
-    return q;
-}
 
 /* Does a MATMUL of t over T tokens take matvec_q8.comp (x quantized to int8 per 32)? */
 static bool q8_path(ob_type t, int64_t T) {
@@ -132,105 +71,6 @@ static void round_q8(float *x, int64_t n) {
         for (int j = 0; j < 32; j++) x[b + j] = d * rintf(x[b + j] * id);
     }
 }
-
-static double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - r[i]), e = d == 0 ? 0 : d / (atol + rtol * fabs(r[i]));
-        if (isnan(a[i]) || isnan(r[i])) e = INFINITY;
-        if (e > worst) { worst = e; *where = i; }
-    }
-    return worst;
-}
-
-/* Runs g on a Vulkan backend: leaves are uploaded, the scratch is NaN-poisoned, and the
- * bytes of `check` (the output, or a leaf the graph writes) are downloaded into result.
- * Leaf data pointers are restored afterwards. */
-static ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, char *err, size_t err_len) {
-    void **host = calloc((size_t)g->n, sizeof(void *)), **dev = calloc((size_t)g->n, sizeof(void *));
-    ob_status st = OB_OK;
-    for (int64_t i = 0; i < g->n && !st; i++) {
-        ob_tensor *t = &g->nodes[i];
-        if (t->op != OB_OP_LEAF) continue;
-        size_t sz = ob_nbytes(t);
-        host[i] = t->data;
-        dev[i] = be->iface->alloc(be, sz);
-        if (!dev[i]) { st = OB_ERR_NOMEM; break; }
-        st = be->iface->upload(be, dev[i], host[i], sz);
-        t->data = dev[i];
-    }
-    ob_graph_plan(g);
-    void *scratch = st ? NULL : be->iface->alloc(be, g->scratch_size);
-    if (!st && !scratch) st = OB_ERR_NOMEM;
-    if (!st && g->scratch_size) {
-        float *nan = malloc(g->scratch_size);
-        for (size_t i = 0; i < g->scratch_size / 4; i++) nan[i] = NAN;
-        st = be->iface->upload(be, scratch, nan, g->scratch_size / 4 * 4);
-        free(nan);
-    }
-    if (!st) {
-        ob_graph_bind(g, scratch);
-        st = be->iface->compute(be, g, err, err_len);
-    }
-    if (!st) st = be->iface->download(be, result, check->data, ob_nbytes(check));
-    if (scratch) be->iface->free_buf(be, scratch);
-    for (int64_t i = 0; i < g->n; i++) {
-        if (g->nodes[i].op != OB_OP_LEAF) continue;
-        if (dev[i]) be->iface->free_buf(be, dev[i]);
-        if (host[i]) g->nodes[i].data = host[i];
-    }
-    free(host);
-    free(dev);
-    return st;
-}
-
-/* The CPU reference for every computed node of g in order (host memory). */
-static void run_ref(ob_graph *g, void **scratch) {
-    ob_graph_plan(g);
-    *scratch = aligned_alloc(64, (g->scratch_size + 64) & ~(size_t)63);
-    ob_graph_bind(g, *scratch);
-    for (int64_t i = 0; i < g->n; i++)
-        if (g->nodes[i].op != OB_OP_LEAF && g->nodes[i].op != OB_OP_VIEW) ob_cpu_ref_op(&g->nodes[i]);
-}
-
-/* Compares `check` after a Vulkan run with the reference (as floats: non-F32 results
- * are dequantized first). */
-static void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol, const char *what) {
-    size_t nb = ob_nbytes(check);
-    int64_t n = ob_nelements(check);
-    void *got[N_BE];
-    ob_status st[N_BE];
-    char err[N_BE][256];
-    /* Devices first: the reference may write a leaf (KV_STORE) that the device must see fresh. */
-    for (int b = 0; b < N_BE; b++) {
-        got[b] = malloc(nb);
-        err[b][0] = 0;
-        st[b] = run_on(g_be[b], g, check, got[b], err[b], sizeof(err[b]));
-    }
-    void *scratch;
-    run_ref(g, &scratch);
-    float *ref = malloc(sizeof(float) * (size_t)n), *gf = malloc(sizeof(float) * (size_t)n);
-    ob_dequantize(check->type, check->data, ref, n);
-    for (int b = 0; b < N_BE; b++) {
-        CHECKF(st[b] == OB_OK, "%s [%s]: run failed: %s", what, g_be_name[b], err[b]);
-        if (st[b] == OB_OK) {
-            ob_dequantize(check->type, got[b], gf, n);
-            int64_t at = 0;
-            double e = err_ratio(gf, ref, n, atol, rtol, &at);
-            CHECKF(e <= 1.0, "%s [%s]: err ratio %g at %lld: got %g want %g", what, g_be_name[b], e,
-                   (long long)at, gf[at], ref[at]);
-        }
-        free(got[b]);
-    }
-    free(ref);
-    free(gf);
-    free(scratch);
-}
-
-static ob_backend *backend_with(const char *var, const char *val);
-static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what);
-static void check_on_as(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what,
-                        const char *suffix);
 
 /* ---- per-op cases ---------------------------------------------------------------------- */
 
@@ -617,10 +457,10 @@ static void run_attention(const attn_case *ac) {
     if (vk->n_prev == 1) {
         const ob_vk_pc *pc = &vk->prev[0].pc;
         if (dec)
-            CHECKF(vk->prev[0].pipe == vk->pipes[dsh][ac->kv] && (pc->u[6] >> 8) == (uint32_t)S_dec &&
+            CHECKF(vk->prev[0].pipe == vk->pipes[dsh][ac->kv] && ((pc->u[6] >> 8) & 255u) == (uint32_t)S_dec &&
                        ((pc->u[2] >> 16) & 255u) == (uint32_t)cpi && (pc->u[2] >> 24) == (uint32_t)gw &&
                        ((pc->u[6] & 4u) != 0) == (S_dec > 1),
-                   "%s: attn_dec, S %u cpi %u gw %u, want S %lld cpi %d gw %d", what, pc->u[6] >> 8,
+                   "%s: attn_dec, S %u cpi %u gw %u, want S %lld cpi %d gw %d", what, (pc->u[6] >> 8) & 255u,
                    (pc->u[2] >> 16) & 255u, pc->u[2] >> 24, (long long)S_dec, cpi, gw);
         else
             CHECKF(vk->prev[0].pipe == vk->pipes[OB_VK_SH_ATTENTION][OB_TYPE_F32] &&
@@ -668,11 +508,15 @@ static void test_attention(void) {
     g_olddec = backend_with("ONEBIT_VK_ATTN_DEC", "0");
     if (g_olddec) ((ob_vk *)g_olddec->ctx)->attn_cells = 128;
     g_gw4 = backend_with("ONEBIT_VK_ATTN_GW", "4");
-    /* splits of 128 cells, so the 300-cell decode cases split (the default is 1024) */
-    uint32_t keep_cells[N_BE];
+    if (g_gw4) ((ob_vk *)g_gw4->ctx)->attn_solo = 0;
+    /* splits of 128 cells, so the 300-cell decode cases split (the default is 1024); every
+     * split walks its chunks (no "solo" walk by split 0 of a few chunks: see below) */
+    uint32_t keep_cells[N_BE], keep_solo[N_BE];
     for (int b = 0; b < N_BE; b++) {
         keep_cells[b] = ((ob_vk *)g_be[b]->ctx)->attn_cells;
         ((ob_vk *)g_be[b]->ctx)->attn_cells = 128;
+        keep_solo[b] = ((ob_vk *)g_be[b]->ctx)->attn_solo;
+        ((ob_vk *)g_be[b]->ctx)->attn_solo = 0;
     }
     static const ob_type kvt[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
     static const int heads[][2] = {{4, 4}, {4, 2}, {6, 1}};
@@ -687,6 +531,19 @@ static void test_attention(void) {
                             attn_case ac = {kvt[k], hd, heads[h][0], heads[h][1], window, causal, cap ? 1.5f : 0.0f, decode, 0};
                             run_attention(&ac);
                         }
+    /* solo: the decode cases' splits find at most 3 chunks to walk, under the threshold, so
+     * split 0 walks them alone (the dispatch still has the splits' workgroups) */
+    for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = 8;
+    for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
+        for (size_t h = 0; h < OB_ARRAY_LEN(heads); h++)
+            for (int window = 0; window <= 3; window += 3) {
+                int hd = kvt[k] == OB_TYPE_Q8_0 ? 64 : (h == 1 ? 256 : 40);
+                attn_case ac = {kvt[k], hd, heads[h][0], heads[h][1], window, 1, 0.0f, 1, 0};
+                run_attention(&ac);
+                const ob_vk *vk = g_be[0]->ctx;
+                CHECKF(vk->n_prev == 1 && (vk->prev[0].pc.u[6] >> 16) == 8u, "solo attention: u[6] %#x",
+                       vk->n_prev == 1 ? vk->prev[0].pc.u[6] : 0u);
+            }
     /* ALiBi (jina-bert-v2: encoder, whole sequence): 6 heads take both slope families
      * (n2 = 4) at head_dim 12 as the tiny fixture; 4/2 is GQA; 16 heads, bias 8: slopes down to 2^-8. Positions reach 287
      * in decode, so distant cells are strongly damped. */
@@ -706,7 +563,10 @@ static void test_attention(void) {
     g_olddec = NULL;
     if (g_gw4) ob_backend_free(g_gw4);
     g_gw4 = NULL;
-    for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_cells = keep_cells[b];
+    for (int b = 0; b < N_BE; b++) {
+        ((ob_vk *)g_be[b]->ctx)->attn_cells = keep_cells[b];
+        ((ob_vk *)g_be[b]->ctx)->attn_solo = keep_solo[b];
+    }
 }
 
 /* POOL: mean / first / last of each sequence's tokens, with and without L2 norm; the
@@ -881,43 +741,6 @@ static void test_free_memory(void) {
     if (!budget) CHECK(be->iface->free_memory(be) == before);
 }
 
-
-/* A Vulkan backend made with env var `var` set to `val` (restored after). */
-static ob_backend *backend_with(const char *var, const char *val) {
-    char err[256] = "", keep[32] = "";
-    const char *was = getenv(var);
-    if (was) snprintf(keep, sizeof(keep), "%s", was);
-    setenv(var, val, 1);
-    ob_backend *be = ob_backend_vulkan_new(0, false, err, sizeof(err));
-    if (was) setenv(var, keep, 1);
-    else unsetenv(var);
-    CHECKF(be != NULL, "backend with %s=%s: %s", var, val, err);
-    return be;
-}
-
-/* g on one backend against the reference. */
-static void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what) {
-    int64_t n = ob_nelements(o);
-    float *got = malloc(sizeof(float) * (size_t)n);
-    char err[256] = "";
-    ob_status st = run_on(be, g, o, got, err, sizeof(err));
-    CHECKF(st == OB_OK, "%s: %s", what, err);
-    void *scratch;
-    run_ref(g, &scratch);
-    int64_t at = 0;
-    double e = st ? 0 : err_ratio(got, o->data, n, atol, rtol, &at);
-    CHECKF(e <= 1.0, "%s: err ratio %g at %lld: got %g want %g", what, e, (long long)at, got[at], ((float *)o->data)[at]);
-    free(scratch);
-    free(got);
-}
-
-/* check_on under the name "what, suffix". */
-static void check_on_as(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rtol, const char *what,
-                        const char *suffix) {
-    char w[192];
-    snprintf(w, sizeof(w), "%s, %s", what, suffix);
-    check_on(be, g, o, atol, rtol, w);
-}
 
 /* The decode matvec's two paths and its knobs: the streaming path (Q4_K, Q6_K, Q8_0,
  * Q1_0, TQ2_0) with 1, 3 and 4 rows per subgroup (N = 37: partial row groups) and the
@@ -1458,25 +1281,7 @@ static void test_models(void) {
 }
 
 int main(void) {
-    setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU */
-    pin_mesa_drivers();
-    ob_vulkan_list_devices(stdout);
-    char err[512] = "";
-    g_be[0] = ob_backend_vulkan_new(0, false, err, sizeof(err));
-    if (!g_be[0]) {
-        printf("test_vulkan_ops: skipped (no Vulkan device: %s)\n", err);
-        return 0;
-    }
-    setenv("ONEBIT_VULKAN_STAGING", "1", 1);
-    g_be[1] = ob_backend_vulkan_new(0, false, err, sizeof(err));
-    unsetenv("ONEBIT_VULKAN_STAGING");
-    CHECKF(g_be[1] != NULL, "staging backend: %s", err);
-    if (!g_be[1]) return ob_test_done("test_vulkan_ops");
-    setenv("ONEBIT_VULKAN_STAGED_READS", "1", 1);
-    g_be[2] = ob_backend_vulkan_new(0, false, err, sizeof(err));
-    unsetenv("ONEBIT_VULKAN_STAGED_READS");
-    CHECKF(g_be[2] != NULL, "staged-reads backend: %s", err);
-    if (!g_be[2]) return ob_test_done("test_vulkan_ops");
+    if (!vkt_begin("test_vulkan_ops")) return ob_test_done("test_vulkan_ops");
     ob_rng_seed(&g_rng, 0x5eed0bu);
     double t0 = ob_time_s();
     test_norms();
@@ -1504,7 +1309,7 @@ int main(void) {
     printf("decoders: %.1f s\n", ob_time_s() - t0);
     ob_test_encoders_on(OB_DEVICE_VULKAN, "vulkan", NULL);
     printf("total: %.1f s\n", ob_time_s() - t0);
-    for (int b = 0; b < N_BE; b++) ob_backend_free(g_be[b]);
+    vkt_end();
     return ob_test_done("test_vulkan_ops");
 }
 #endif

@@ -233,8 +233,10 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
                    : sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
     const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC || tv == 1                 ? 4u
                         : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 || tv == 2 ? 2u
-                        : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || tv == 3 ? 1u
-                                                                                               : 8u;
+                        : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || sh == OB_VK_SH_ATTN_FOLD ||
+                                tv == 3
+                            ? 1u
+                            : 8u;
     /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size */
     uint32_t spec[7] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU,
                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
@@ -382,6 +384,12 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     const uint64_t ss = vk->ss_src;
     vk->ss_src = 0;
     ob_tensor *n = &g->nodes[*i];
+    ob_vk_fold fold;
+    if (!vk->no_fuse && (n->op == OB_OP_RMS_NORM || n->op == OB_OP_ROPE) && ob_vk_attn_fold_ok(vk, g, *i, &fold)) {
+        vk->prof.key_now = prof_key(fold.at); /* timed as the attention */
+        *i = fold.end;
+        return ob_vk_record_attn_fold(vk, &fold, err, err_len);
+    }
     if (!vk->no_fuse && n->op == OB_OP_ADD) {
         int64_t j = *i + 1;
         while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
@@ -652,6 +660,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         if (!unlisted) {
             vk->listing = true;
             vk->n_list = 0;
+            vk->fold_n = 0;
             vk->need_barrier = false;
             vk->hz_all = true;
             for (int64_t i = 0; i < g->n && !st; i++) {
@@ -660,6 +669,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
                 st = record_at(vk, g, &i, err, err_len);
             }
             vk->listing = false;
+            if (!st) st = ob_vk_fold_upload(vk, err, err_len);
         }
         if (!st) {
             if (unlisted || same_list(vk)) vk->reused++;

@@ -395,6 +395,10 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_last = !(alast && !strcmp(alast, "0"));
     const char *adec = getenv("ONEBIT_VK_ATTN_DEC");
     vk->attn_dec = !(adec && !strcmp(adec, "0"));
+    const char *asolo = getenv("ONEBIT_VK_ATTN_SOLO");
+    vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
+    const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
+    vk->attn_fold = !(afold && !strcmp(afold, "0"));
     const char *agw = getenv("ONEBIT_VK_ATTN_GW");
     /* 1: on the H200 a workgroup per query head beat 2 and 4 (qwen3-8b TQ2_0 tg64 275.8 /
      * 265.5 / 235.1, attention.comp 253.9; 2026-11-30 17:51 UTC): its per-invocation work,
@@ -491,6 +495,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->ss_buf.buf) ob_vk_buffer_free(vk, &vk->ss_buf);
         if (vk->tail_norm.buf) ob_vk_buffer_free(vk, &vk->tail_norm);
         if (vk->tail_glu.buf) ob_vk_buffer_free(vk, &vk->tail_glu);
+        if (vk->fold_par.buf) ob_vk_buffer_free(vk, &vk->fold_par);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
             for (int t = 0; t < OB_TYPE_COUNT; t++)

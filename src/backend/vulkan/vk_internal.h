@@ -67,6 +67,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_PNC4,
     OB_VK_SH_MATVEC_Q8_PNC2,
     OB_VK_SH_MATVEC_Q8_PNC1,
+    OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
+                              stores of one token folded in (attn_fold.comp) */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -306,6 +308,19 @@ typedef struct ob_vk {
     bool attn_dec;         /* attn_dec.comp where it applies (ONEBIT_VK_ATTN_DEC=0: off) */
     uint32_t attn_gw;      /* its query heads per workgroup: 1, 2 or 4 (ONEBIT_VK_ATTN_GW,
                               default 1) */
+    uint32_t attn_solo;    /* with splits, under this many chunks to walk split 0 walks them
+                              alone, no merge (ONEBIT_VK_ATTN_SOLO, default 4; 0: never) */
+    /* The attention fold (ONEBIT_VK_ATTN_FOLD=0: off): the q/k norms and ropes and the K/V
+     * stores before a one-token decode attention run inside it (attn_fold.comp). Each
+     * fold's parameters take a slot of fold_par: written into fold_host while a graph is
+     * listed, uploaded before it runs where they differ from fold_dev (what fold_par holds). */
+    bool attn_fold;
+    ob_vk_alloc fold_par;
+#define OB_VK_FOLD_SLOTS 256
+#define OB_VK_FOLD_WORDS 16
+    uint32_t fold_host[OB_VK_FOLD_SLOTS][OB_VK_FOLD_WORDS], fold_dev[OB_VK_FOLD_SLOTS][OB_VK_FOLD_WORDS];
+    int fold_n, fold_dev_n;
+    int64_t fold_count;    /* folds recorded (tests) */
 #define OB_VK_TICKET_BYTES 4096 /* the first bytes of attn_part, tail_norm and tail_glu: tickets */
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
@@ -386,6 +401,22 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index);
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
+/* The nodes of one decode attention from node i of g: [q RMS_NORM] q ROPE [k RMS_NORM]
+ * k ROPE, the K and V KV_STOREs, the ATTENTION (views between them skipped). */
+typedef struct ob_vk_fold {
+    ob_tensor *qn, *qr, *kn, *kr, *ks, *vs, *at;
+    int64_t end;  /* the attention's index */
+    bool q8_only; /* its one reader, the matmul after it, takes its int8 output: the F32
+                     output is not written */
+} ob_vk_fold;
+/* Can they run as one attn_fold.comp dispatch (a graph being listed, one token, attn_dec's
+ * plan with one query head a workgroup, heads of whole 32-element blocks, no ALiBi or
+ * soft-cap, each folded output read only by the next folded node, and the attention's
+ * output either never written or apart from the raw k and v)? Fills *f. */
+bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f);
+ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size_t err_len);
+/* After a graph is listed: its folds' parameters into fold_par, where they changed. */
+ob_status ob_vk_fold_upload(ob_vk *vk, char *err, size_t err_len);
 /* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
 /* ... and whose rope output, which the fused dispatch writes unless its store is fused too,

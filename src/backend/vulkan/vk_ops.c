@@ -740,6 +740,204 @@ ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob
     return ob_vk_dispatch(vk, OB_VK_SH_NORM_ROPE, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(x), err, err_len);
 }
 
+/* ---- the attention fold (attn_fold.comp) ---------------------------------------------- */
+
+static int64_t next_node(const ob_graph *g, int64_t j) {
+    for (j++; j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW); j++) {}
+    return j;
+}
+
+/* The signed byte offset from a to b, if it fits 32 bits. */
+static bool delta32(uint64_t a, uint64_t b, uint32_t *d) {
+    const int64_t v = (int64_t)(b - a);
+    if (v < INT32_MIN || v > INT32_MAX) return false;
+    *d = (uint32_t)(int32_t)v;
+    return true;
+}
+
+bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) {
+    memset(f, 0, sizeof(*f));
+    if (!vk->attn_fold || !vk->listing || vk->no_fuse || vk->fold_n >= OB_VK_FOLD_SLOTS) return false;
+    int64_t j = i, iqr, ikr, iks;
+    ob_tensor *n = &g->nodes[j];
+    if (n->op == OB_OP_RMS_NORM) {
+        f->qn = n;
+        j = next_node(g, j);
+    }
+    if (j >= g->n || g->nodes[j].op != OB_OP_ROPE) return false;
+    f->qr = &g->nodes[iqr = j];
+    j = next_node(g, j);
+    if (j < g->n && g->nodes[j].op == OB_OP_RMS_NORM) {
+        f->kn = &g->nodes[j];
+        j = next_node(g, j);
+    }
+    if (j >= g->n || g->nodes[j].op != OB_OP_ROPE) return false;
+    f->kr = &g->nodes[ikr = j];
+    j = next_node(g, j);
+    if (j >= g->n || g->nodes[j].op != OB_OP_KV_STORE) return false;
+    f->ks = &g->nodes[iks = j];
+    j = next_node(g, j);
+    if (j >= g->n || g->nodes[j].op != OB_OP_KV_STORE) return false;
+    f->vs = &g->nodes[j];
+    j = next_node(g, j);
+    if (j >= g->n || g->nodes[j].op != OB_OP_ATTENTION) return false;
+    f->at = &g->nodes[f->end = j];
+    const ob_tensor *at = f->at, *qr = f->qr, *kr = f->kr, *ks = f->ks, *vs = f->vs;
+    /* each folded output read only by the next folded node */
+    if ((f->qn && (qr->src[0] != f->qn || f->qn->last_use != iqr)) ||
+        (f->kn && (kr->src[0] != f->kn || f->kn->last_use != ikr)) || at->src[0] != qr || qr->last_use != f->end ||
+        ks->src[0] != kr || kr->last_use != iks)
+        return false;
+    const ob_tensor *rq = f->qn ? f->qn->src[0] : qr->src[0], *rk = f->kn ? f->kn->src[0] : kr->src[0];
+    const ob_tensor *rv = vs->src[0], *kc = at->src[1], *vc = at->src[2], *pos = at->src[3], *seq = at->src[4];
+    /* one token, the same positions, sequences and caches throughout */
+    const int64_t hd = qr->ne[0], n_kv = at->ip[1];
+    if (qr->ne[2] * qr->ne[3] != 1 || kr->ne[0] != hd || kr->ne[1] != n_kv || kr->ne[2] * kr->ne[3] != 1 ||
+        ob_nelements(rv) != hd * n_kv || hd % 32 != 0 || hd > 256 || ks->src[1] != kc ||
+        vs->src[1] != vc || qr->src[1] != pos || kr->src[1] != pos || ks->src[2] != pos || vs->src[2] != pos ||
+        ks->src[3] != seq || vs->src[3] != seq || ks->ip[0] != at->ip[0] || vs->ip[0] != at->ip[0])
+        return false;
+    /* F32 throughout; norm weights of one head's elements */
+    const ob_tensor *wq = f->qn ? f->qn->src[1] : NULL, *wk = f->kn ? f->kn->src[1] : NULL;
+    if (!is_f32(rq) || !is_f32(rk) || !is_f32(rv) || (wq && (!is_f32(wq) || ob_nelements(wq) != hd)) ||
+        (wk && (!is_f32(wk) || ob_nelements(wk) != hd)))
+        return false;
+    /* the same rope for q and k, adjacent pairs or NeoX halves */
+    if (qr->ip[0] != kr->ip[0] || qr->ip[1] != kr->ip[1] || qr->fp[0] != kr->fp[0] || qr->fp[1] != kr->fp[1] ||
+        (qr->ip[1] != 0 && qr->ip[1] != 2) || qr->ip[0] <= 0 || qr->ip[0] > hd || qr->ip[0] % 2 != 0)
+        return false;
+    if (at->fp[1] != 0.0f || at->fp[2] != 0.0f) return false;
+    const ob_tensor *nodes[] = {f->qn, qr, f->kn, kr, ks, vs, at};
+    for (size_t k = 0; k < OB_ARRAY_LEN(nodes); k++)
+        if (nodes[k] && !ob_vk_supports_node(nodes[k])) return false;
+    uint32_t cpi, gw, dk, dv;
+    uint64_t S;
+    /* Where the one reader of the output is the matmul right after it, on the int8 x the
+     * fold writes, the F32 output is never written. Else it is written while other
+     * workgroups may still read the raw q, k and v: it must lie apart from k and v, and on
+     * q exactly (a q head is read only by the workgroups that write that head's output,
+     * before they write it) or apart from it. */
+    const int64_t jm = next_node(g, f->end);
+    const ob_tensor *mm = jm < g->n ? &g->nodes[jm] : NULL;
+    f->q8_only = mm && mm->op == OB_OP_MATMUL && mm->src[1] && addr(mm->src[1]) == addr(at) &&
+                 ob_nelements(mm->src[1]) == ob_nelements(at) && at->last_use == jm && !vk->no_matvec &&
+                 ob_vk_supports_node(mm) && matvec_q8_ok(vk, mm->src[0], mm->src[1]) && attn_q8_ok(vk, at) &&
+                 ob_vk_q8_out(vk, at, NULL).hi > 0;
+    const uint64_t o = addr(at), oe = o + ob_nbytes(at);
+    if (!f->q8_only && (!no_partial_overlap(at, rq) || !(oe <= addr(rk) || addr(rk) + ob_nbytes(rk) <= o) ||
+                        !(oe <= addr(rv) || addr(rv) + ob_nbytes(rv) <= o)))
+        return false;
+    return attn_dec_plan(vk, at, &cpi, &gw, &S) && gw == 1 && delta32(addr(rq), addr(rk), &dk) &&
+           delta32(addr(rq), addr(rv), &dv);
+}
+
+ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size_t err_len) {
+    const ob_tensor *at = f->at, *qr = f->qr, *kc = at->src[1], *vc = at->src[2];
+    const ob_tensor *rq = f->qn ? f->qn->src[0] : qr->src[0], *rk = f->kn ? f->kn->src[0] : f->kr->src[0];
+    const ob_tensor *rv = f->vs->src[0];
+    if (!vk->fold_par.buf) {
+        ob_status st = ob_vk_buffer_new(vk, sizeof(vk->fold_host), false, &vk->fold_par, err, err_len);
+        if (st) return st;
+    }
+    /* reads: the raw q, k, v, positions, sequences and both caches; writes: the caches (the
+     * token's cell), the output and its int8 form */
+    const ob_tensor *rds[] = {rq, rk, rv, at->src[3], at->src[4], kc, vc};
+    ob_vk_range rd[OB_ARRAY_LEN(rds)], wr[4];
+    for (size_t k = 0; k < OB_ARRAY_LEN(rds); k++) rd[k] = (ob_vk_range){addr(rds[k]), addr(rds[k]) + ob_nbytes(rds[k]), false};
+    int nwr = 0;
+    wr[nwr++] = rd[5];
+    wr[nwr++] = rd[6];
+    /* never written with q8_only, but what was there is gone (a prenorm's or int8 x's
+     * source that lay there is dead): a dead write */
+    wr[nwr++] = (ob_vk_range){addr(at), addr(at) + ob_nbytes(at), f->q8_only};
+    const ob_vk_range q8r = ob_vk_q8_out(vk, at, NULL);
+    if (q8r.hi > q8r.lo) wr[nwr++] = q8r;
+    else if (f->q8_only)
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: no int8 output for the attention fold", at->name);
+    ob_vk_hz(vk, rd, (int)OB_ARRAY_LEN(rd), wr, nwr);
+
+    uint32_t cpi, gw, dk, dv;
+    uint64_t S;
+    if (!attn_dec_plan(vk, at, &cpi, &gw, &S) || !delta32(addr(rq), addr(rk), &dk) || !delta32(addr(rq), addr(rv), &dv))
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s: the attention fold off its plan", at->name);
+    const uint64_t hd = (uint64_t)qr->ne[0], H = (uint64_t)qr->ne[1], n_kv = (uint64_t)at->ip[1];
+    if (S > 1 && ticket_scratch(vk, &vk->attn_part, H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+    /* the parameter block */
+    const int slot = vk->fold_n++;
+    uint32_t *w = vk->fold_host[slot];
+    memset(w, 0, sizeof(vk->fold_host[slot]));
+    const uint64_t qn = f->qn ? addr(f->qn->src[1]) : 0, kn = f->kn ? addr(f->kn->src[1]) : 0;
+    w[0] = (uint32_t)qn;
+    w[1] = (uint32_t)(qn >> 32);
+    w[2] = (uint32_t)kn;
+    w[3] = (uint32_t)(kn >> 32);
+    w[4] = (f->qn ? 1u : 0u) | (f->kn ? 2u : 0u);
+    w[5] = (uint32_t)qr->ip[0] | (uint32_t)qr->ip[1] << 16;
+    const float eq = f->qn ? f->qn->fp[0] : 0.0f, ek = f->kn ? f->kn->fp[0] : 0.0f;
+    float rh, rl;
+    rope_ratio(qr->fp[0], qr->ip[0], &rh, &rl);
+    memcpy(&w[6], &eq, 4);
+    memcpy(&w[7], &ek, 4);
+    memcpy(&w[8], &rh, 4);
+    memcpy(&w[9], &rl, 4);
+    memcpy(&w[10], &qr->fp[1], 4);
+    w[11] = (uint32_t)ob_nrows(kc);
+    w[12] = (uint32_t)at->ip[2];
+    const uint64_t par = vk->fold_par.addr + (uint64_t)slot * sizeof(vk->fold_host[0]);
+
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.a = addr(rq);
+    pc.b = addr(kc);
+    pc.c = addr(vc);
+    pc.d = addr(at->src[3]);
+    pc.e = addr(at->src[4]);
+    pc.o = addr(at);
+    pc.u[0] = (uint32_t)hd;
+    pc.u[1] = (uint32_t)H | (uint32_t)n_kv << 16;
+    pc.u[2] = 1u | cpi << 16 | gw << 24;
+    pc.u[4] = (uint32_t)at->ip[0];
+    pc.u[5] = dk;
+    pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u | vk->attn_solo << 16 : 0u) | (f->q8_only ? 16u : 0u);
+    pc.u[9] = dv;
+    const uint32_t plo = (uint32_t)par, phi = (uint32_t)(par >> 32);
+    memcpy(&pc.f[1], &plo, 4);
+    memcpy(&pc.f[2], &phi, 4);
+    pc.f[0] = at->fp[0];
+    if (S > 1) {
+        attn_part_rw(vk);
+        const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
+        pc.u[7] = (uint32_t)vk->attn_part.addr;
+        memcpy(&pc.f[3], &hi, sizeof(hi));
+    }
+    const bool q8 = attn_q8_pc(vk, &pc);
+    ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTN_FOLD, kc->type, &pc, H * S, err, err_len);
+    if (!st && q8) q8_written(vk, at, vk->q8_buf.addr);
+    if (!st) vk->fold_count++;
+    return st;
+}
+
+ob_status ob_vk_fold_upload(ob_vk *vk, char *err, size_t err_len) {
+    const size_t bytes = (size_t)vk->fold_n * sizeof(vk->fold_host[0]);
+    if (!vk->fold_n || (vk->fold_n <= vk->fold_dev_n && !memcmp(vk->fold_host, vk->fold_dev, bytes))) return OB_OK;
+    vk->fold_dev_n = 0;
+    if (vk->fold_par.map) {
+        memcpy(vk->fold_par.map, vk->fold_host, bytes);
+    } else { /* through staging (its own submission: nothing is being recorded now) */
+        if (bytes > vk->staging.size) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: fold parameters");
+        memcpy(vk->staging.map, vk->fold_host, bytes);
+        ob_status st = ob_vk_begin(vk, err, err_len);
+        if (st) return st;
+        VkBufferCopy bc = {.srcOffset = 0, .dstOffset = 0, .size = bytes};
+        vkCmdCopyBuffer(vk->cmd, vk->staging.buf, vk->fold_par.buf, 1, &bc);
+        st = ob_vk_submit_wait(vk, err, err_len);
+        if (st) return st;
+    }
+    memcpy(vk->fold_dev, vk->fold_host, bytes);
+    vk->fold_dev_n = vk->fold_n;
+    return OB_OK;
+}
+
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
     ob_vk_pc pc;
@@ -896,7 +1094,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             const uint64_t n_kv = (uint64_t)n->ip[1], ng = cdiv(H / n_kv, gw);
             if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
             pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
-            pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u : 0u);
+            pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u | vk->attn_solo << 16 : 0u);
             if (S > 1) {
                 attn_part_rw(vk);
                 const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);

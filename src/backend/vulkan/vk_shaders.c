@@ -57,6 +57,9 @@ static const uint32_t spv_quant_x4[] = {
 static const uint32_t spv_attn_dec[] = {
 #include "attn_dec.spv.inc"
 };
+static const uint32_t spv_attn_fold[] = {
+#include "attn_fold.spv.inc"
+};
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
@@ -94,6 +97,7 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_ATTN_DEC] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec"},
     [OB_VK_SH_ATTN_DEC_G2] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g2"},
     [OB_VK_SH_ATTN_DEC_G1] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g1"},
+    [OB_VK_SH_ATTN_FOLD] = {spv_attn_fold, sizeof(spv_attn_fold), "attn_fold"},
     [OB_VK_SH_MATVEC_Q8_NT] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
     [OB_VK_SH_MATVEC_Q8_NT4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
     [OB_VK_SH_MATVEC_Q8_NT2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},

@@ -1,0 +1,124 @@
+/* The attention fold of the Vulkan backend (attn_fold.comp) against the CPU reference; the
+ * rest of the backend's ops are in test_vulkan_ops.c. Runs on Mesa's lavapipe where there
+ * is no GPU. */
+#include "testutil.h"
+#include <stdio.h>
+#ifndef ONEBIT_VULKAN
+int main(void) {
+    printf("test_vulkan_fold: skipped (built without -DONEBIT_VULKAN=ON)\n");
+    return 0;
+}
+#else
+#include "backend/vulkan/vk_internal.h"
+#include "format/quant.h"
+#include "vk_testutil.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The attention fold: [q norm] q rope [k norm] k rope, the K and V stores and a one-token
+ * decode attention as one attn_fold.comp dispatch. The token's cache cell holds NaN before
+ * each run (for the output on F32 caches, every cell after it too): the fold must store the
+ * token's key and value as the reference's stores do, and use what it computed, rounded as
+ * the cache holds it, not read the cell. Cases: qwen3-style (q/k norms, NeoX, GQA, splits), llama-style
+ * (no norms, adjacent pairs, half the dims rotated, the first position), gemma-style (a
+ * window, one kv head for six query heads), the last cell of the last sequence, and
+ * qwen3-8b's heads (128 elements: the one-element-an-invocation path, four query heads a kv
+ * head).
+ * ONEBIT_VK_ATTN_FOLD=0 runs the same nodes one by one. */
+static void fold_poison(ob_type kv, void *kc, void *vc, int64_t row, int64_t cps, int32_t seq, int32_t pos, int32_t upto) {
+    const size_t rb = ob_row_size(kv, row);
+    for (int64_t j = pos; j < upto && j < cps; j++)
+        for (int t = 0; t < 2; t++) {
+            uint8_t *r = (uint8_t *)(t ? vc : kc) + (size_t)(seq * cps + j) * rb;
+            if (kv == OB_TYPE_F32)
+                for (int64_t e = 0; e < row; e++) ((float *)r)[e] = NAN;
+            else if (kv == OB_TYPE_F16)
+                for (int64_t e = 0; e < row; e++) ((uint16_t *)r)[e] = 0x7e00;
+            else /* each block's scale */
+                for (int64_t b = 0; b < row / 32; b++) { r[34 * b] = 0x00; r[34 * b + 1] = 0x7e; }
+        }
+}
+
+static void test_attn_fold(void) {
+    ob_backend *off = backend_with("ONEBIT_VK_ATTN_FOLD", "0");
+    const ob_rng keep_rng = g_rng; /* its own random stream: the tests after it keep theirs */
+    ob_rng_seed(&g_rng, 0xf01du);
+    typedef struct { int hd, H, n_kv, norms, mode, n_rot, window, pos, seq; } fold_case;
+    static const fold_case fc[] = {
+        {64, 4, 2, 1, 2, 64, 0, 37, 1}, {128, 4, 4, 0, 0, 64, 0, 0, 0}, {32, 6, 1, 1, 2, 32, 3, 250, 2},
+        {64, 4, 2, 1, 2, 64, 0, 299, 2}, {128, 8, 2, 1, 2, 128, 0, 77, 0},
+    };
+    static const ob_type kvt[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
+    uint32_t keep_solo[N_BE];
+    for (int b = 0; b < N_BE; b++) keep_solo[b] = ((ob_vk *)g_be[b]->ctx)->attn_solo;
+    for (int solo = 0; solo < 2; solo++)
+    for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
+        for (size_t c = 0; c < OB_ARRAY_LEN(fc); c++) {
+            const fold_case *f = &fc[c];
+            /* every split walks its chunks, then split 0 alone (up to 8 chunks) */
+            for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = solo ? 8u : 0u;
+            const ob_type kv = kvt[k];
+            const int64_t cps = 300, n_seq = 3, hd = f->hd, row = hd * f->n_kv, cells = cps * n_seq;
+            int32_t pos[1] = {f->pos}, seq[1] = {f->seq};
+            void *kc = rand_typed(kv, row, cells, 1.0f), *vc = rand_typed(kv, row, cells, 1.0f);
+            float *xq = rand_f32(hd * f->H, 2.0f), *xk = rand_f32(row, 2.0f), *xv = rand_f32(row, 1.0f);
+            float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
+            ob_graph *g = ob_graph_new(24);
+            int64_t nq[3] = {hd, f->H, 1}, nk[3] = {hd, f->n_kv, 1}, nv[2] = {row, 1}, nw[1] = {hd}, nc[2] = {row, cells},
+                    n1[1] = {1};
+            ob_tensor *tp = ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, pos), *ts = ob_leaf(g, "seq", OB_TYPE_I32, 1, n1, seq);
+            ob_tensor *tkc = ob_leaf(g, "kc", kv, 2, nc, kc), *tvc = ob_leaf(g, "vc", kv, 2, nc, vc);
+            ob_tensor *q = ob_leaf(g, "q", OB_TYPE_F32, 3, nq, xq), *kk = ob_leaf(g, "k", OB_TYPE_F32, 3, nk, xk);
+            ob_tensor *v = ob_leaf(g, "v", OB_TYPE_F32, 2, nv, xv);
+            if (f->norms) q = ob_rms_norm(g, q, ob_leaf(g, "wq", OB_TYPE_F32, 1, nw, wq), 1e-6f);
+            q = ob_rope(g, q, tp, f->n_rot, f->mode, 10000.0f, 1.0f);
+            if (f->norms) kk = ob_rms_norm(g, kk, ob_leaf(g, "wk", OB_TYPE_F32, 1, nw, wk), 1e-6f);
+            kk = ob_rope(g, kk, tp, f->n_rot, f->mode, 10000.0f, 1.0f);
+            ob_tensor *ks = ob_kv_store(g, kk, tkc, tp, ts, (int)cps), *vs = ob_kv_store(g, v, tvc, tp, ts, (int)cps);
+            vs->src[4] = ks;
+            ob_tensor *o = ob_attention(g, q, tkc, tvc, tp, ts, vs, (int)cps, f->n_kv, f->window, true,
+                                        1.0f / sqrtf((float)hd), 0.0f);
+            char what[128];
+            snprintf(what, sizeof(what), "attention fold %s hd %d heads %d/%d norms %d mode %d rot %d window %d pos %d solo %d",
+                     ob_type_name(kv), f->hd, f->H, f->n_kv, f->norms, f->mode, f->n_rot, f->window, f->pos, solo);
+            /* the cache's rounding of k moves the scores a little (Q8_0: a code may flip) */
+            const double atol = kv == OB_TYPE_Q8_0 ? 2e-2 : kv == OB_TYPE_F16 ? 2e-3 : 2e-4;
+            ob_vk *vk = g_be[0]->ctx;
+            /* the caches first, the token's cell poisoned each time (the reference's run
+             * stores it in the host copy) */
+            char wc[160];
+            for (int t = 0; t < 2; t++) {
+                fold_poison(kv, kc, vc, row, cps, f->seq, f->pos, f->pos + 1);
+                snprintf(wc, sizeof(wc), "%s: %s cache", what, t ? "V" : "K");
+                check_graph(g, t ? tvc : tkc, kv == OB_TYPE_Q8_0 ? 0.03 : kv == OB_TYPE_F16 && !t ? 2e-3 : t ? 1e-7 : 2e-4,
+                            1e-4, wc);
+            }
+            /* the output, with the cell (F32: and every later one) poisoned */
+            fold_poison(kv, kc, vc, row, cps, f->seq, f->pos, kv == OB_TYPE_F32 ? (int32_t)cps : f->pos + 1);
+            const int64_t folds = vk->fold_count;
+            check_graph(g, o, atol, 1e-3, what);
+            CHECKF(vk->n_prev == 1 && vk->prev[0].pipe == vk->pipes[OB_VK_SH_ATTN_FOLD][kv] && vk->fold_count == folds + 1,
+                   "%s: %lld dispatches, not the fold", what, (long long)vk->n_prev);
+            if (off) {
+                fold_poison(kv, kc, vc, row, cps, f->seq, f->pos, kv == OB_TYPE_F32 ? (int32_t)cps : f->pos + 1);
+                check_on_as(off, g, o, atol, 1e-3, what, "unfolded");
+                CHECKF(((ob_vk *)off->ctx)->n_prev >= 3, "%s unfolded: %lld dispatches", what,
+                       (long long)((ob_vk *)off->ctx)->n_prev);
+            }
+            ob_graph_free(g);
+            free(kc); free(vc); free(xq); free(xk); free(xv); free(wq); free(wk);
+        }
+    for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = keep_solo[b];
+    g_rng = keep_rng;
+    if (off) ob_backend_free(off);
+}
+
+int main(void) {
+    if (!vkt_begin("test_vulkan_fold")) return ob_test_done("test_vulkan_fold");
+    ob_rng_seed(&g_rng, 0xf01du);
+    test_attn_fold();
+    vkt_end();
+    return ob_test_done("test_vulkan_fold");
+}
+#endif
