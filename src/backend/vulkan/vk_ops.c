@@ -685,6 +685,17 @@ static bool attn_q8_pc(const ob_vk *vk, ob_vk_pc *pc) {
     return true;
 }
 
+/* attn_dec.comp's (and attn_fold.comp's) splits in u[6] (with the solo threshold) and,
+ * with S > 1, the split scratch at u[7] | f[3] << 32. */
+static void attn_dec_splits_pc(ob_vk *vk, ob_vk_pc *pc, uint64_t S) {
+    pc->u[6] = (uint32_t)S << 8 | (S > 1 ? 4u | vk->attn_solo << 16 : 0u);
+    if (S <= 1) return;
+    attn_part_rw(vk);
+    const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
+    pc->u[7] = (uint32_t)vk->attn_part.addr;
+    memcpy(&pc->f[3], &hi, sizeof(hi));
+}
+
 bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
     const ob_tensor *x = norm->src[0];
     return norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
@@ -898,18 +909,13 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     pc.u[2] = 1u | cpi << 16 | gw << 24;
     pc.u[4] = (uint32_t)at->ip[0];
     pc.u[5] = dk;
-    pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u | vk->attn_solo << 16 : 0u) | (f->q8_only ? 16u : 0u);
+    attn_dec_splits_pc(vk, &pc, S);
+    pc.u[6] |= f->q8_only ? 16u : 0u;
     pc.u[9] = dv;
     const uint32_t plo = (uint32_t)par, phi = (uint32_t)(par >> 32);
     memcpy(&pc.f[1], &plo, 4);
     memcpy(&pc.f[2], &phi, 4);
     pc.f[0] = at->fp[0];
-    if (S > 1) {
-        attn_part_rw(vk);
-        const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
-        pc.u[7] = (uint32_t)vk->attn_part.addr;
-        memcpy(&pc.f[3], &hi, sizeof(hi));
-    }
     const bool q8 = attn_q8_pc(vk, &pc);
     ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTN_FOLD, kc->type, &pc, H * S, err, err_len);
     if (!st && q8) q8_written(vk, at, vk->q8_buf.addr);
@@ -1094,13 +1100,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             const uint64_t n_kv = (uint64_t)n->ip[1], ng = cdiv(H / n_kv, gw);
             if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
             pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
-            pc.u[6] = (uint32_t)S << 8 | (S > 1 ? 4u | vk->attn_solo << 16 : 0u);
-            if (S > 1) {
-                attn_part_rw(vk);
-                const uint32_t hi = (uint32_t)(vk->attn_part.addr >> 32);
-                pc.u[7] = (uint32_t)vk->attn_part.addr;
-                memcpy(&pc.f[3], &hi, sizeof(hi));
-            }
+            attn_dec_splits_pc(vk, &pc, S);
             const bool q8 = attn_q8_pc(vk, &pc);
             const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
             ob_status st = ob_vk_dispatch(vk, sh, kc->type, &pc, T * n_kv * ng * S, err, err_len);

@@ -100,6 +100,24 @@ void fold_round(inout float v[32]) {
     }
 }
 
+// kcs / vcs (the token's key and value of kv head kh) rounded as the caches hold them, one
+// 32-element block an invocation (k, then v); wr: the blocks also stored at byte crow of
+// each cache.
+void fold_blocks(uint hd, uint kh, uint64_t crow, bool wr) {
+    uint tid = gl_LocalInvocationID.x, nb = hd / 32;
+    if (tid >= 2 * nb) return;
+    bool isv = tid >= nb;
+    uint b = tid % nb;
+    float v[32];
+    for (uint j = 0; j < 32; j++) v[j] = isv ? vcs[32 * b + j] : kcs[32 * b + j];
+    if (wr) store_chunk(uint(TYPE), (isv ? pc.c : pc.b) + crow, kh * nb + b, v, 32u);
+    fold_round(v);
+    for (uint j = 0; j < 32; j++) {
+        if (isv) vcs[32 * b + j] = v[j];
+        else kcs[32 * b + j] = v[j];
+    }
+}
+
 // A chunk's loads (as the loop of main makes them).
 void fold_loads(int j0, int lo, int hi, uint cl, uint NCL, uint64_t cell0, uint rl, uint e, out uvec4 ka[8],
                 out uvec4 kb[8], out uvec4 va[8], out uvec4 vb[8]) {
@@ -160,19 +178,7 @@ void fold_prep1(uint hb, uint kh, uint dc, uint64_t par, float pf, uint64_t crow
         kcs[tid] = ok;
         vcs[tid] = xv;
         barrier();
-        uint nb = hd / 32;
-        if (tid < 2 * nb) {
-            bool isv = tid >= nb;
-            uint b = tid % nb;
-            float v[32];
-            for (uint j = 0; j < 32; j++) v[j] = isv ? vcs[32 * b + j] : kcs[32 * b + j];
-            if (wr) store_chunk(uint(TYPE), (isv ? pc.c : pc.b) + crow, kh * nb + b, v, 32u);
-            fold_round(v);
-            for (uint j = 0; j < 32; j++) {
-                if (isv) vcs[32 * b + j] = v[j];
-                else kcs[32 * b + j] = v[j];
-            }
-        }
+        fold_blocks(hd, kh, crow, wr);
     } else {
         uint e = kh * hd + tid;
         if (TYPE == T_F16) {
@@ -270,20 +276,7 @@ void fold_prep(uint hb, uint gn, uint kh, uint hd, uint dc, uint64_t par, float 
         vcs[e] = xv[r];
     }
     barrier();
-    // rounded as the caches hold them, one 32-element block an invocation (k, then v)
-    uint nb = hd / 32;
-    if (tid < 2 * nb) {
-        bool isv = tid >= nb;
-        uint b = tid % nb;
-        float v[32];
-        for (uint j = 0; j < 32; j++) v[j] = isv ? vcs[32 * b + j] : kcs[32 * b + j];
-        if (wr) store_chunk(uint(TYPE), (isv ? pc.c : pc.b) + crow, kh * nb + b, v, 32u);
-        fold_round(v);
-        for (uint j = 0; j < 32; j++) {
-            if (isv) vcs[32 * b + j] = v[j];
-            else kcs[32 * b + j] = v[j];
-        }
-    }
+    fold_blocks(hd, kh, crow, wr);
     barrier();
     for (uint gi = 0; gi < GW; gi++)
         for (uint k = 0; k < 8; k++) qv[gi][k] = gi < gn ? lgs[gi * hd + dc * 8 + k] * pc.f[0] : 0.0;
