@@ -114,10 +114,95 @@ static void test_attn_fold(void) {
     if (off) ob_backend_free(off);
 }
 
+/* Two graphs of the same nodes at the same addresses that differ only in what the fold
+ * keeps in its parameter block (norm epsilon, rope base), run by turns on one backend:
+ * each listing matches the last recording, so the command buffer is submitted again, and
+ * the parameters must still be the graph's own (uploaded where they changed). */
+static void test_fold_params(void) {
+    ob_backend *be = g_be[0];
+    ob_vk *vk = be->ctx;
+    const int64_t hd = 128, H = 4, n_kv = 2, row = hd * n_kv, cps = 64;
+    int32_t pos[1] = {5}, seq[1] = {0};
+    float *x[5] = {rand_f32(hd * H, 2.0f), rand_f32(row, 2.0f), rand_f32(row, 1.0f), rand_f32(hd, 1.0f), rand_f32(hd, 1.0f)};
+    void *kc = rand_typed(OB_TYPE_F16, row, cps, 1.0f), *vc = rand_typed(OB_TYPE_F16, row, cps, 1.0f);
+    const size_t csz = ob_row_size(OB_TYPE_F16, row) * (size_t)cps;
+    const size_t xsz[5] = {sizeof(float) * hd * H, sizeof(float) * row, sizeof(float) * row, sizeof(float) * hd,
+                           sizeof(float) * hd};
+    /* device copies of every leaf, made once */
+    void *dx[5], *dkc = be->iface->alloc(be, csz), *dvc = be->iface->alloc(be, csz);
+    void *dpos = be->iface->alloc(be, 4), *dseq = be->iface->alloc(be, 4), *scratch = NULL;
+    for (int i = 0; i < 5; i++) {
+        dx[i] = be->iface->alloc(be, xsz[i]);
+        be->iface->upload(be, dx[i], x[i], xsz[i]);
+    }
+    be->iface->upload(be, dkc, kc, csz);
+    be->iface->upload(be, dvc, vc, csz);
+    be->iface->upload(be, dpos, pos, 4);
+    be->iface->upload(be, dseq, seq, 4);
+    const int64_t reused0 = vk->reused;
+    for (int run = 0; run < 4; run++) {
+        const float eps = run % 2 ? 1e-1f : 1e-6f, base = run % 2 ? 500.0f : 10000.0f;
+        ob_tensor *o[2] = {NULL, NULL};
+        float got[512], *ref = NULL;
+        for (int side = 0; side < 2; side++) { /* 0: the device's leaves, 1: host copies */
+            ob_graph *g = ob_graph_new(24);
+            int64_t nq[3] = {hd, H, 1}, nk[3] = {hd, n_kv, 1}, nv[2] = {row, 1}, nw[1] = {hd}, nc[2] = {row, cps}, n1[1] = {1};
+            void *const *d = side ? (void *const *)x : (void *const *)dx;
+            ob_tensor *tp = ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, side ? (void *)pos : dpos);
+            ob_tensor *ts = ob_leaf(g, "seq", OB_TYPE_I32, 1, n1, side ? (void *)seq : dseq);
+            ob_tensor *tkc = ob_leaf(g, "kc", OB_TYPE_F16, 2, nc, side ? kc : dkc);
+            ob_tensor *tvc = ob_leaf(g, "vc", OB_TYPE_F16, 2, nc, side ? vc : dvc);
+            ob_tensor *q = ob_rms_norm(g, ob_leaf(g, "q", OB_TYPE_F32, 3, nq, d[0]), ob_leaf(g, "wq", OB_TYPE_F32, 1, nw, d[3]), eps);
+            q = ob_rope(g, q, tp, (int)hd, 2, base, 1.0f);
+            ob_tensor *k = ob_rms_norm(g, ob_leaf(g, "k", OB_TYPE_F32, 3, nk, d[1]), ob_leaf(g, "wk", OB_TYPE_F32, 1, nw, d[4]), eps);
+            ob_tensor *ks = ob_kv_store(g, ob_rope(g, k, tp, (int)hd, 2, base, 1.0f), tkc, tp, ts, (int)cps);
+            ob_tensor *vs = ob_kv_store(g, ob_leaf(g, "v", OB_TYPE_F32, 2, nv, d[2]), tvc, tp, ts, (int)cps);
+            vs->src[4] = ks;
+            o[side] = ob_attention(g, q, tkc, tvc, tp, ts, vs, (int)cps, (int)n_kv, 0, true, 1.0f / sqrtf((float)hd), 0.0f);
+            char err[256] = "";
+            if (side == 0) {
+                ob_graph_plan(g);
+                if (!scratch) scratch = be->iface->alloc(be, g->scratch_size);
+                ob_graph_bind(g, scratch);
+                CHECKF(be->iface->compute(be, g, err, sizeof(err)) == OB_OK, "fold params run %d: %s", run, err);
+                be->iface->download(be, got, o[0]->data, sizeof(float) * (size_t)(hd * H));
+                CHECKF(vk->n_prev == 1 && vk->prev[0].pipe == vk->pipes[OB_VK_SH_ATTN_FOLD][OB_TYPE_F16],
+                       "fold params run %d: not the fold", run);
+            } else {
+                void *rs;
+                run_ref(g, &rs);
+                ref = malloc(sizeof(float) * (size_t)(hd * H));
+                memcpy(ref, o[1]->data, sizeof(float) * (size_t)(hd * H));
+                free(rs);
+            }
+            ob_graph_free(g);
+        }
+        int64_t at = 0;
+        double e = err_ratio(got, ref, hd * H, 2e-3, 1e-3, &at);
+        CHECKF(e <= 1.0, "fold params run %d (eps %g, base %g): err ratio %g at %lld: got %g want %g", run, eps, base, e,
+               (long long)at, got[at], ref[at]);
+        free(ref);
+    }
+    /* runs 1-3 matched the last recording: submitted again, with their own parameters */
+    CHECKF(vk->reused - reused0 >= 3, "fold params: %lld of 4 runs re-submitted", (long long)(vk->reused - reused0));
+    for (int i = 0; i < 5; i++) {
+        be->iface->free_buf(be, dx[i]);
+        free(x[i]);
+    }
+    be->iface->free_buf(be, dkc);
+    be->iface->free_buf(be, dvc);
+    be->iface->free_buf(be, dpos);
+    be->iface->free_buf(be, dseq);
+    if (scratch) be->iface->free_buf(be, scratch);
+    free(kc);
+    free(vc);
+}
+
 int main(void) {
     if (!vkt_begin("test_vulkan_fold")) return ob_test_done("test_vulkan_fold");
     ob_rng_seed(&g_rng, 0xf01du);
     test_attn_fold();
+    test_fold_params();
     vkt_end();
     return ob_test_done("test_vulkan_fold");
 }
