@@ -363,6 +363,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     const char *q8_mwg = getenv("ONEBIT_VK_Q8_MIN_WG");
     int mwg = q8_mwg ? atoi(q8_mwg) : 256;
     vk->q8_min_wg = mwg < 0 ? 0 : mwg > 65536 ? 65536 : (uint32_t)mwg; /* 0: never fewer */
+    vk->q8_min_wg_auto = !q8_mwg;
     const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
     vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
     vk->all_barriers = all_bar && !strcmp(all_bar, "1");

@@ -223,7 +223,9 @@ typedef struct ob_vk {
                                   Q8_0 8 (vk_ops.c one_token_rows) */
     bool q8_rows1_auto;
     uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
-                                  workgroups (ONEBIT_VK_Q8_MIN_WG, default 256) */
+                                  workgroups (ONEBIT_VK_Q8_MIN_WG, default 256; unset: 128
+                                  for TQ2_0, vk_ops.c one_token_rows) */
+    bool q8_min_wg_auto;
     ob_vk_alloc q8_buf;
     ob_vk_alloc q8_buf2;       /* the fused gate/up/GLU's int8 output (its input is in q8_buf) */
     uint64_t q8_addr;          /* where q8_src's int8 form is: q8_buf or q8_buf2 */

@@ -280,7 +280,11 @@ static uint32_t q8_sgs(const ob_vk *vk) { return vk->info.subgroup >= 128 ? 1 : 
 static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint32_t *rps_out) {
     uint32_t rps = vk->q8_rows1;
     if (vk->q8_rows1_auto && t != OB_TYPE_Q8_0 && rps > 4) rps = 4;
-    while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * vk->q8_min_wg) rps /= 2;
+    /* unset: TQ2_0 keeps 2 rows a subgroup down to 128 workgroups (qwen3-8b's k and v: H200
+     * tg128 428.8, 421.8, 410.5, 425.8, 414.3 against 405.7, 415.0, 412.3, 412.6, 408.2 at
+     * 256, 2026-12-01 07:25-07:28 UTC; Q4_K_M and Q1_0 level, so they keep 256) */
+    const uint32_t mw = vk->q8_min_wg_auto && t == OB_TYPE_TQ2_0 ? 128u : vk->q8_min_wg;
+    while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * mw) rps /= 2;
     *rps_out = rps;
     return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
                                                                                           : OB_VK_SH_MATVEC_Q8_1R1;
