@@ -35,17 +35,6 @@ static void poison(void *p, size_t bytes) {
     for (size_t i = 0; i + 4 <= bytes; i += 4) memcpy((char *)p + i, &nan, 4);
 }
 
-/* Max error against ref, scaled: |a - r| / (atol + rtol |r|). NaN anywhere -> inf. */
-static double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - r[i]), e = d == 0 ? 0 : d / (atol + rtol * fabs(r[i]));
-        if (isnan(a[i]) || isnan(r[i])) e = INFINITY;
-        if (e > worst) { worst = e; *where = i; }
-    }
-    return worst;
-}
-
 /* Plans g, runs the reference for out, then every backend at both SIMD levels; compares
  * out (F32) against the reference. */
 static void check_graph(ob_graph *g, ob_tensor *out, double atol, double rtol, const char *what) {
@@ -68,7 +57,7 @@ static void check_graph(ob_graph *g, ob_tensor *out, double atol, double rtol, c
             ob_status st = g_be[b]->iface->compute(g_be[b], g, err, sizeof(err));
             CHECKF(st == OB_OK, "%s: compute failed: %s", what, err);
             int64_t at = 0;
-            double e = err_ratio(out->data, ref, n, atol, rtol, &at);
+            double e = ob_test_err_ratio(out->data, ref, n, atol, rtol, &at);
             CHECKF(e <= 1.0, "%s: nth=%d simd=%d err ratio %g at %lld: got %g want %g", what, b + 1, levels[li], e,
                    (long long)at, ((float *)out->data)[at], ref[at]);
         }
@@ -194,7 +183,7 @@ static void test_cpy(void) {
         ob_dequantize(ts, src, fs, ne[0] * ne[1]);
         ob_dequantize(td, ref, fd, ne[0] * ne[1]);
         int64_t at = 0;
-        CHECKF(err_ratio(fd, fs, ne[0] * ne[1], 0.02, 0.02, &at) <= 1.0, "cpy %s->%s reference off at %lld",
+        CHECKF(ob_test_err_ratio(fd, fs, ne[0] * ne[1], 0.02, 0.02, &at) <= 1.0, "cpy %s->%s reference off at %lld",
                ob_type_name(ts), ob_type_name(td), (long long)at);
         for (int b = 0; b < N_BACKENDS; b++) {
             memset(scratch, 0x5A, g->scratch_size);
@@ -317,7 +306,7 @@ static void test_kv_store(void) {
         float back[128];
         ob_dequantize(t, cache0 + ob_row_size(t, row) * (size_t)(2 * cps + 7), back, row);
         int64_t at = 0;
-        CHECKF(err_ratio(back, x + 3 * row, row, 0.02, 0.01, &at) <= 1.0, "kv_store %s readback at %lld",
+        CHECKF(ob_test_err_ratio(back, x + 3 * row, row, 0.02, 0.01, &at) <= 1.0, "kv_store %s readback at %lld",
                ob_type_name(t), (long long)at);
         pos[4] = (int32_t)cps; /* past the sequence's cells: refused */
         CHECK(g_be[0]->iface->compute(g_be[0], g, NULL, 0) == OB_ERR_CONTEXT);

@@ -178,7 +178,7 @@ static void test_fold_params(void) {
             ob_graph_free(g);
         }
         int64_t at = 0;
-        double e = err_ratio(got, ref, hd * H, 2e-3, 1e-3, &at);
+        double e = ob_test_err_ratio(got, ref, hd * H, 2e-3, 1e-3, &at);
         CHECKF(e <= 1.0, "fold params run %d (eps %g, base %g): err ratio %g at %lld: got %g want %g", run, eps, base, e,
                (long long)at, got[at], ref[at]);
         free(ref);

@@ -648,7 +648,7 @@ static void test_fallback(void) {
         void *scratch;
         run_ref(g, &scratch);
         int64_t at = 0;
-        CHECKF(err_ratio(got, o->data, 2 * n, 1e-6, 1e-6, &at) <= 1.0, "fallback cpy at %lld", (long long)at);
+        CHECKF(ob_test_err_ratio(got, o->data, 2 * n, 1e-6, 1e-6, &at) <= 1.0, "fallback cpy at %lld", (long long)at);
         free(scratch);
         ob_backend_free(fb);
     }
@@ -685,7 +685,7 @@ static void test_profile(void) {
         void *scratch;
         run_ref(g, &scratch);
         int64_t at = 0;
-        CHECKF(err_ratio(got, h->data, N * T, 1e-6, 1e-3, &at) <= 1.0, "profiled chain at %lld", (long long)at);
+        CHECKF(ob_test_err_ratio(got, h->data, N * T, 1e-6, 1e-3, &at) <= 1.0, "profiled chain at %lld", (long long)at);
         free(scratch);
         const ob_vk_prof *pr = &vk->prof;
         CHECK(pr->steps == 1 && pr->dispatches == 4 && pr->barriers >= 4 && pr->submits == 1);
@@ -703,7 +703,7 @@ static void test_profile(void) {
          * fallback's, its device successors are timed as usual. */
         CHECKF(run_on(be, gf, f, got, err, sizeof(err)) == OB_OK, "%s", err);
         run_ref(gf, &scratch);
-        CHECKF(err_ratio(got, f->data, K * T, 1e-6, 1e-6, &at) <= 1.0, "profiled fallback at %lld", (long long)at);
+        CHECKF(ob_test_err_ratio(got, f->data, K * T, 1e-6, 1e-6, &at) <= 1.0, "profiled fallback at %lld", (long long)at);
         free(scratch);
         CHECK(pr->steps == 2 && pr->submits == 2 && pr->node_count[OB_OP_CPY] == 1 && pr->node_count[OB_OP_SCALE] == 2);
         CHECK(pr->fallback_ms > 0);
@@ -1183,7 +1183,7 @@ static void test_reuse(void) {
                 ob_graph_free(gr);
                 int64_t at = 0;
                 /* int8 x: ~0.3% of y's scale (a stale result is off by its whole scale) */
-                CHECKF(err_ratio(got, ref, N, q8 ? 3e-2 : 1e-5, 1e-3, &at) <= 1.0, "reuse variant %d/%d run %d at %lld: %g vs %g",
+                CHECKF(ob_test_err_ratio(got, ref, N, q8 ? 3e-2 : 1e-5, 1e-3, &at) <= 1.0, "reuse variant %d/%d run %d at %lld: %g vs %g",
                        variant, bi, run, (long long)at, got[at], ref[at]);
             }
             if (variant == 0) {

@@ -47,3 +47,13 @@ void *ob_test_read_file(const char *path, size_t *len) {
     if (buf && len) *len = (size_t)n;
     return buf;
 }
+
+double ob_test_err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - r[i]), e = d == 0 ? 0 : d / (atol + rtol * fabs(r[i]));
+        if (isnan(a[i]) || isnan(r[i])) e = INFINITY;
+        if (e > worst) { worst = e; *where = i; }
+    }
+    return worst;
+}

@@ -25,6 +25,10 @@ float ob_rng_uniform(ob_rng *r);          /* [0, 1) */
 float ob_rng_normal(ob_rng *r);           /* N(0, 1) */
 void ob_rng_fill_normal(ob_rng *r, float *x, int64_t n, float scale);
 
+/* Max error against ref, scaled: |a - r| / (atol + rtol |r|), its index in *where; NaN
+ * anywhere -> inf. */
+double ob_test_err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where);
+
 /* Reads a whole file; NULL on error. Caller frees. */
 void *ob_test_read_file(const char *path, size_t *len);
 #endif

@@ -69,16 +69,6 @@ void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale) {
     return q;
 }
 
-double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where) {
-    double worst = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - r[i]), e = d == 0 ? 0 : d / (atol + rtol * fabs(r[i]));
-        if (isnan(a[i]) || isnan(r[i])) e = INFINITY;
-        if (e > worst) { worst = e; *where = i; }
-    }
-    return worst;
-}
-
 /* Runs g on a Vulkan backend: leaves are uploaded, the scratch is NaN-poisoned, and the
  * bytes of `check` (the output, or a leaf the graph writes) are downloaded into result.
  * Leaf data pointers are restored afterwards. */
@@ -152,7 +142,7 @@ void check_graph(ob_graph *g, ob_tensor *check, double atol, double rtol, const 
         if (st[b] == OB_OK) {
             ob_dequantize(check->type, got[b], gf, n);
             int64_t at = 0;
-            double e = err_ratio(gf, ref, n, atol, rtol, &at);
+            double e = ob_test_err_ratio(gf, ref, n, atol, rtol, &at);
             CHECKF(e <= 1.0, "%s [%s]: err ratio %g at %lld: got %g want %g", what, g_be_name[b], e,
                    (long long)at, gf[at], ref[at]);
         }
@@ -186,7 +176,7 @@ void check_on(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double rto
     void *scratch;
     run_ref(g, &scratch);
     int64_t at = 0;
-    double e = st ? 0 : err_ratio(got, o->data, n, atol, rtol, &at);
+    double e = st ? 0 : ob_test_err_ratio(got, o->data, n, atol, rtol, &at);
     CHECKF(e <= 1.0, "%s: err ratio %g at %lld: got %g want %g", what, e, (long long)at, got[at], ((float *)o->data)[at]);
     free(scratch);
     free(got);

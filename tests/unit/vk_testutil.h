@@ -24,8 +24,6 @@ float *rand_f32(int64_t n, float scale);
 bool is_iq(ob_type t);
 /* Rows of type t from N(0, scale) floats (lattice types: random valid blocks). */
 void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale);
-/* The worst |a - r| / (atol + rtol |r|) (NaN: infinite), its index in *where. */
-double err_ratio(const float *a, const float *r, int64_t n, double atol, double rtol, int64_t *where);
 /* Runs g on be: leaves uploaded, scratch NaN-poisoned, `check`'s bytes downloaded into
  * result; leaf data pointers restored afterwards. */
 ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, char *err, size_t err_len);
