@@ -391,8 +391,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         return ob_vk_record_attn_fold(vk, &fold, err, err_len);
     }
     if (!vk->no_fuse && n->op == OB_OP_ADD) {
-        int64_t j = *i + 1;
-        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
+        int64_t j = ob_vk_next_node(g, *i);
         if (j < g->n && ob_vk_fusable_add_norm(n, &g->nodes[j])) {
             ob_tensor *norm = &g->nodes[j];
             vk->prof.key_now = prof_key(norm);
@@ -402,13 +401,11 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         }
     }
     if (!vk->no_fuse && n->op == OB_OP_RMS_NORM) {
-        int64_t j = *i + 1;
-        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
+        int64_t j = ob_vk_next_node(g, *i);
         if (j < g->n && ob_vk_fusable_norm_rope(n, &g->nodes[j], j)) {
             ob_tensor *rope = &g->nodes[j], *store = NULL;
             /* and the KV_STORE of a k rope */
-            int64_t k = j + 1;
-            while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
+            int64_t k = ob_vk_next_node(g, j);
             if (k < g->n && ob_vk_fusable_rope_store(rope, &g->nodes[k], k)) store = &g->nodes[k];
             if (store || ob_vk_norm_rope_out_ok(n, rope)) {
                 vk->prof.key_now = prof_key(n); /* timed as the norm */
@@ -421,10 +418,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     if (!vk->no_fuse && n->op == OB_OP_MATMUL) {
         /* gate, up and their GLU, or a matmul and its residual ADD: the fused recorders keep
          * their own hazard ranges */
-        int64_t j = *i + 1, k;
-        while (j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW)) j++;
-        k = j + 1;
-        while (k < g->n && (g->nodes[k].op == OB_OP_LEAF || g->nodes[k].op == OB_OP_VIEW)) k++;
+        int64_t j = ob_vk_next_node(g, *i), k = ob_vk_next_node(g, j);
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
             vk->prof.key_now = prof_key(n);
             ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;

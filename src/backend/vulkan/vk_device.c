@@ -636,11 +636,18 @@ ob_vk_alloc *ob_vk_find(ob_vk *vk, uint64_t addr, size_t size) {
 /* Host <-> device copy of size bytes; dev is the device side (an address from alloc). */
 ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to_device, char *err, size_t err_len) {
     if (!size) return OB_OK;
-    if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: the device was lost");
     uint64_t dev = (uint64_t)(uintptr_t)(to_device ? dst : src);
     ob_vk_alloc *a = ob_vk_find(vk, dev, size);
     if (!a) return ob_fail(err, err_len, OB_ERR_ARG, "vulkan: copy of %zu bytes outside any buffer", size);
-    size_t off = (size_t)(dev - a->addr);
+    return ob_vk_copy_at(vk, a, (size_t)(dev - a->addr), to_device ? (void *)src : dst, size, to_device, err, err_len);
+}
+
+ob_status ob_vk_copy_at(ob_vk *vk, ob_vk_alloc *a, size_t off, void *host, size_t size, bool to_device, char *err,
+                        size_t err_len) {
+    if (!size) return OB_OK;
+    if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: the device was lost");
+    const void *src = host;
+    void *dst = host;
     /* Mapped memory: writes stream through write-combining at bus speed; reads only where
      * the mapping is cached (or tiny), else through staging. */
     if (a->map && (to_device || !vk->staged_reads || size <= 256)) {

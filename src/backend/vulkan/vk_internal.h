@@ -342,6 +342,10 @@ void ob_vk_buffer_free(ob_vk *vk, ob_vk_alloc *a);
 /* The allocation holding [addr, addr + size), or NULL. */
 ob_vk_alloc *ob_vk_find(ob_vk *vk, uint64_t addr, size_t size);
 ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to_device, char *err, size_t err_len);
+/* Host <-> bytes off .. off + size of allocation a (ob_vk_copy finds a by address; the
+ * backend's own buffers, which are not in allocs, come here directly). */
+ob_status ob_vk_copy_at(ob_vk *vk, ob_vk_alloc *a, size_t off, void *host, size_t size, bool to_device, char *err,
+                        size_t err_len);
 
 /* Device-local heap free now (the seam's free_memory): VK_EXT_memory_budget's budget
  * less usage where offered, else the heap's size less what this backend allocated. */
@@ -369,7 +373,9 @@ ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add);
  * shaders/dequant.glsl reads them, into a device buffer; sets vk->iq_tab. */
 ob_status ob_vk_iq_tables_init(ob_backend *be, char *err, size_t err_len);
 
-/* vk_ops.c: can the device run this node, and record it. */
+/* vk_ops.c: the index of the first node of g after j that is not a leaf or view (g->n:
+ * none); can the device run this node, and record it. */
+int64_t ob_vk_next_node(const ob_graph *g, int64_t j);
 bool ob_vk_supports_node(const ob_tensor *n);
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
 /* A residual ADD whose sum the next node normalises: one dispatch of norm.comp writes
@@ -407,7 +413,10 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
  * k ROPE, the K and V KV_STOREs, the ATTENTION (views between them skipped). */
 typedef struct ob_vk_fold {
     ob_tensor *qn, *qr, *kn, *kr, *ks, *vs, *at;
+    const ob_tensor *rq, *rk, *rv; /* the raw q, k and v */
     int64_t end;  /* the attention's index */
+    uint32_t cpi, dk, dv; /* attn_dec's plan; the raw k and v as byte offsets from the raw q */
+    uint64_t S;
     bool q8_only; /* its one reader, the matmul after it, takes its int8 output: the F32
                      output is not written */
 } ob_vk_fold;

@@ -108,6 +108,11 @@ bool ob_vk_supports_node(const ob_tensor *n) {
 static uint64_t addr(const ob_tensor *t) { return t ? (uint64_t)(uintptr_t)t->data : 0; }
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+int64_t ob_vk_next_node(const ob_graph *g, int64_t j) {
+    for (j++; j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW); j++) {}
+    return j;
+}
+
 /* The weight types of both decode paths that read whole blocks a piece at a time:
  * matvec.comp's streaming path and matvec_q8.comp. Both need W and x 16-aligned (Q4_K
  * reads 16-byte words; the others' 2-aligned blocks are found from a 4-aligned row start)
@@ -624,6 +629,11 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
+/* Do the bytes of a and b not meet? */
+static bool apart(const ob_tensor *a, const ob_tensor *b) {
+    return addr(a) + ob_nbytes(a) <= addr(b) || addr(b) + ob_nbytes(b) <= addr(a);
+}
+
 /* A fused dispatch may write the second node's output `out` over bytes of the first
  * node's input `in`, which the graph freed after the first node: safe only where every
  * workgroup reads its rows before it writes the same rows (out exactly at in), or where
@@ -631,8 +641,7 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
  * yet to read (a Gemma 3 norm after its residual ADD met this). */
 static bool no_partial_overlap(const ob_tensor *out, const ob_tensor *in) {
     if (!in || !in->data || !out->data) return true;
-    const uint64_t o = addr(out), i = addr(in);
-    return o == i || o + ob_nbytes(out) <= i || i + ob_nbytes(in) <= o;
+    return addr(out) == addr(in) || apart(out, in);
 }
 
 /* norm.comp's register path: rows of whole vec4s up to its 256 x 4 x 8 elements, every
@@ -757,11 +766,6 @@ ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob
 
 /* ---- the attention fold (attn_fold.comp) ---------------------------------------------- */
 
-static int64_t next_node(const ob_graph *g, int64_t j) {
-    for (j++; j < g->n && (g->nodes[j].op == OB_OP_LEAF || g->nodes[j].op == OB_OP_VIEW); j++) {}
-    return j;
-}
-
 /* The signed byte offset from a to b, if it fits 32 bits. */
 static bool delta32(uint64_t a, uint64_t b, uint32_t *d) {
     const int64_t v = (int64_t)(b - a);
@@ -777,24 +781,24 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     ob_tensor *n = &g->nodes[j];
     if (n->op == OB_OP_RMS_NORM) {
         f->qn = n;
-        j = next_node(g, j);
+        j = ob_vk_next_node(g, j);
     }
     if (j >= g->n || g->nodes[j].op != OB_OP_ROPE) return false;
     f->qr = &g->nodes[iqr = j];
-    j = next_node(g, j);
+    j = ob_vk_next_node(g, j);
     if (j < g->n && g->nodes[j].op == OB_OP_RMS_NORM) {
         f->kn = &g->nodes[j];
-        j = next_node(g, j);
+        j = ob_vk_next_node(g, j);
     }
     if (j >= g->n || g->nodes[j].op != OB_OP_ROPE) return false;
     f->kr = &g->nodes[ikr = j];
-    j = next_node(g, j);
+    j = ob_vk_next_node(g, j);
     if (j >= g->n || g->nodes[j].op != OB_OP_KV_STORE) return false;
     f->ks = &g->nodes[iks = j];
-    j = next_node(g, j);
+    j = ob_vk_next_node(g, j);
     if (j >= g->n || g->nodes[j].op != OB_OP_KV_STORE) return false;
     f->vs = &g->nodes[j];
-    j = next_node(g, j);
+    j = ob_vk_next_node(g, j);
     if (j >= g->n || g->nodes[j].op != OB_OP_ATTENTION) return false;
     f->at = &g->nodes[f->end = j];
     const ob_tensor *at = f->at, *qr = f->qr, *kr = f->kr, *ks = f->ks, *vs = f->vs;
@@ -803,8 +807,8 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
         (f->kn && (kr->src[0] != f->kn || f->kn->last_use != ikr)) || at->src[0] != qr || qr->last_use != f->end ||
         ks->src[0] != kr || kr->last_use != iks)
         return false;
-    const ob_tensor *rq = f->qn ? f->qn->src[0] : qr->src[0], *rk = f->kn ? f->kn->src[0] : kr->src[0];
-    const ob_tensor *rv = vs->src[0], *kc = at->src[1], *vc = at->src[2], *pos = at->src[3], *seq = at->src[4];
+    const ob_tensor *rq = f->rq = f->qn ? f->qn->src[0] : qr->src[0], *rk = f->rk = f->kn ? f->kn->src[0] : kr->src[0];
+    const ob_tensor *rv = f->rv = vs->src[0], *kc = at->src[1], *vc = at->src[2], *pos = at->src[3], *seq = at->src[4];
     /* one token, the same positions, sequences and caches throughout */
     const int64_t hd = qr->ne[0], n_kv = at->ip[1];
     if (qr->ne[2] * qr->ne[3] != 1 || kr->ne[0] != hd || kr->ne[1] != n_kv || kr->ne[2] * kr->ne[3] != 1 ||
@@ -825,31 +829,25 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     const ob_tensor *nodes[] = {f->qn, qr, f->kn, kr, ks, vs, at};
     for (size_t k = 0; k < OB_ARRAY_LEN(nodes); k++)
         if (nodes[k] && !ob_vk_supports_node(nodes[k])) return false;
-    uint32_t cpi, gw, dk, dv;
-    uint64_t S;
+    uint32_t gw;
     /* Where the one reader of the output is the matmul right after it, on the int8 x the
      * fold writes, the F32 output is never written. Else it is written while other
      * workgroups may still read the raw q, k and v: it must lie apart from k and v, and on
      * q exactly (a q head is read only by the workgroups that write that head's output,
      * before they write it) or apart from it. */
-    const int64_t jm = next_node(g, f->end);
+    const int64_t jm = ob_vk_next_node(g, f->end);
     const ob_tensor *mm = jm < g->n ? &g->nodes[jm] : NULL;
     f->q8_only = mm && mm->op == OB_OP_MATMUL && mm->src[1] && addr(mm->src[1]) == addr(at) &&
                  ob_nelements(mm->src[1]) == ob_nelements(at) && at->last_use == jm && !vk->no_matvec &&
                  ob_vk_supports_node(mm) && matvec_q8_ok(vk, mm->src[0], mm->src[1]) && attn_q8_ok(vk, at) &&
                  ob_vk_q8_out(vk, at, NULL).hi > 0;
-    const uint64_t o = addr(at), oe = o + ob_nbytes(at);
-    if (!f->q8_only && (!no_partial_overlap(at, rq) || !(oe <= addr(rk) || addr(rk) + ob_nbytes(rk) <= o) ||
-                        !(oe <= addr(rv) || addr(rv) + ob_nbytes(rv) <= o)))
-        return false;
-    return attn_dec_plan(vk, at, &cpi, &gw, &S) && gw == 1 && delta32(addr(rq), addr(rk), &dk) &&
-           delta32(addr(rq), addr(rv), &dv);
+    if (!f->q8_only && (!no_partial_overlap(at, rq) || !apart(at, rk) || !apart(at, rv))) return false;
+    return attn_dec_plan(vk, at, &f->cpi, &gw, &f->S) && gw == 1 && delta32(addr(rq), addr(rk), &f->dk) &&
+           delta32(addr(rq), addr(rv), &f->dv);
 }
 
 ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size_t err_len) {
-    const ob_tensor *at = f->at, *qr = f->qr, *kc = at->src[1], *vc = at->src[2];
-    const ob_tensor *rq = f->qn ? f->qn->src[0] : qr->src[0], *rk = f->kn ? f->kn->src[0] : f->kr->src[0];
-    const ob_tensor *rv = f->vs->src[0];
+    const ob_tensor *at = f->at, *qr = f->qr, *kc = at->src[1], *vc = at->src[2], *rq = f->rq, *rk = f->rk, *rv = f->rv;
     if (!vk->fold_par.buf) {
         ob_status st = ob_vk_buffer_new(vk, sizeof(vk->fold_host), false, &vk->fold_par, err, err_len);
         if (st) return st;
@@ -871,10 +869,7 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
         return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: no int8 output for the attention fold", at->name);
     ob_vk_hz(vk, rd, (int)OB_ARRAY_LEN(rd), wr, nwr);
 
-    uint32_t cpi, gw, dk, dv;
-    uint64_t S;
-    if (!attn_dec_plan(vk, at, &cpi, &gw, &S) || !delta32(addr(rq), addr(rk), &dk) || !delta32(addr(rq), addr(rv), &dv))
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s: the attention fold off its plan", at->name);
+    uint64_t S = f->S;
     const uint64_t hd = (uint64_t)qr->ne[0], H = (uint64_t)qr->ne[1], n_kv = (uint64_t)at->ip[1];
     if (S > 1 && ticket_scratch(vk, &vk->attn_part, H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
     /* the parameter block */
@@ -910,12 +905,12 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     pc.o = addr(at);
     pc.u[0] = (uint32_t)hd;
     pc.u[1] = (uint32_t)H | (uint32_t)n_kv << 16;
-    pc.u[2] = 1u | cpi << 16 | gw << 24;
+    pc.u[2] = 1u | f->cpi << 16 | 1u << 24; /* one token, one query head a workgroup */
     pc.u[4] = (uint32_t)at->ip[0];
-    pc.u[5] = dk;
+    pc.u[5] = f->dk;
     attn_dec_splits_pc(vk, &pc, S);
     pc.u[6] |= f->q8_only ? 16u : 0u;
-    pc.u[9] = dv;
+    pc.u[9] = f->dv;
     const uint32_t plo = (uint32_t)par, phi = (uint32_t)(par >> 32);
     memcpy(&pc.f[1], &plo, 4);
     memcpy(&pc.f[2], &phi, 4);
@@ -931,18 +926,9 @@ ob_status ob_vk_fold_upload(ob_vk *vk, char *err, size_t err_len) {
     const size_t bytes = (size_t)vk->fold_n * sizeof(vk->fold_host[0]);
     if (!vk->fold_n || (vk->fold_n <= vk->fold_dev_n && !memcmp(vk->fold_host, vk->fold_dev, bytes))) return OB_OK;
     vk->fold_dev_n = 0;
-    if (vk->fold_par.map) {
-        memcpy(vk->fold_par.map, vk->fold_host, bytes);
-    } else { /* through staging (its own submission: nothing is being recorded now) */
-        if (bytes > vk->staging.size) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: fold parameters");
-        memcpy(vk->staging.map, vk->fold_host, bytes);
-        ob_status st = ob_vk_begin(vk, err, err_len);
-        if (st) return st;
-        VkBufferCopy bc = {.srcOffset = 0, .dstOffset = 0, .size = bytes};
-        vkCmdCopyBuffer(vk->cmd, vk->staging.buf, vk->fold_par.buf, 1, &bc);
-        st = ob_vk_submit_wait(vk, err, err_len);
-        if (st) return st;
-    }
+    /* mapped, or through staging (its own submission: nothing is being recorded now) */
+    ob_status st = ob_vk_copy_at(vk, &vk->fold_par, 0, vk->fold_host, bytes, true, err, err_len);
+    if (st) return st;
     memcpy(vk->fold_dev, vk->fold_host, bytes);
     vk->fold_dev_n = vk->fold_n;
     return OB_OK;
