@@ -26,7 +26,9 @@ prep)
   # libraries are unpacked beside the binary and found through LD_LIBRARY_PATH.
   (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
   tmp=$(mktemp -d)
-  (cd "$tmp" && apt-get $o download libjansson4 libutf8proc2 libpcre2-8-0 >/dev/null)
+  # 1bit's own libraries (the server's libmicrohttpd and what it links, SQLite for rag)
+  (cd "$tmp" && apt-get $o download libjansson4 libutf8proc2 libpcre2-8-0 libsqlite3-0 libmicrohttpd12 libgnutls30 \
+      libp11-kit0 libidn2-0 libunistring2 libtasn1-6 libnettle8 libhogweed6 libgmp10 libffi8 >/dev/null)
   for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/x"; done
   cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/*.so* .dev/vulkan/lib/
   rm -rf "$tmp"

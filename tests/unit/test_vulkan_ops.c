@@ -865,8 +865,10 @@ static void test_matvec_q8(void) {
     /* the one-token path at 8, 4, 2 and 1 rows per subgroup (x in registers, shared by the
      * rows), and its per-row path (ONEBIT_VK_Q8_ROWS1=0); ONEBIT_VK_Q8_MIN_WG=0 keeps the
      * rows asked for at any N. N = 37 and 70 end in partial row groups; K = 4352 and 12288
-     * take several steps of units, 256 a partial one. */
+     * take several steps of units, 256 a partial one. ONEBIT_VK_Q6K_ROWS1=0: Q6_K takes
+     * the rows asked for too (unset, at most 2: checked after). */
     setenv("ONEBIT_VK_Q8_MIN_WG", "0", 1);
+    setenv("ONEBIT_VK_Q6K_ROWS1", "0", 1);
     /* its own random stream: the tests after it keep the inputs they had before it (the
      * model checks' q8_0-cache bound has a thin margin on some draws; see bench/NOTES.md) */
     const ob_rng keep_rng = g_rng;
@@ -900,6 +902,27 @@ static void test_matvec_q8(void) {
             }
         ob_backend_free(be);
     }
+    unsetenv("ONEBIT_VK_Q6K_ROWS1");
+    /* by default Q6_K takes at most 2 rows a subgroup where the others take 4 */
+    ob_backend *r4 = backend_with("ONEBIT_VK_Q8_ROWS1", "4");
+    for (int k = 0; k < 2 && r4; k++) {
+        const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
+        const int64_t K = 4352, N = 70, nw[2] = {K, N}, nx[2] = {K, 1};
+        void *w = rand_typed(t, K, N, 1.0f);
+        float *x = rand_f32(K, 1.0f);
+        round_q8(x, K);
+        ob_graph *g = ob_graph_new(4);
+        ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+        char what[96];
+        snprintf(what, sizeof(what), "matvec_q8 rows1=4, Q6_K rows unset: %s", ob_type_name(t));
+        check_on(r4, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+        const ob_vk *rv = r4->ctx;
+        const ob_vk_shader want = k ? OB_VK_SH_MATVEC_Q8_1R4 : OB_VK_SH_MATVEC_Q8_1R2;
+        CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not %s rows", what, k ? "4" : "2");
+        ob_graph_free(g);
+        free(w); free(x);
+    }
+    if (r4) ob_backend_free(r4);
     unsetenv("ONEBIT_VK_Q8_MIN_WG");
     g_rng = keep_rng;
     for (int between = 0; between < 2; between++) {

@@ -398,6 +398,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_dec = !(adec && !strcmp(adec, "0"));
     const char *asolo = getenv("ONEBIT_VK_ATTN_SOLO");
     vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
+    const char *q6r = getenv("ONEBIT_VK_Q6K_ROWS1");
+    vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 2u;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
     vk->attn_fold = !(afold && !strcmp(afold, "0"));
     const char *agw = getenv("ONEBIT_VK_ATTN_GW");

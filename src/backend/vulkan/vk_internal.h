@@ -222,6 +222,8 @@ typedef struct ob_vk {
                                   2 or 1 (ONEBIT_VK_Q8_ROWS1; 0: the per-row path); unset: 4,
                                   Q8_0 8 (vk_ops.c one_token_rows) */
     bool q8_rows1_auto;
+    uint32_t q6k_rows1;        /* one token: Q6_K's rows per subgroup at most (ONEBIT_VK_Q6K_ROWS1,
+                                  default 2; 0: as the other types) */
     uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
                                   workgroups (ONEBIT_VK_Q8_MIN_WG, default 256; unset: 128
                                   for TQ2_0, vk_ops.c one_token_rows) */
