@@ -25,7 +25,10 @@ typedef enum ob_op {
                          f[0] freq_base, f[1] freq_scale */
     OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (F32/F16/Q8_0 [row, cells]) at
                          cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T].
-                         dst is a 1-element F32 token that orders later reads */
+                         dst is a 1-element F32 token that orders later reads. A token
+                         outside the cache (pos not in [0, i[0]), or its sequence's cells
+                         past the cache) is not stored: the CPU backend refuses the graph,
+                         the reference and the GPU backends skip it */
     OB_OP_ATTENTION,  /* src0 q F32 [hd, n_head, T]; src1 K cache [hd*n_kv, cells];
                          src2 V cache [hd*n_kv, cells]; src3 pos I32 [T]; src4 seq I32 [T];
                          src5 the KV_STORE token (ordering only).
@@ -35,7 +38,8 @@ typedef enum ob_op {
                          f[2] ALiBi max bias (0 = none): query head h adds -slope_h * |pos_q - pos_k| to
                          its scores, slope_h = m0^(h+1) for h < n2, else m1^(2(h-n2)+1), where n2 is the
                          largest power of two <= n_head, m0 = 2^(-f[2]/n2), m1 = 2^(-f[2]/(2 n2))
-                         -> F32 [hd*n_head, T] */
+                         -> F32 [hd*n_head, T]; a token outside the cache (as KV_STORE's) gets
+                         zeros, and whole-sequence attention reaches cell i[0] - 1 at most */
     OB_OP_GLU,        /* src0 gate [n, rows], src1 up [n, rows] -> act(gate) * up; i[0] ob_act */
     OB_OP_ACT,        /* src0 -> act(src0); i[0] ob_act */
     OB_OP_SOFTMAX,    /* softmax over rows of src0 */

@@ -310,6 +310,24 @@ static void test_kv_store(void) {
                ob_type_name(t), (long long)at);
         pos[4] = (int32_t)cps; /* past the sequence's cells: refused */
         CHECK(g_be[0]->iface->compute(g_be[0], g, NULL, 0) == OB_ERR_CONTEXT);
+        /* the reference (the GPU backends' oracle and CPU fallback) skips such a token, as the
+         * GPU backends do: not into the next sequence's first cell, nor past the cache (seq 3
+         * of 3), so the other tokens' rows stored again leave the cache as it was */
+        for (int k = 0; k < 2; k++) {
+            char *snap = malloc(cb);
+            memcpy(snap, cache1, cb);
+            o->data = &tok;
+            tc->data = cache1;
+            ob_cpu_ref_op(o);
+            o->data = saved;
+            tc->data = cache0;
+            CHECKF(memcmp(snap, cache1, cb) == 0, "kv_store %s reference: token outside the cache (seq %d pos %d) stored",
+                   ob_type_name(t), (int)seq[4], (int)pos[4]);
+            free(snap);
+            pos[4] = 9;
+            seq[4] = (int32_t)n_seq;
+        }
+        seq[4] = 1;
         pos[4] = 9;
         free(scratch); free(x); free(cache0); free(cache1);
         ob_graph_free(g);
@@ -402,6 +420,25 @@ static void test_attention_value(void) {
     ob_graph_free(g);
 }
 
+/* The reference's attention of a token outside the cache (refused by the CPU backend): zeros,
+ * as on the GPU backends, with no cell past the cache read. */
+static void test_attention_outside(void) {
+    float q[4] = {1, 2, -1, 0.5f}, k[4] = {1, 0, 0, 1}, v[4] = {3, 4, -1, 5}, y[4] = {NAN, NAN, NAN, NAN}, tok = 0;
+    int32_t pos[2] = {1, 2}, seq[2] = {0, 0};
+    ob_graph *g = ob_graph_new(8);
+    int64_t nq[3] = {2, 1, 2}, nc[2] = {2, 2}, nt[1] = {2}, n1[1] = {1};
+    ob_tensor *o = ob_attention(g, ob_leaf(g, "q", OB_TYPE_F32, 3, nq, q), ob_leaf(g, "k", OB_TYPE_F32, 2, nc, k),
+                                ob_leaf(g, "v", OB_TYPE_F32, 2, nc, v), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                                ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, seq), ob_leaf(g, "tok", OB_TYPE_F32, 1, n1, &tok),
+                                2, 1, 0, true, 1.0f, 0.0f);
+    o->data = y;
+    ob_cpu_ref_op(o);
+    double p0 = exp(1.0) / (exp(1.0) + exp(2.0)), p1 = 1 - p0;
+    CHECKF(fabs(y[0] - (3 * p0 - p1)) < 1e-5 && fabs(y[1] - (4 * p0 + 5 * p1)) < 1e-5, "attention reference %g %g", y[0], y[1]);
+    CHECKF(y[2] == 0.0f && y[3] == 0.0f, "attention reference, pos 2 of 2 cells: %g %g", y[2], y[3]);
+    ob_graph_free(g);
+}
+
 /* ---- the pool: many small nodes in a row -------------------------------------------- */
 
 static void test_chain(void) {
@@ -447,6 +484,7 @@ int main(void) {
     test_kv_store();
     test_attention();
     test_attention_value();
+    test_attention_outside();
     test_chain();
     for (int i = 0; i < N_BACKENDS; i++) ob_backend_free(g_be[i]);
     return ob_test_done("test_cpu_ops");

@@ -60,6 +60,12 @@ static void ref_rope(ob_tensor *dst) {
     }
 }
 
+/* Is (pos, seq) a cell of the cache (cps cells per sequence, cells in all)? A token outside
+ * it is not stored and attends to nothing, as on the GPU backends (graph.h). */
+static bool in_cache(int64_t p, int64_t s, int64_t cps, int64_t cells) {
+    return p >= 0 && p < cps && s >= 0 && s * cps + cps <= cells;
+}
+
 static void ref_kv_store(ob_tensor *dst) {
     const ob_tensor *x = dst->src[0], *cache = dst->src[1];
     const int32_t *pos = dst->src[2]->data, *seq = dst->src[3]->data;
@@ -67,6 +73,7 @@ static void ref_kv_store(ob_tensor *dst) {
     const ob_type_traits *tr = ob_type_traits_get(cache->type);
     size_t rb = ob_row_size(cache->type, row);
     for (int64_t t = 0; t < T; t++) {
+        if (!in_cache(pos[t], seq[t], dst->ip[0], ob_nrows(cache))) continue;
         char *d = (char *)cache->data + (size_t)((int64_t)seq[t] * dst->ip[0] + pos[t]) * rb;
         if (cache->type == OB_TYPE_F32) memcpy(d, (const float *)x->data + t * row, rb);
         else tr->from_float((const float *)x->data + t * row, d, row);
@@ -89,9 +96,14 @@ static void ref_attention(ob_tensor *dst) {
     if (!kr || !vr || !lg || !o) goto done;
     for (int64_t t = 0; t < T; t++) {
         int64_t p = pos[t], s = seq[t], hi = p;
+        if (!in_cache(p, s, cps, ob_nrows(kc))) {
+            memset((float *)dst->data + t * H * hd, 0, sizeof(float) * (size_t)(H * hd));
+            continue;
+        }
         if (!causal)
             for (int64_t u = 0; u < T; u++)
                 if (seq[u] == s && pos[u] > hi) hi = pos[u];
+        if (hi > cps - 1) hi = cps - 1;
         for (int64_t h = 0; h < H; h++) {
             int64_t kh = h / (H / n_kv);
             const float *qh = (const float *)q->data + (t * H + h) * hd;
