@@ -816,6 +816,21 @@ static void test_matvec_variants(void) {
     unsetenv("ONEBIT_VK_Q8");
 }
 
+/* One token's matmul of a random W (type t, K x N) on x in int8 steps, on backend be,
+ * checked against the reference; the backend's last list (prev) holds its dispatches. */
+static void one_token_check(ob_backend *be, ob_type t, int64_t K, int64_t N, const char *what) {
+    const int64_t nw[2] = {K, N}, nx[2] = {K, 1};
+    void *w = rand_typed(t, K, N, 1.0f);
+    float *x = rand_f32(K, 1.0f);
+    round_q8(x, K);
+    ob_graph *g = ob_graph_new(4);
+    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+    check_on(be, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+    ob_graph_free(g);
+    free(w);
+    free(x);
+}
+
 /* The int8 decode path (matvec_q8.comp) on x pre-rounded to its int8 grid, so to float
  * rounding: every type at K with one and many units per lane, T = 1..8, x read from
  * global memory and (ONEBIT_VK_Q8_STAGE=1) staged in shared memory where T * K fits;
@@ -884,21 +899,13 @@ static void test_matvec_q8(void) {
         for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
             for (size_t si = 0; si < OB_ARRAY_LEN(one); si++) {
                 const ob_type t = types[ti];
-                const int64_t K = one[si].K, N = one[si].N, nw[2] = {K, N}, nx[2] = {K, 1};
-                void *w = rand_typed(t, K, N, 1.0f);
-                float *x = rand_f32(K, 1.0f);
-                round_q8(x, K);
-                ob_graph *g = ob_graph_new(4);
-                ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
                 char what[96];
-                snprintf(what, sizeof(what), "matvec_q8 rows1=%s %s K=%lld N=%lld", rows1[v], ob_type_name(t), (long long)K,
-                         (long long)N);
-                check_on(be, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+                snprintf(what, sizeof(what), "matvec_q8 rows1=%s %s K=%lld N=%lld", rows1[v], ob_type_name(t),
+                         (long long)one[si].K, (long long)one[si].N);
+                one_token_check(be, t, one[si].K, one[si].N, what);
                 CHECKF(bv->n_prev == 2 && bv->prev[1].pipe == bv->pipes[want_sh[v]][t] &&
                            bv->prev[1].pc.u[6] == (v < 4),
                        "%s: pipeline or path not the one asked for", what);
-                ob_graph_free(g);
-                free(w); free(x);
             }
         ob_backend_free(be);
     }
@@ -907,20 +914,12 @@ static void test_matvec_q8(void) {
     ob_backend *r4 = backend_with("ONEBIT_VK_Q8_ROWS1", "4");
     for (int k = 0; k < 2 && r4; k++) {
         const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
-        const int64_t K = 4352, N = 70, nw[2] = {K, N}, nx[2] = {K, 1};
-        void *w = rand_typed(t, K, N, 1.0f);
-        float *x = rand_f32(K, 1.0f);
-        round_q8(x, K);
-        ob_graph *g = ob_graph_new(4);
-        ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
         char what[96];
         snprintf(what, sizeof(what), "matvec_q8 rows1=4, Q6_K rows unset: %s", ob_type_name(t));
-        check_on(r4, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
+        one_token_check(r4, t, 4352, 70, what);
         const ob_vk *rv = r4->ctx;
         const ob_vk_shader want = k ? OB_VK_SH_MATVEC_Q8_1R4 : OB_VK_SH_MATVEC_Q8_1R2;
         CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not %s rows", what, k ? "4" : "2");
-        ob_graph_free(g);
-        free(w); free(x);
     }
     if (r4) ob_backend_free(r4);
     unsetenv("ONEBIT_VK_Q8_MIN_WG");
