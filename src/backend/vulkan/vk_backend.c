@@ -226,11 +226,12 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
      * gate/up/GLU mode, 4: its tail (1 norm, 2 pair) (all ignored elsewhere) */
     const bool tail = sh >= OB_VK_SH_MATVEC_Q8_NT && sh <= OB_VK_SH_MATVEC_Q8_PR1;
-    const bool pn = sh >= OB_VK_SH_MATVEC_Q8_PNP && sh <= OB_VK_SH_MATVEC_Q8_PNC1;
+    const bool png = sh == OB_VK_SH_MATVEC_Q8_PNG;
+    const bool pn = (sh >= OB_VK_SH_MATVEC_Q8_PNP && sh <= OB_VK_SH_MATVEC_Q8_PNC1) || png;
     const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU) || tail || pn;
     /* RS 8, 4, 2, 1 (the prenorm producer: 4) */
     const int tv = tail ? (int)(sh - OB_VK_SH_MATVEC_Q8_NT) % 4
-                   : sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
+                   : sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : png ? 2 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
     const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC || tv == 1                 ? 4u
                         : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 || tv == 2 ? 2u
                         : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || sh == OB_VK_SH_ATTN_FOLD ||
@@ -238,10 +239,10 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
                             ? 1u
                             : 8u;
     /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size */
-    uint32_t spec[7] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU,
+    uint32_t spec[7] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : 128u};
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? 512u : 128u};
     VkSpecializationMapEntry me[7];
     for (uint32_t i = 0; i < 7; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
@@ -433,6 +434,11 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
             /* both opt-in: ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
+            if (ob_vk_fusable_gate_up_pn(vk, a, b, glu, k)) {
+                vk->prof.key_now = prof_key(n);
+                *i = k;
+                return ob_vk_record_gate_up_pn(vk, a, b, glu, err, err_len);
+            }
             if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;

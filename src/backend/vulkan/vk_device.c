@@ -106,6 +106,7 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     d->api = pr.properties.apiVersion;
     d->subgroup = sg.subgroupSize;
     d->shared_bytes = pr.properties.limits.maxComputeSharedMemorySize;
+    d->max_wg = pr.properties.limits.maxComputeWorkGroupInvocations;
     VkPhysicalDeviceMemoryProperties mp;
     vkGetPhysicalDeviceMemoryProperties(p, &mp);
     for (uint32_t i = 0; i < mp.memoryHeapCount; i++)
@@ -400,6 +401,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
     const char *q6r = getenv("ONEBIT_VK_Q6K_ROWS1");
     vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 2u;
+    const char *pglu = getenv("ONEBIT_VK_PN_GLU");
+    vk->pn_glu = !pglu ? 2u : !strcmp(pglu, "0") ? 0u : 1u;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
     vk->attn_fold = !(afold && !strcmp(afold, "0"));
     const char *agw = getenv("ONEBIT_VK_ATTN_GW");
@@ -466,7 +469,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
         if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || s >= OB_VK_SH_MATVEC_Q8_NT) && !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
-            (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNC1 && !vk->prenorm))
+            (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,

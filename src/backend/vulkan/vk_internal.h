@@ -67,6 +67,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_PNC4,
     OB_VK_SH_MATVEC_Q8_PNC2,
     OB_VK_SH_MATVEC_Q8_PNC1,
+    OB_VK_SH_MATVEC_Q8_PNG, /* prenorm consumer gate and up with their GLU and its int8 form:
+                               RS = 2 of each, 512 invocations (whole 32-row blocks) */
     OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
                               stores of one token folded in (attn_fold.comp) */
     OB_VK_SH_COUNT,
@@ -103,6 +105,7 @@ typedef struct ob_vk_dev_info {
     uint64_t mem;          /* largest device-local heap */
     uint32_t subgroup;
     uint32_t shared_bytes; /* maxComputeSharedMemorySize */
+    uint32_t max_wg;       /* maxComputeWorkGroupInvocations */
     bool coopmat;          /* VK_KHR_cooperative_matrix is offered (listing only) */
     bool coopmat_nv;       /* VK_NV_cooperative_matrix with 16x16x16 f16*f16->f32, subgroup
                               32, shaderFloat16 and vulkanMemoryModel: what
@@ -296,6 +299,8 @@ typedef struct ob_vk {
      * own bytes are never written), pn_eps its epsilon, pn_last its last reader's node. A
      * consumer finds them whatever other int8 x was made since. */
     bool prenorm;
+    uint32_t pn_glu;       /* gate, up and the GLU as one prenorm consumer: 2 (ONEBIT_VK_PN_GLU
+                              unset) for Q1_0 weights, 1 for every type, 0 off */
     ob_vk_alloc pn_buf;
     uint64_t pn_src, pn_end, pn_q8, pn_ss;
     uint32_t pn_nss, pn_K;
@@ -408,6 +413,11 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
 /* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
  * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
  * and its int8 form. */
+/* gate, up and their GLU as one prenorm consumer (OB_VK_SH_MATVEC_Q8_PNG), gate and up on
+ * the int8 x of a prenorm */
+bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                              int64_t glu_index);
+ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index);
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);

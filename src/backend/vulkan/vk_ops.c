@@ -527,20 +527,21 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     return OB_OK;
 }
 
-/* What both gate/up/GLU fusions need: MATMUL gate and up of one x and their GLU (the one
- * reader of both), one token on an int8 x already written, the same weight type and
- * shape, rows in whole 32-row blocks. */
+/* What the gate/up/GLU fusions need: MATMUL gate and up of one x and their GLU (the one
+ * reader of both), one token on an int8 x already written (pn: a prenorm's, else a
+ * quantized x's), the same weight type and shape, rows in whole 32-row blocks. */
 static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                            int64_t glu_index) {
+                            int64_t glu_index, bool pn) {
     if (!vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL || glu->op != OB_OP_GLU)
         return false;
     const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
         up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
         return false;
-    return ob_nrows(x) == 1 && vk->pn_src != addr(x) && wg->type == wu->type && wg->ne[0] == wu->ne[0] &&
-           wg->ne[1] == wu->ne[1] && matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && vk->q8_src == addr(x) &&
-           vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 && wg->ne[1] % 32 == 0;
+    const bool xq = pn ? vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0]
+                       : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1;
+    return ob_nrows(x) == 1 && xq && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+           matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && wg->ne[1] % 32 == 0;
 }
 
 /* What both gate/up recorders share: the hazards (reads: the int8 x and both weights;
@@ -571,7 +572,7 @@ bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tenso
                                 int64_t glu_index) {
     /* a ticket per 32-row block */
     const int64_t N = gate->src[0] ? gate->src[0]->ne[1] : 0;
-    return vk->glu_pair && gate_up_fusable(vk, gate, up, glu, glu_index) && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
+    return vk->glu_pair && gate_up_fusable(vk, gate, up, glu, glu_index, false) && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
            is_f32(gate) && is_f32(up) && is_f32(glu) && ob_nelements(glu) == N;
 }
 
@@ -605,7 +606,7 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index) {
     /* a workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
-    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index) && vk->info.subgroup >= 8 &&
+    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index, false) && vk->info.subgroup >= 8 &&
            (q8_sgs(vk) * 8) % 32 == 0 &&
            glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
 }
@@ -628,6 +629,64 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     pc.u[4] = q8_sgs(vk) * 8;
     pc.u[9] = (uint32_t)qout;
     st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err, err_len);
+    if (st) return st;
+    q8_written(vk, glu, o2);
+    return OB_OK;
+}
+
+/* Rows per workgroup of the prenorm consumer's gate/up/GLU: 512 invocations, 2 rows of
+ * each a subgroup. */
+static uint32_t png_rows(const ob_vk *vk) { return vk->info.subgroup > 64 ? 0 : 512 / vk->info.subgroup * 2; }
+
+/* Unset, only Q1_0 weights take it: H200, qwen3-8b tg128 without / with, Q1_0 413.4, 422.2,
+ * 421.6 / 440.2, 442.3, 442.9; TQ2_0 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 /
+ * 270.4, 275.2 (2026-12-01 11:02-11:03 UTC): 512 invocations of the wider types' registers
+ * leave fewer warps an SM than their 128-invocation gate and up workgroups. */
+bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
+                              int64_t glu_index) {
+    const uint32_t rw = png_rows(vk);
+    const ob_tensor *wg = gate->src[0];
+    if (!vk->pn_glu || (vk->pn_glu == 2 && (!wg || wg->type != OB_TYPE_Q1_0))) return false;
+    return rw && rw % 32 == 0 && gate_up_fusable(vk, gate, up, glu, glu_index, true) && glu_q8_ok(vk, glu) &&
+           ob_nelements(glu) == wg->ne[1] && is_f32(glu) && vk->info.max_wg >= 512;
+}
+
+ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
+    const ob_tensor *wg = gate->src[0], *wu = up->src[0];
+    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1], rw = png_rows(vk);
+    uint64_t qin, din, qout, dout;
+    q8_sizes(K, 1, &qin, &din);
+    q8_sizes(N, 1, &qout, &dout);
+    ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
+    if (st) return st;
+    /* reads the prenorm's int8 x and sums and both weights; writes the GLU's output and its
+     * int8 form (gate and up are never written: the GLU was their one reader) */
+    const uint64_t q0 = vk->pn_q8, o2 = vk->q8_buf2.addr;
+    ob_vk_range rd[4] = {{q0, q0 + qin + din, false}, {vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false},
+                         {addr(wg), addr(wg) + ob_nbytes(wg), false}, {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
+    ob_vk_hz(vk, rd, 4, wr, 2);
+    ob_vk_pc pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.a = addr(wg);
+    pc.b = q0;
+    pc.c = q0 + qin;
+    pc.d = addr(wu);
+    pc.e = vk->pn_ss;
+    pc.o = o2;
+    pc.u[0] = K;
+    pc.u[1] = N;
+    pc.u[2] = 1;
+    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
+    pc.u[4] = rw;
+    pc.u[6] = 1;
+    pc.u[8] = vk->pn_nss;
+    pc.u[9] = (uint32_t)qout;
+    pc.f[0] = vk->pn_eps;
+    const uint64_t ga = addr(glu);
+    const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
+    memcpy(&pc.f[1], gw, sizeof(gw));
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNG, wg->type, &pc, cdiv(N, rw), err, err_len);
     if (st) return st;
     q8_written(vk, glu, o2);
     return OB_OK;

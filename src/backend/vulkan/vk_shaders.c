@@ -111,4 +111,5 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_PNC4] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNC2] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNC1] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
+    [OB_VK_SH_MATVEC_Q8_PNG] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_png"},
 };

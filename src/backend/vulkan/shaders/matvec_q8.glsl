@@ -49,10 +49,11 @@ layout(constant_id = 1) const uint MAXT = 8;
 // Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
 // holds at once (1 at 8 rows, else 2: a K = 4096 row of 64 units fills the lanes twice).
 layout(constant_id = 2) const uint RS = 8;
-// Gate/up/GLU mode of the one-token path (RS = 8): a W gate and d W up (both u[3] row
-// bytes), rows of both dotted with the same x in registers; e gets act(gate) * up (u[8]
-// the ob_act), o its int8 form (q8.glsl) per 32 rows, dx at o + u[9]. A workgroup's rows
-// (u[4]) are whole 32-row blocks and N a multiple of 32 (the host checks).
+// Gate/up/GLU mode of the one-token path (RS = 8; 2 in matvec_q8_pn.comp's consumer, at
+// 512 invocations): a W gate and d W up (both u[3] row bytes), rows of both dotted with the
+// same x in registers; e gets act(gate) * up (u[8] the ob_act), o its int8 form (q8.glsl)
+// per 32 rows, dx at o + u[9]. A workgroup's rows (u[4]) are whole 32-row blocks and N a
+// multiple of 32 (the host checks).
 layout(constant_id = 3) const bool GLU = false;
 // The tail of the one-token path (below): 0 none, 1 the RMS norm (u[7] 3), 2 gate and up
 // with the GLU (u[7] 4); matvec_q8.comp has none.
@@ -501,11 +502,21 @@ void main() {
         }
         // GLU: act(gate) * up per row, then each block of 32 rows as int8
         for (uint r = 0; r < RS; r++) {
+#ifdef MATVEC_PN
+            // a prenorm consumer (PN 2): both sums scaled by r; the GLU's output at G, the
+            // ob_act in f[3]'s bits (e and u[8] hold the producer's sums)
+            float v = act(floatBitsToUint(pc.f[3]), rr * subgroupAdd(acc[r])) * (rr * subgroupAdd(acc2[r]));
+            if (subgroupElect()) {
+                gv[gl_SubgroupID * RS + r] = v;
+                if (n0 + r < N) BF32(tail_g()).v[n0 + r] = v;
+            }
+#else
             float v = act(pc.u[8], subgroupAdd(acc[r])) * subgroupAdd(acc2[r]);
             if (subgroupElect()) {
                 gv[gl_SubgroupID * RS + r] = v;
                 if (n0 + r < N) BF32(pc.e).v[n0 + r] = v;
             }
+#endif
         }
         barrier();
         uint b0 = g * RW + 32 * tid;
