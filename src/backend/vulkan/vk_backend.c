@@ -433,7 +433,8 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         if (k < g->n && g->nodes[k].op == OB_OP_GLU) {
             ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
-            /* both opt-in: ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
+            /* on a prenorm's x (ONEBIT_VK_PN_GLU; unset: Q1_0), then the two opt-in ones,
+             * ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
             if (ob_vk_fusable_gate_up_pn(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;

@@ -410,14 +410,14 @@ bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tenso
                                 int64_t glu_index);
 ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
                                     size_t err_len);
-/* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
- * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
- * and its int8 form. */
 /* gate, up and their GLU as one prenorm consumer (OB_VK_SH_MATVEC_Q8_PNG), gate and up on
  * the int8 x of a prenorm */
 bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                               int64_t glu_index);
 ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
+/* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
+ * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
+ * and its int8 form. */
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index);
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
