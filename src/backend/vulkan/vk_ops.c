@@ -464,7 +464,9 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
     return OB_OK;
 }
 
-/* Rows per workgroup of the prenorm producer: 256 invocations, 4 rows a subgroup. */
+/* Rows per workgroup of the prenorm producer (256 invocations, 4 rows a subgroup) and of
+ * the prenorm gate/up/GLU consumer (512 invocations, 2 gate and 2 up rows a subgroup): the
+ * same 1024 / subgroup rows. */
 static uint32_t pn_rows(const ob_vk *vk) { return vk->info.subgroup > 64 ? 0 : 256 / vk->info.subgroup * 4; }
 
 bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *add, const ob_tensor *norm, int64_t norm_index) {
@@ -544,17 +546,19 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && wg->ne[1] % 32 == 0;
 }
 
-/* What both gate/up recorders share: the hazards (reads: the int8 x and both weights;
- * writes: wr) and the push constants of both matmuls' rows on one int8 x. */
-static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, const ob_tensor *glu,
+/* What the gate/up recorders share: the hazards (reads: the int8 x, both weights and, pn,
+ * the prenorm's sums of squares; writes: wr) and the push constants of both matmuls' rows
+ * on one int8 x (pn: the prenorm's). */
+static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, const ob_tensor *glu, bool pn,
                        const ob_vk_range *wr, int nwr, ob_vk_pc *pc) {
     const uint32_t K = (uint32_t)wg->ne[0];
     uint64_t qin, din;
     q8_sizes(K, 1, &qin, &din);
-    const uint64_t q0 = vk->q8_addr;
-    ob_vk_range rd[3] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
-                         {addr(wu), addr(wu) + ob_nbytes(wu), false}};
-    ob_vk_hz(vk, rd, 3, wr, nwr);
+    const uint64_t q0 = pn ? vk->pn_q8 : vk->q8_addr;
+    ob_vk_range rd[4] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
+                         {addr(wu), addr(wu) + ob_nbytes(wu), false},
+                         {vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false}};
+    ob_vk_hz(vk, rd, pn ? 4 : 3, wr, nwr);
     memset(pc, 0, sizeof(*pc));
     pc->a = addr(wg);
     pc->b = q0;
@@ -590,7 +594,7 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
                          {addr(glu), addr(glu) + ob_nbytes(glu), false},
                          {t0, t0 + OB_VK_TICKET_BYTES + qout + dout, false}};
     ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, wr, 4, &pc);
+    gate_up_pc(vk, wg, wu, glu, false, wr, 4, &pc);
     uint32_t rps;
     (void)one_token_rows(vk, wg->type, N, &rps);
     pc.e = addr(up);
@@ -623,7 +627,7 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
     ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, wr, 2, &pc);
+    gate_up_pc(vk, wg, wu, glu, false, wr, 2, &pc);
     pc.e = addr(glu);
     pc.o = o2;
     pc.u[4] = q8_sgs(vk) * 8;
@@ -634,17 +638,13 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
-/* Rows per workgroup of the prenorm consumer's gate/up/GLU: 512 invocations, 2 rows of
- * each a subgroup. */
-static uint32_t png_rows(const ob_vk *vk) { return vk->info.subgroup > 64 ? 0 : 512 / vk->info.subgroup * 2; }
-
 /* Unset, only Q1_0 weights take it: H200, qwen3-8b tg128 without / with, Q1_0 413.4, 422.2,
  * 421.6 / 440.2, 442.3, 442.9; TQ2_0 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 /
  * 270.4, 275.2 (2026-12-01 11:02-11:03 UTC): 512 invocations of the wider types' registers
  * leave fewer warps an SM than their 128-invocation gate and up workgroups. */
 bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                               int64_t glu_index) {
-    const uint32_t rw = png_rows(vk);
+    const uint32_t rw = pn_rows(vk);
     const ob_tensor *wg = gate->src[0];
     if (!vk->pn_glu || (vk->pn_glu == 2 && (!wg || wg->type != OB_TYPE_Q1_0))) return false;
     return rw && rw % 32 == 0 && gate_up_fusable(vk, gate, up, glu, glu_index, true) && glu_q8_ok(vk, glu) &&
@@ -653,34 +653,21 @@ bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor 
 
 ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
-    const uint32_t K = (uint32_t)wg->ne[0], N = (uint32_t)wg->ne[1], rw = png_rows(vk);
-    uint64_t qin, din, qout, dout;
-    q8_sizes(K, 1, &qin, &din);
+    const uint32_t N = (uint32_t)wg->ne[1], rw = pn_rows(vk);
+    uint64_t qout, dout;
     q8_sizes(N, 1, &qout, &dout);
     ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
     if (st) return st;
-    /* reads the prenorm's int8 x and sums and both weights; writes the GLU's output and its
-     * int8 form (gate and up are never written: the GLU was their one reader) */
-    const uint64_t q0 = vk->pn_q8, o2 = vk->q8_buf2.addr;
-    ob_vk_range rd[4] = {{q0, q0 + qin + din, false}, {vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false},
-                         {addr(wg), addr(wg) + ob_nbytes(wg), false}, {addr(wu), addr(wu) + ob_nbytes(wu), false}};
+    /* writes the GLU's output and its int8 form (gate and up are never written: the GLU was
+     * their one reader) */
+    const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
-    ob_vk_hz(vk, rd, 4, wr, 2);
     ob_vk_pc pc;
-    memset(&pc, 0, sizeof(pc));
-    pc.a = addr(wg);
-    pc.b = q0;
-    pc.c = q0 + qin;
-    pc.d = addr(wu);
+    gate_up_pc(vk, wg, wu, glu, true, wr, 2, &pc);
     pc.e = vk->pn_ss;
     pc.o = o2;
-    pc.u[0] = K;
-    pc.u[1] = N;
-    pc.u[2] = 1;
-    pc.u[3] = (uint32_t)ob_row_size(wg->type, K);
     pc.u[4] = rw;
-    pc.u[6] = 1;
-    pc.u[8] = vk->pn_nss;
+    pc.u[8] = vk->pn_nss; /* the ob_act goes in f[3] */
     pc.u[9] = (uint32_t)qout;
     pc.f[0] = vk->pn_eps;
     const uint64_t ga = addr(glu);
