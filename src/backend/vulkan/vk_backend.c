@@ -438,12 +438,12 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             if (ob_vk_fusable_gate_up_pn(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;
-                return ob_vk_record_gate_up_pn(vk, a, b, glu, err, err_len);
+                return ob_vk_record_gate_up_glu(vk, a, b, glu, true, err, err_len);
             }
             if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;
-                return ob_vk_record_gate_up_glu(vk, a, b, glu, err, err_len);
+                return ob_vk_record_gate_up_glu(vk, a, b, glu, false, err, err_len);
             }
             if (ob_vk_fusable_gate_up_pair(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);

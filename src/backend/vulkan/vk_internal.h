@@ -414,13 +414,14 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
  * the int8 x of a prenorm */
 bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                               int64_t glu_index);
-ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
 /* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
  * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
  * and its int8 form. */
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index);
-ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len);
+/* both recorded by this one: pn, the prenorm consumer's */
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, bool pn, char *err,
+                                   size_t err_len);
 /* The nodes of one decode attention from node i of g: [q RMS_NORM] q ROPE [k RMS_NORM]
  * k ROPE, the K and V KV_STOREs, the ATTENTION (views between them skipped). */
 typedef struct ob_vk_fold {

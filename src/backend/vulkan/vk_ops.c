@@ -615,24 +615,38 @@ bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor
            glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
 }
 
-ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
+/* The fused GLU (pn 0: OB_VK_SH_MATVEC_Q8_GLU on a quantized x) and the prenorm one (pn 1:
+ * OB_VK_SH_MATVEC_Q8_PNG): one dispatch writes the GLU's output and its int8 form into
+ * q8_buf2 (the gate and up outputs are never written: the GLU was their one reader). */
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, bool pn, char *err,
+                                   size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
     const uint32_t N = (uint32_t)wg->ne[1];
     uint64_t qout, dout;
     q8_sizes(N, 1, &qout, &dout);
     ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
     if (st) return st;
-    /* writes the GLU's output and its int8 form (the gate and up outputs are never written:
-     * the GLU was their one reader) */
     const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
     ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, false, wr, 2, &pc);
-    pc.e = addr(glu);
+    gate_up_pc(vk, wg, wu, glu, pn, wr, 2, &pc);
     pc.o = o2;
-    pc.u[4] = q8_sgs(vk) * 8;
     pc.u[9] = (uint32_t)qout;
-    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err, err_len);
+    if (pn) {
+        /* e and u[8] hold the prenorm's sums; the GLU's output and the ob_act go in f[1..3] */
+        pc.e = vk->pn_ss;
+        pc.u[4] = pn_rows(vk);
+        pc.u[8] = vk->pn_nss;
+        pc.f[0] = vk->pn_eps;
+        const uint64_t ga = addr(glu);
+        const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
+        memcpy(&pc.f[1], gw, sizeof(gw));
+    } else {
+        pc.e = addr(glu);
+        pc.u[4] = q8_sgs(vk) * 8;
+    }
+    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err,
+                        err_len);
     if (st) return st;
     q8_written(vk, glu, o2);
     return OB_OK;
@@ -649,34 +663,6 @@ bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor 
     if (!vk->pn_glu || (vk->pn_glu == 2 && (!wg || wg->type != OB_TYPE_Q1_0))) return false;
     return rw && rw % 32 == 0 && gate_up_fusable(vk, gate, up, glu, glu_index, true) && glu_q8_ok(vk, glu) &&
            ob_nelements(glu) == wg->ne[1] && is_f32(glu) && vk->info.max_wg >= 512;
-}
-
-ob_status ob_vk_record_gate_up_pn(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err, size_t err_len) {
-    const ob_tensor *wg = gate->src[0], *wu = up->src[0];
-    const uint32_t N = (uint32_t)wg->ne[1], rw = pn_rows(vk);
-    uint64_t qout, dout;
-    q8_sizes(N, 1, &qout, &dout);
-    ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
-    if (st) return st;
-    /* writes the GLU's output and its int8 form (gate and up are never written: the GLU was
-     * their one reader) */
-    const uint64_t o2 = vk->q8_buf2.addr;
-    ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
-    ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, true, wr, 2, &pc);
-    pc.e = vk->pn_ss;
-    pc.o = o2;
-    pc.u[4] = rw;
-    pc.u[8] = vk->pn_nss; /* the ob_act goes in f[3] */
-    pc.u[9] = (uint32_t)qout;
-    pc.f[0] = vk->pn_eps;
-    const uint64_t ga = addr(glu);
-    const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
-    memcpy(&pc.f[1], gw, sizeof(gw));
-    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNG, wg->type, &pc, cdiv(N, rw), err, err_len);
-    if (st) return st;
-    q8_written(vk, glu, o2);
-    return OB_OK;
 }
 
 /* Do the bytes of a and b not meet? */
