@@ -881,7 +881,7 @@ static void test_matvec_q8(void) {
      * rows), and its per-row path (ONEBIT_VK_Q8_ROWS1=0); ONEBIT_VK_Q8_MIN_WG=0 keeps the
      * rows asked for at any N. N = 37 and 70 end in partial row groups; K = 4352 and 12288
      * take several steps of units, 256 a partial one. ONEBIT_VK_Q6K_ROWS1=0: Q6_K takes
-     * the rows asked for too (unset, at most 2: checked after). */
+     * the rows asked for too (unset, at most 4: checked after). */
     setenv("ONEBIT_VK_Q8_MIN_WG", "0", 1);
     setenv("ONEBIT_VK_Q6K_ROWS1", "0", 1);
     /* its own random stream: the tests after it keep the inputs they had before it (the
@@ -910,18 +910,37 @@ static void test_matvec_q8(void) {
         ob_backend_free(be);
     }
     unsetenv("ONEBIT_VK_Q6K_ROWS1");
-    /* by default Q6_K takes at most 2 rows a subgroup where the others take 4 */
-    ob_backend *r4 = backend_with("ONEBIT_VK_Q8_ROWS1", "4");
-    for (int k = 0; k < 2 && r4; k++) {
-        const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
-        char what[96];
-        snprintf(what, sizeof(what), "matvec_q8 rows1=4, Q6_K rows unset: %s", ob_type_name(t));
-        one_token_check(r4, t, 4352, 70, what);
-        const ob_vk *rv = r4->ctx;
-        const ob_vk_shader want = k ? OB_VK_SH_MATVEC_Q8_1R4 : OB_VK_SH_MATVEC_Q8_1R2;
-        CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not %s rows", what, k ? "4" : "2");
+    /* Q6_K takes at most 4 rows a subgroup by default (as the others at rows1 4, where 8
+     * would be 8), and at most ONEBIT_VK_Q6K_ROWS1 where that is set */
+    for (int cap = 0; cap < 3; cap++) {
+        if (cap) setenv("ONEBIT_VK_Q6K_ROWS1", "2", 1);
+        ob_backend *r4 = backend_with("ONEBIT_VK_Q8_ROWS1", cap == 2 ? "8" : "4");
+        for (int k = 0; k < 2 && r4; k++) {
+            const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
+            char what[96];
+            snprintf(what, sizeof(what), "matvec_q8 rows1=%d, Q6_K rows %s: %s", cap == 2 ? 8 : 4, cap ? "2" : "unset",
+                     ob_type_name(t));
+            one_token_check(r4, t, 4352, 70, what);
+            const ob_vk *rv = r4->ctx;
+            const ob_vk_shader want = k && cap == 2 ? OB_VK_SH_MATVEC_Q8_1
+                                      : k || !cap   ? OB_VK_SH_MATVEC_Q8_1R4
+                                                    : OB_VK_SH_MATVEC_Q8_1R2;
+            CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not the rows asked for", what);
+        }
+        if (r4) ob_backend_free(r4);
+        unsetenv("ONEBIT_VK_Q6K_ROWS1");
     }
-    if (r4) ob_backend_free(r4);
+    {
+        /* unset, at rows1 8: Q6_K at 4 */
+        ob_backend *r8 = backend_with("ONEBIT_VK_Q8_ROWS1", "8");
+        if (r8) {
+            one_token_check(r8, OB_TYPE_Q6_K, 4352, 70, "matvec_q8 rows1=8, Q6_K rows unset");
+            const ob_vk *rv = r8->ctx;
+            CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[OB_VK_SH_MATVEC_Q8_1R4][OB_TYPE_Q6_K],
+                   "rows1=8: Q6_K not at 4 rows");
+            ob_backend_free(r8);
+        }
+    }
     unsetenv("ONEBIT_VK_Q8_MIN_WG");
     g_rng = keep_rng;
     for (int between = 0; between < 2; between++) {

@@ -400,7 +400,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     const char *asolo = getenv("ONEBIT_VK_ATTN_SOLO");
     vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
     const char *q6r = getenv("ONEBIT_VK_Q6K_ROWS1");
-    vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 2u;
+    vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 4u;
     const char *pglu = getenv("ONEBIT_VK_PN_GLU");
     vk->pn_glu = !pglu ? 2u : !strcmp(pglu, "0") ? 0u : 1u;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");

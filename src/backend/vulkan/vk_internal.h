@@ -226,7 +226,7 @@ typedef struct ob_vk {
                                   Q8_0 8 (vk_ops.c one_token_rows) */
     bool q8_rows1_auto;
     uint32_t q6k_rows1;        /* one token: Q6_K's rows per subgroup at most (ONEBIT_VK_Q6K_ROWS1,
-                                  default 2; 0: as the other types) */
+                                  default 4; 0: as the other types) */
     uint32_t q8_min_wg;        /* rows per subgroup halve while a matmul would get fewer
                                   workgroups (ONEBIT_VK_Q8_MIN_WG, default 256; unset: 128
                                   for TQ2_0, vk_ops.c one_token_rows) */

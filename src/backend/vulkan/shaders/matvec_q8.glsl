@@ -47,7 +47,10 @@ layout(constant_id = 1) const uint MAXT = 8;
 #define SQ 768  // uvec4 of staged qx: T * K <= 12,288
 #define SD 384  // vec2 of staged dx
 // Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
-// holds at once (1 at 8 rows, else 2: a K = 4096 row of 64 units fills the lanes twice).
+// holds at once: 1, or 2 for Q1_0 and Q8_0 under 8 rows (a K = 4096 row of 64 units then
+// fills the lanes twice). One unit at a time leaves Q4_K, Q6_K and TQ2_0 fewer registers:
+// H200, qwen3-8b tg128 against 2 (2026-12-01 12:37 UTC), Q4_K_M 312.0, 312.9 -> 339.7,
+// 337.5; TQ2_0 417.4, 415.3 -> 434.3, 430.5; Q1_0 431.3, 433.5 -> 418.6, 421.4 (so it keeps 2).
 layout(constant_id = 2) const uint RS = 8;
 // Gate/up/GLU mode of the one-token path (RS = 8; 2 in matvec_q8_pn.comp's consumer, at
 // 512 invocations): a W gate and d W up (both u[3] row bytes), rows of both dotted with the
@@ -65,7 +68,7 @@ const uint TAIL = 0;
 #include "act.glsl"
 #include "q8.glsl"
 shared float gv[WG]; // GLU: the workgroup's outputs (at most WG rows: 8 a subgroup, >= 16 lanes)
-const uint CH = RS == 8 ? 1 : 2;
+const uint CH = RS == 8 || TYPE == T_Q4_K || TYPE == T_Q6_K || TYPE == T_TQ2_0 ? 1 : 2;
 #ifndef MATVEC_PN
 layout(local_size_x = WG) in;
 #endif
