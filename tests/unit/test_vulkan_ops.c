@@ -910,36 +910,26 @@ static void test_matvec_q8(void) {
         ob_backend_free(be);
     }
     unsetenv("ONEBIT_VK_Q6K_ROWS1");
-    /* Q6_K takes at most 4 rows a subgroup by default (as the others at rows1 4, where 8
-     * would be 8), and at most ONEBIT_VK_Q6K_ROWS1 where that is set */
-    for (int cap = 0; cap < 3; cap++) {
-        if (cap) setenv("ONEBIT_VK_Q6K_ROWS1", "2", 1);
-        ob_backend *r4 = backend_with("ONEBIT_VK_Q8_ROWS1", cap == 2 ? "8" : "4");
-        for (int k = 0; k < 2 && r4; k++) {
-            const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
-            char what[96];
-            snprintf(what, sizeof(what), "matvec_q8 rows1=%d, Q6_K rows %s: %s", cap == 2 ? 8 : 4, cap ? "2" : "unset",
-                     ob_type_name(t));
-            one_token_check(r4, t, 4352, 70, what);
-            const ob_vk *rv = r4->ctx;
-            const ob_vk_shader want = k && cap == 2 ? OB_VK_SH_MATVEC_Q8_1
-                                      : k || !cap   ? OB_VK_SH_MATVEC_Q8_1R4
-                                                    : OB_VK_SH_MATVEC_Q8_1R2;
-            CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not the rows asked for", what);
-        }
-        if (r4) ob_backend_free(r4);
+    /* Q6_K takes at most 4 rows a subgroup unless ONEBIT_VK_Q6K_ROWS1 says otherwise; the
+     * other types the rows asked for */
+    static const struct { const char *rows1, *q6cap; uint32_t q6k, tq2; } caps[] = {
+        {"4", NULL, 4, 4}, {"8", NULL, 4, 8}, {"4", "2", 2, 4}, {"8", "2", 2, 8}};
+    for (size_t c = 0; c < OB_ARRAY_LEN(caps); c++) {
+        if (caps[c].q6cap) setenv("ONEBIT_VK_Q6K_ROWS1", caps[c].q6cap, 1);
+        ob_backend *rb = backend_with("ONEBIT_VK_Q8_ROWS1", caps[c].rows1);
         unsetenv("ONEBIT_VK_Q6K_ROWS1");
-    }
-    {
-        /* unset, at rows1 8: Q6_K at 4 */
-        ob_backend *r8 = backend_with("ONEBIT_VK_Q8_ROWS1", "8");
-        if (r8) {
-            one_token_check(r8, OB_TYPE_Q6_K, 4352, 70, "matvec_q8 rows1=8, Q6_K rows unset");
-            const ob_vk *rv = r8->ctx;
-            CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[OB_VK_SH_MATVEC_Q8_1R4][OB_TYPE_Q6_K],
-                   "rows1=8: Q6_K not at 4 rows");
-            ob_backend_free(r8);
+        for (int k = 0; k < 2 && rb; k++) {
+            const ob_type t = k ? OB_TYPE_TQ2_0 : OB_TYPE_Q6_K;
+            const uint32_t rows = k ? caps[c].tq2 : caps[c].q6k;
+            char what[96];
+            snprintf(what, sizeof(what), "matvec_q8 rows1=%s, Q6_K rows %s: %s", caps[c].rows1,
+                     caps[c].q6cap ? caps[c].q6cap : "unset", ob_type_name(t));
+            one_token_check(rb, t, 4352, 70, what);
+            const ob_vk *rv = rb->ctx;
+            const ob_vk_shader want = rows == 8 ? OB_VK_SH_MATVEC_Q8_1 : rows == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : OB_VK_SH_MATVEC_Q8_1R2;
+            CHECKF(rv->n_prev == 2 && rv->prev[1].pipe == rv->pipes[want][t], "%s: not at %u rows", what, rows);
         }
+        if (rb) ob_backend_free(rb);
     }
     unsetenv("ONEBIT_VK_Q8_MIN_WG");
     g_rng = keep_rng;
