@@ -285,11 +285,11 @@ static uint32_t q8_sgs(const ob_vk *vk) { return vk->info.subgroup >= 128 ? 1 : 
 static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint32_t *rps_out) {
     uint32_t rps = vk->q8_rows1;
     if (vk->q8_rows1_auto && t != OB_TYPE_Q8_0 && rps > 4) rps = 4;
-    /* Q6_K: at most q6k_rows1 (4 unless set. H200, qwen3-8b tg128, 2026-12-01: with two
-     * units a lane, 2 rows beat 4, the output matrix 210.4 -> 195.4 us a launch (10:43
-     * UTC); with one (matvec_q8.glsl's CH), 4 beat 2 in all six pairs, 2 / 4: TQ2_0 428.4,
-     * 409.7 / 438.8, 421.7; Q4_K_M 335.8, 333.3 / 338.8, 346.8; Q1_0 432.4, 438.5 / 440.7,
-     * 444.2 (12:44-12:46 UTC)) */
+    /* Q6_K: at most q6k_rows1 (4 unless set). H200, qwen3-8b synth, `1bit bench -p 0 -n 128
+     * -r 2` tg128, 2026-12-01: with two units a lane, 2 rows beat 4 (the output matrix 210.4
+     * -> 195.4 us a launch, 10:43 UTC); with one (matvec_q8.glsl's CH), 4 beat 2 in all six
+     * pairs, 2 / 4: TQ2_0 428.4, 409.7 / 438.8, 421.7; Q4_K_M 335.8, 333.3 / 338.8, 346.8;
+     * Q1_0 432.4, 438.5 / 440.7, 444.2 (12:44-12:46 UTC). */
     if (t == OB_TYPE_Q6_K && vk->q6k_rows1 && rps > vk->q6k_rows1) rps = vk->q6k_rows1;
     /* unset: TQ2_0 keeps 2 rows a subgroup down to 128 workgroups (qwen3-8b's k and v: H200
      * tg128 428.8, 421.8, 410.5, 425.8, 414.3 against 405.7, 415.0, 412.3, 412.6, 408.2 at
@@ -654,10 +654,11 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
-/* Unset, only Q1_0 weights take it: H200, qwen3-8b tg128 without / with, Q1_0 413.4, 422.2,
- * 421.6 / 440.2, 442.3, 442.9; TQ2_0 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 /
- * 270.4, 275.2 (2026-12-01 11:02-11:03 UTC): 512 invocations of the wider types' registers
- * leave fewer warps an SM than their 128-invocation gate and up workgroups. */
+/* Unset, only Q1_0 weights take it: H200, qwen3-8b synth, `1bit bench -p 0 -n 128 -r 2`
+ * tg128 without / with, Q1_0 413.4, 422.2, 421.6 / 440.2, 442.3, 442.9; TQ2_0 411.2, 405.8 /
+ * 392.9, 388.8; Q4_K_M 308.8, 314.7 / 270.4, 275.2 (2026-12-01 11:02-11:03 UTC). Likely
+ * (inferred, not measured): 512 invocations of the wider types' registers leave fewer warps
+ * an SM than their 128-invocation gate and up workgroups. */
 bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                               int64_t glu_index) {
     const uint32_t rw = pn_rows(vk);

@@ -49,9 +49,9 @@ layout(constant_id = 1) const uint MAXT = 8;
 // Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
 // holds at once: 1, or 2 for Q1_0 and Q8_0 under 8 rows (a K = 4096 row of 64 units then
 // fills the lanes twice). One unit at a time is faster for Q4_K, Q6_K and TQ2_0 (not by
-// registers: TQ2_0's 4-row pipeline keeps 76): H200, qwen3-8b tg128 against 2 (2026-12-01
-// 12:37 UTC), Q4_K_M 312.0, 312.9 -> 339.7, 337.5; TQ2_0 417.4, 415.3 -> 434.3, 430.5; Q1_0
-// 431.3, 433.5 -> 418.6, 421.4 (so it keeps 2).
+// registers: TQ2_0's 4-row pipeline keeps 76). H200, qwen3-8b synth, `1bit bench -p 0 -n 128
+// -r 2` tg128 against 2 (2026-12-01 12:37 UTC): Q4_K_M 312.0, 312.9 -> 339.7, 337.5; TQ2_0
+// 417.4, 415.3 -> 434.3, 430.5; Q1_0 431.3, 433.5 -> 418.6, 421.4 (so it keeps 2).
 layout(constant_id = 2) const uint RS = 8;
 // Gate/up/GLU mode of the one-token path (RS = 8; 2 in matvec_q8_pn.comp's consumer, at
 // 512 invocations): a W gate and d W up (both u[3] row bytes), rows of both dotted with the
