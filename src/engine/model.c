@@ -144,7 +144,9 @@ static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
         const ob_gguf_tensor *t = ob_gguf_tensor_at(m->gguf, i);
         ob_weight *w = &m->weights[i];
         w->data = (char *)m->weight_buf + off;
-        ob_status st = m->backend->iface->upload(m->backend, w->data, t->data, t->size);
+        const ob_backend_iface *bi = m->backend->iface;
+        ob_status st = bi->upload_weight ? bi->upload_weight(m->backend, w->data, t->data, t->size, t->type, t->ne[0])
+                                         : bi->upload(m->backend, w->data, t->data, t->size);
         if (st) return ob_fail(err, err_len, st, "model: uploading '%s' failed", w->name);
         off += (t->size + 255) & ~(size_t)255;
     }

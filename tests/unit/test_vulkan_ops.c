@@ -60,18 +60,6 @@ static bool is_quant(const ob_vk *vk, VkPipeline pipe) {
  * (~0.005 rms at |x| ~ N(0, 1): ~0.005 sqrt(K) on y; 6 of those). */
 static double mm_atol(ob_type t, int64_t K, int64_t T) { return (q8_path(t, T) ? 3e-2 : 2e-4) * sqrt((double)K); }
 
-/* x rounded the way quant_x.comp quantizes it (d = max|x| / 127, q = round(x / d)): the
- * int8 path then sees exactly these integers and must match the reference on this x to
- * float rounding, which catches a wrong scale, offset or element order. */
-static void round_q8(float *x, int64_t n) {
-    for (int64_t b = 0; b + 32 <= n; b += 32) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b + j]));
-        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
-        for (int j = 0; j < 32; j++) x[b + j] = d * rintf(x[b + j] * id);
-    }
-}
-
 /* ---- per-op cases ---------------------------------------------------------------------- */
 
 static void test_norms(void) {

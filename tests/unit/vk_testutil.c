@@ -24,6 +24,7 @@ void pin_mesa_drivers(void) {
 ob_backend *g_be[N_BE];
 const char *const g_be_name[N_BE] = {"mapped", "staging", "staged reads"};
 ob_rng g_rng;
+bool g_model_weights;
 
 float *rand_f32(int64_t n, float scale) {
     float *x = malloc(sizeof(float) * (size_t)(n ? n : 1));
@@ -69,6 +70,18 @@ void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale) {
     return q;
 }
 
+/* x rounded the way quant_x.comp quantizes it (d = max|x| / 127, q = round(x / d)): the
+ * int8 path then sees exactly these integers and must match the reference on this x to
+ * float rounding, which catches a wrong scale, offset or element order. */
+void round_q8(float *x, int64_t n) {
+    for (int64_t b = 0; b + 32 <= n; b += 32) {
+        float amax = 0;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[b + j]));
+        const float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) x[b + j] = d * rintf(x[b + j] * id);
+    }
+}
+
 /* Runs g on a Vulkan backend: leaves are uploaded, the scratch is NaN-poisoned, and the
  * bytes of `check` (the output, or a leaf the graph writes) are downloaded into result.
  * Leaf data pointers are restored afterwards. */
@@ -82,7 +95,10 @@ ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, ch
         host[i] = t->data;
         dev[i] = be->iface->alloc(be, sz);
         if (!dev[i]) { st = OB_ERR_NOMEM; break; }
-        st = be->iface->upload(be, dev[i], host[i], sz);
+        /* block-type leaves as a model's weights (the backend's own layout, vk_repack.c) */
+        const bool wt = g_model_weights && be->iface->upload_weight && ob_type_block_size(t->type) > 1;
+        st = wt ? be->iface->upload_weight(be, dev[i], host[i], sz, t->type, t->ne[0])
+                : be->iface->upload(be, dev[i], host[i], sz);
         t->data = dev[i];
     }
     ob_graph_plan(g);

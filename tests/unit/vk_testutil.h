@@ -14,6 +14,9 @@
 extern ob_backend *g_be[N_BE];
 extern const char *const g_be_name[N_BE];
 extern ob_rng g_rng;
+/* run_on uploads block-type leaves through upload_weight, as a model's weights (false:
+ * upload, as they are) */
+extern bool g_model_weights;
 
 /* The three backends (lavapipe where there is no GPU); false: no Vulkan device (the test
  * is skipped, printed as such) or a backend failed (a failed check). vkt_end frees them. */
@@ -24,6 +27,9 @@ float *rand_f32(int64_t n, float scale);
 bool is_iq(ob_type t);
 /* Rows of type t from N(0, scale) floats (lattice types: random valid blocks). */
 void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale);
+/* x rounded to quant_x.comp's int8 grid (d = max|x| / 127 per 32, q = round(x / d)): the
+ * int8 decode path then matches the reference to float rounding. */
+void round_q8(float *x, int64_t n);
 /* Runs g on be: leaves uploaded, scratch NaN-poisoned, `check`'s bytes downloaded into
  * result; leaf data pointers restored afterwards. */
 ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, char *err, size_t err_len);

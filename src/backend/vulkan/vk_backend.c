@@ -197,7 +197,8 @@ static void pipe_stats(ob_vk *vk, VkPipeline p, const char *name, ob_vk_shader s
         st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
     if (get(vk->dev, &ei, &n, st) < 0) return;
     char line[512];
-    int at = snprintf(line, sizeof line, "pipe-stats %s sh=%d type=%d:", name, (int)sh, (int)type);
+    int at = snprintf(line, sizeof line, "pipe-stats %s sh=%d type=%d%s:", name, (int)sh,
+                      (int)((unsigned)type & ~(unsigned)OB_VK_RP), ((unsigned)type & OB_VK_RP) ? " repacked" : "");
     for (uint32_t i = 0; i < n && at > 0 && (size_t)at < sizeof line; i++) {
         const VkPipelineExecutableStatisticValueKHR *v = &st[i].value;
         char *p = line + at;
@@ -220,8 +221,12 @@ static void pipe_stats(ob_vk *vk, VkPipeline p, const char *name, ob_vk_shader s
     fprintf(stderr, "%s\n", line);
 }
 
-static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *out, char *err, size_t err_len) {
-    if (vk->pipes[sh][type]) { *out = vk->pipes[sh][type]; return OB_OK; }
+static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *out, char *err, size_t err_len) {
+    /* tf: the weight type, | OB_VK_RP for repacked weights (pipelines apart) */
+    const bool rp = ((unsigned)tf & OB_VK_RP) != 0;
+    const ob_type type = (ob_type)((unsigned)tf & ~(unsigned)OB_VK_RP);
+    VkPipeline *slot = &vk->pipes[sh][type + (rp ? OB_TYPE_COUNT : 0)];
+    if (*slot) { *out = *slot; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
      * gate/up/GLU mode, 4: its tail (1 norm, 2 pair) (all ignored elsewhere) */
@@ -238,15 +243,16 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
                                 tv == 3
                             ? 1u
                             : 8u;
-    /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size */
-    uint32_t spec[7] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
+    /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size, 7: the
+     * weights repacked (dequant.glsl's RP) */
+    uint32_t spec[8] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? 512u : 128u};
-    VkSpecializationMapEntry me[7];
-    for (uint32_t i = 0; i < 7; i++)
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? 512u : 128u, rp};
+    VkSpecializationMapEntry me[8];
+    for (uint32_t i = 0; i < 8; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 7, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    VkSpecializationInfo si = {.mapEntryCount = 8, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -254,12 +260,12 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type type, VkPipeline *
         .layout = vk->layout};
     if (vk->pipe_stats) ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     double t0 = vk->prof.in_step ? ob_time_s() : 0;
-    OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, &vk->pipes[sh][type]));
-    if (vk->pipe_stats) pipe_stats(vk, vk->pipes[sh][type], ob_vk_spv_table[sh].name, sh, type);
+    OB_VK_CHECK(vkCreateComputePipelines(vk->dev, VK_NULL_HANDLE, 1, &ci, NULL, slot));
+    if (vk->pipe_stats) pipe_stats(vk, *slot, ob_vk_spv_table[sh].name, sh, tf);
     /* First use compiles inside a step's recording: kept apart so it does not read as a
      * per-step recording cost. */
     if (vk->prof.in_step) vk->prof.pipeline_ms += 1e3 * (ob_time_s() - t0);
-    *out = vk->pipes[sh][type];
+    *out = *slot;
     return OB_OK;
 }
 
@@ -574,6 +580,7 @@ static void vk_free_buf(ob_backend *be, void *p) {
     for (int i = 0; i < vk->n_allocs; i++) {
         if (vk->allocs[i].addr != (uint64_t)(uintptr_t)p) continue;
         vkDeviceWaitIdle(vk->dev);
+        ob_vk_repack_forget(vk, vk->allocs[i].addr, vk->allocs[i].addr + vk->allocs[i].size);
         ob_vk_buffer_free(vk, &vk->allocs[i]);
         vk->allocs[i] = vk->allocs[--vk->n_allocs];
         return;
@@ -583,6 +590,13 @@ static void vk_free_buf(ob_backend *be, void *p) {
 static ob_status vk_upload(ob_backend *be, void *dst, const void *src, size_t size) {
     char err[256];
     ob_status st = ob_vk_copy(be->ctx, dst, src, size, true, err, sizeof(err));
+    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    return st;
+}
+
+static ob_status vk_upload_weight(ob_backend *be, void *dst, const void *src, size_t size, ob_type type, int64_t ne0) {
+    char err[256];
+    ob_status st = ob_vk_upload_weight(be->ctx, dst, src, size, type, ne0, err, sizeof(err));
     if (st) ob_log(OB_LOG_ERROR, "%s", err);
     return st;
 }
@@ -748,6 +762,7 @@ static const ob_backend_iface g_vk_iface = {
     .alloc = vk_alloc,
     .free_buf = vk_free_buf,
     .upload = vk_upload,
+    .upload_weight = vk_upload_weight,
     .download = vk_download,
     .compute = vk_compute,
     .destroy = vk_destroy,

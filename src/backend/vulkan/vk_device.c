@@ -401,6 +401,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
     const char *q6r = getenv("ONEBIT_VK_Q6K_ROWS1");
     vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 4u;
+    const char *rpk = getenv("ONEBIT_VK_REPACK");
+    vk->repack = !(rpk && !strcmp(rpk, "0"));
     const char *pglu = getenv("ONEBIT_VK_PN_GLU");
     vk->pn_glu = !pglu ? 2u : !strcmp(pglu, "0") ? 0u : 1u;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
@@ -504,7 +506,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->fold_par.buf) ob_vk_buffer_free(vk, &vk->fold_par);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
-            for (int t = 0; t < OB_TYPE_COUNT; t++)
+            for (int t = 0; t < 2 * OB_TYPE_COUNT; t++)
                 if (vk->pipes[s][t]) vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
             if (vk->mods[s]) vkDestroyShaderModule(vk->dev, vk->mods[s], NULL);
         }
@@ -518,6 +520,7 @@ void ob_vk_device_free(ob_vk *vk) {
     free(vk->allocs);
     free(vk->list);
     free(vk->prev);
+    free(vk->rp);
     free(vk->prof.key);
     free(vk->prof.ts);
     free(vk->prof.tl_start);
@@ -644,7 +647,10 @@ ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to
     uint64_t dev = (uint64_t)(uintptr_t)(to_device ? dst : src);
     ob_vk_alloc *a = ob_vk_find(vk, dev, size);
     if (!a) return ob_fail(err, err_len, OB_ERR_ARG, "vulkan: copy of %zu bytes outside any buffer", size);
-    return ob_vk_copy_at(vk, a, (size_t)(dev - a->addr), to_device ? (void *)src : dst, size, to_device, err, err_len);
+    ob_status st = ob_vk_copy_at(vk, a, (size_t)(dev - a->addr), to_device ? (void *)src : dst, size, to_device, err, err_len);
+    /* repacked weights come down as they went up */
+    if (!st && !to_device && vk->n_rp) st = ob_vk_repack_download(vk, dst, dev, size, err, err_len);
+    return st;
 }
 
 ob_status ob_vk_copy_at(ob_vk *vk, ob_vk_alloc *a, size_t off, void *host, size_t size, bool to_device, char *err,

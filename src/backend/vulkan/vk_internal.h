@@ -174,6 +174,12 @@ typedef struct ob_vk_cmd {
 typedef struct ob_vk_range { uint64_t lo, hi; bool dead; } ob_vk_range;
 #define OB_VK_MAX_RANGES 64
 
+/* Repacked weights (vk_repack.c, shaders/dequant.glsl's RP): a model weight's bytes
+ * [lo, hi) of type `type` in groups of 8 blocks, bodies then d's. A dispatch's weight type
+ * | OB_VK_RP picks the pipelines that read that layout. */
+#define OB_VK_RP 0x100u
+typedef struct ob_vk_rp { uint64_t lo, hi; ob_type type; } ob_vk_rp;
+
 typedef struct ob_vk {
     VkInstance inst;
     ob_vk_dev_info info;
@@ -186,7 +192,8 @@ typedef struct ob_vk {
     bool recording;
     VkPipelineLayout layout;
     VkShaderModule mods[OB_VK_SH_COUNT];
-    VkPipeline pipes[OB_VK_SH_COUNT][OB_TYPE_COUNT]; /* built on first use */
+    /* built on first use; [type + OB_TYPE_COUNT] for repacked weights (OB_VK_RP) */
+    VkPipeline pipes[OB_VK_SH_COUNT][2 * OB_TYPE_COUNT];
     uint32_t mem_type;
     bool host_visible;     /* device buffers are mapped: upload/download by memcpy */
     /* Reads of the mapping are slow (device memory without HOST_CACHED: a discrete GPU's
@@ -198,6 +205,10 @@ typedef struct ob_vk {
     ob_vk_alloc staging;   /* host bounce buffer (cached if the device offers it): uploads when
                             * device memory is not mappable, downloads when staged_reads */
     bool allow_fallback;
+    bool repack;           /* model weights of Q6_K, TQ2_0, Q1_0 and Q8_0 repacked where their
+                              rows allow (ONEBIT_VK_REPACK=0: off) */
+    ob_vk_rp *rp;          /* the repacked ranges, sorted by lo */
+    int n_rp, cap_rp;
     uint64_t iq_tab;       /* device address of the IQ lattice tables (vk_iq.c) */
     bool faulted;          /* after a device loss every call fails */
     bool use_coop;         /* prefill through OB_VK_SH_MATMUL_COOP (ONEBIT_VK_NO_COOPMAT=1: off) */
@@ -353,6 +364,21 @@ ob_status ob_vk_copy(ob_vk *vk, void *dst, const void *src, size_t size, bool to
  * backend's own buffers, which are not in allocs, come here directly). */
 ob_status ob_vk_copy_at(ob_vk *vk, ob_vk_alloc *a, size_t off, void *host, size_t size, bool to_device, char *err,
                         size_t err_len);
+
+/* vk_repack.c */
+/* Uploads a model weight (type, rows of ne0 elements) to dst, repacked where vk->repack,
+ * the type (Q6_K, TQ2_0, Q1_0, Q8_0), whole groups of 8 blocks a row and a 16-aligned dst
+ * allow; else as it is. */
+ob_status ob_vk_upload_weight(ob_vk *vk, void *dst, const void *src, size_t size, ob_type type, int64_t ne0,
+                              char *err, size_t err_len);
+/* The type a dispatch reading weight w names: w->type, | OB_VK_RP where w lies in a
+ * repacked range of its type. */
+ob_type ob_vk_wtype(const ob_vk *vk, const ob_tensor *w);
+/* After a download of size bytes from device address src into dst: the bytes of repacked
+ * ranges put back in their plain layout. */
+ob_status ob_vk_repack_download(ob_vk *vk, void *dst, uint64_t src, size_t size, char *err, size_t err_len);
+/* Drops the ranges inside [lo, hi) (a buffer being freed). */
+void ob_vk_repack_forget(ob_vk *vk, uint64_t lo, uint64_t hi);
 
 /* Device-local heap free now (the seam's free_memory): VK_EXT_memory_budget's budget
  * less usage where offered, else the heap's size less what this backend allocated. */

@@ -365,7 +365,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     pc->u[4] = q8_sgs(vk) * rps;
     pc->u[6] = one;
     pc->u[5] = vk->q8_stage && (uint64_t)T * K <= 768 * 16;
-    return ob_vk_dispatch(vk, sh, w->type, pc, cdiv(N, pc->u[4]), err, err_len);
+    return ob_vk_dispatch(vk, sh, ob_vk_wtype(vk, w), pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
 /* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
@@ -454,7 +454,7 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
         tail_pc(&pc, addr(norm->src[1]), ss);
         pc.f[0] = norm->fp[0];
     }
-    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, w->type, &pc, cdiv(N, pc.u[4]), err,
+    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, ob_vk_wtype(vk, w), &pc, cdiv(N, pc.u[4]), err,
                         err_len);
     if (st) return st;
     if (norm) {
@@ -516,7 +516,7 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     ob_vk_pc pc;
     matmul_add_pc(&pc, w, res, add, q0, qb, ss, rw);
     tail_pc(&pc, addr(nw), h);
-    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, w->type, &pc, nwg, err, err_len);
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, ob_vk_wtype(vk, w), &pc, nwg, err, err_len);
     if (st) return st;
     q8_written(vk, norm, h);
     vk->pn_src = addr(norm);
@@ -544,7 +544,8 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
         return false;
     const bool xq = pn ? vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0]
                        : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1;
-    return ob_nrows(x) == 1 && xq && wg->type == wu->type && wg->ne[0] == wu->ne[0] && wg->ne[1] == wu->ne[1] &&
+    return ob_nrows(x) == 1 && xq && ob_vk_wtype(vk, wg) == ob_vk_wtype(vk, wu) && wg->ne[0] == wu->ne[0] &&
+           wg->ne[1] == wu->ne[1] &&
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && wg->ne[1] % 32 == 0;
 }
 
@@ -604,7 +605,8 @@ ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, o
     tail_pc(&pc, addr(glu), t0);
     pc.u[4] = q8_sgs(vk) * rps;
     pc.u[7] = 4;
-    st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), wg->type, &pc, 2 * cdiv(N, pc.u[4]), err, err_len);
+    st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), ob_vk_wtype(vk, wg), &pc, 2 * cdiv(N, pc.u[4]), err,
+                        err_len);
     if (!st) q8_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
     return st;
 }
@@ -647,7 +649,7 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
         pc.e = addr(glu);
         pc.u[4] = q8_sgs(vk) * 8;
     }
-    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU, wg->type, &pc, cdiv(N, pc.u[4]), err,
+    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU, ob_vk_wtype(vk, wg), &pc, cdiv(N, pc.u[4]), err,
                         err_len);
     if (st) return st;
     q8_written(vk, glu, o2);
@@ -992,7 +994,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[1] = (uint32_t)ob_nelements(b);
         pc.u[2] = (uint32_t)ob_row_size(a->type, a->ne[0]);
         pc.u[3] = (uint32_t)ob_nrows(a);
-        return ob_vk_dispatch(vk, OB_VK_SH_GET_ROWS, a->type, &pc, cdiv(is_plain(a->type) ? ne : ne / 32, 256), err,
+        return ob_vk_dispatch(vk, OB_VK_SH_GET_ROWS, ob_vk_wtype(vk, a), &pc, cdiv(is_plain(a->type) ? ne : ne / 32, 256), err,
                               err_len);
     case OB_OP_RMS_NORM:
     case OB_OP_LAYER_NORM:
@@ -1042,19 +1044,20 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 rw = rw < 8 ? 8 : rw > 64 ? 64 : rw;
                 pc.u[4] = (uint32_t)rw;
                 pc.u[7] = (uint32_t)(K / 4096);
-                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, rw), err, err_len);
+                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, rw), err, err_len);
             }
             if (matvec_fast_ok(vk, a, b)) {
                 pc.u[4] = vk->matvec_fast_rows;
                 pc.u[6] = vk->matvec_fast_rps;
-                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, vk->matvec_fast_rows), err, err_len);
+                return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, vk->matvec_fast_rows), err,
+                                      err_len);
             }
             pc.u[4] = vk->matvec_rows;
             pc.u[5] = vk->matvec_stage;
-            return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, a->type, &pc, cdiv(N, vk->matvec_rows), err, err_len);
+            return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, vk->matvec_rows), err, err_len);
         }
         pc.u[4] = vk->coop_fast;
-        return ob_vk_dispatch(vk, vk->use_coop ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL, a->type, &pc,
+        return ob_vk_dispatch(vk, vk->use_coop ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL, ob_vk_wtype(vk, a), &pc,
                               cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
     case OB_OP_GLU:
@@ -1175,7 +1178,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     case OB_OP_CPY:
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = (uint32_t)n->type;
-        return ob_vk_dispatch(vk, OB_VK_SH_CPY, a->type, &pc, cdiv(cdiv(ne, 32), 64), err, err_len);
+        return ob_vk_dispatch(vk, OB_VK_SH_CPY, ob_vk_wtype(vk, a), &pc, cdiv(cdiv(ne, 32), 64), err, err_len);
     default:
         return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: op %s has no kernel", ob_op_name(n->op));
     }

@@ -31,12 +31,29 @@ const uint TS = TYPE == T_F32 ? 4 : TYPE == T_F16 || TYPE == T_BF16 ? 2 :
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BU32 { uint v[]; };
 
+// Repacked weights (specialization constant 7; vk_repack.c): the Vulkan backend stores the
+// model weights of Q6_K, TQ2_0, Q1_0 and Q8_0 whose rows hold a multiple of 8 blocks in
+// groups of 8 blocks: the 8 blocks less their f16 d ("bodies", in order), then the 8 d's.
+// A group keeps 8 * TS bytes, so rows start where they did, and the bodies (208, 64, 16 and
+// 32 bytes) are 16-aligned. wblk(row, b) is the address from which block b's other bytes
+// keep their offsets (its body, or 2 bytes before it where d came first), wd(row, b) its d.
+layout(constant_id = 7) const bool RP = false;
+const uint DPOS = TYPE == T_Q6_K ? 208 : TYPE == T_TQ2_0 ? 64 : 0; // d in a plain block
+uint64_t wblk(uint64_t row, uint b) {
+    if (!RP) return row + uint64_t(b) * TS;
+    return row + uint64_t(b / 8) * (8 * TS) + uint64_t((b % 8) * (TS - 2)) - (DPOS == 0 ? 2ul : 0ul);
+}
+uint64_t wd(uint64_t row, uint b) {
+    if (!RP) return row + uint64_t(b) * TS + DPOS;
+    return row + uint64_t(b / 8) * (8 * TS) + uint64_t(8 * (TS - 2) + 2 * (b % 8));
+}
+
 // Wide loads. Weight rows start at 256-byte aligned tensors and blocks are whole, so a
 // block starts 4-aligned when its size is a multiple of 4 and 2-aligned otherwise (every
 // type decoded through these has an even block size). One 32-bit load per 4 bytes where
 // that alignment allows, else two 16-bit loads; the byte loads of common.glsl cost one
 // load instruction per byte.
-const bool W4 = TS % 4 == 0;
+const bool W4 = TS % 4 == 0 || RP; // repacked bodies are 16-aligned
 uint ld_w(uint64_t p) {
     if (W4) return BU32(p).v[0];
     BU16 h = BU16(p);
@@ -94,7 +111,8 @@ uint trit(uint byte, uint k) { return (((byte * POW3[k]) & 255u) * 3u) >> 8; }
 // Chunk c (elements 32c .. 32c+31) of a row of a block type starting at address row.
 void dq_chunk(uint64_t row, uint c, out float v[32]) {
     const uint per = BS / 32;
-    uint64_t blk = row + uint64_t(c / per) * TS;
+    const uint bi = c / per;
+    uint64_t blk = wblk(row, bi);
     uint s = c % per; // 32-element sub-block inside the block
     if (TYPE == T_Q4_0 || TYPE == T_IQ4_NL) {
         float d = ld_h(blk);
@@ -124,7 +142,7 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             else { v[j] = d * float(int(lo) - 16); v[j + 16] = d * float(int(hi) - 16); }
         }
     } else if (TYPE == T_Q8_0 || TYPE == T_Q8_1) {
-        float d = ld_h(blk);
+        float d = ld_h(wd(row, bi));
         uint64_t qs = blk + (TYPE == T_Q8_0 ? 2 : 4);
         uint w[8];
         for (uint i = 0; i < 8; i++) w[i] = ld_w(qs + 4 * i);
@@ -185,7 +203,7 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
         }
     } else if (TYPE == T_Q6_K) {
         // sub-block s: low nibbles from 32 bytes of ql, 2 high bits from 32 bytes of qh
-        float d = ld_h(blk + 208);
+        float d = ld_h(wd(row, bi));
         uint g = s / 4, lw[8], hw[8];
         for (uint i = 0; i < 8; i++) lw[i] = ld_w(blk + 64 * g + 32 * (s % 2) + 4 * i);
         for (uint i = 0; i < 8; i++) hw[i] = ld_w(blk + 128 + 32 * g + 4 * i);
@@ -216,7 +234,7 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             v[j] = d * float(int(t) - 1);
         }
     } else if (TYPE == T_TQ2_0) {
-        float d = ld_h(blk + 64);
+        float d = ld_h(wd(row, bi));
         uint w[8];
         for (uint i = 0; i < 8; i++) w[i] = ld_w(blk + 32 * (s / 4) + 4 * i);
         for (uint j = 0; j < 32; j++) {
@@ -224,7 +242,7 @@ void dq_chunk(uint64_t row, uint c, out float v[32]) {
             v[j] = d * float(int(q) - 1);
         }
     } else if (TYPE == T_Q1_0) {
-        float d = ld_h(blk);
+        float d = ld_h(wd(row, bi));
         uint bits = ld_w(blk + 2 + 4 * s);
         for (uint j = 0; j < 32; j++) v[j] = ((bits >> j) & 1u) != 0u ? d : -d;
     } else if (TYPE == T_MXFP4) {

@@ -32,3 +32,29 @@ LD_WORDS(ld16, 4)
 LD_WORDS(ld32, 8)
 // f16.
 float ldh2(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }
+
+// The same inside a block body of repacked weights (dequant.glsl's RP), where the address
+// is 16-aligned (ld16r, ld32r), 8-aligned (ld8r) or 4-aligned (ld4r): whole loads.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BL4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BL2 { uvec2 v[]; };
+uint ld4r(uint64_t p) { return RP ? BU32(p).v[0] : ld4(p); }
+uvec2 ld8r(uint64_t p) { return RP ? BL2(p).v[0] : ld8(p); }
+void ld16r(uint64_t p, out uint w[4]) {
+    if (!RP) {
+        ld16(p, w);
+        return;
+    }
+    uvec4 v = BL4(p).v[0];
+    for (uint i = 0; i < 4; i++) w[i] = v[i];
+}
+void ld32r(uint64_t p, out uint w[8]) {
+    if (!RP) {
+        ld32(p, w);
+        return;
+    }
+    uvec4 v0 = BL4(p).v[0], v1 = BL4(p + 16).v[0];
+    for (uint i = 0; i < 4; i++) {
+        w[i] = v0[i];
+        w[4 + i] = v1[i];
+    }
+}

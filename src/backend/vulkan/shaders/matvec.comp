@@ -94,10 +94,10 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
         }
         return sc[0] * dl - mn[0] * xl + sc[1] * dh - mn[1] * xh;
     } else if (TYPE == T_Q6_K) {
-        uint64_t blk = row + uint64_t(b) * 210;
+        uint64_t blk = wblk(row, b);
         uint n = q / 4, l0 = 8 * (q % 4);
-        uvec2 lo0 = ld8(blk + 64 * n + l0), lo1 = ld8(blk + 64 * n + 32 + l0), hi = ld8(blk + 128 + 32 * n + l0);
-        uvec2 scw = ld8(blk + 192 + 8 * n);
+        uvec2 lo0 = ld8r(blk + 64 * n + l0), lo1 = ld8r(blk + 64 * n + 32 + l0), hi = ld8r(blk + 128 + 32 * n + l0);
+        uvec2 scw = ld8r(blk + 192 + 8 * n);
         uint c = l0 / 16; // scale of x_at's group k is byte 8n + 2k + c of the 16
         float s = 0.0;
         for (uint k = 0; k < 4; k++) {
@@ -113,35 +113,33 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
             float sc = float(bitfieldExtract(int(scw[sb / 4]), int(8 * (sb % 4)), 8));
             s += sc * (d - 32.0 * xs);
         }
-        return ldh2(blk + 208) * s;
+        return ldh2(wd(row, b)) * s;
     } else if (TYPE == T_TQ2_0) {
-        uint64_t blk = row + uint64_t(b) * 66;
-        uvec2 qw = ld8(blk + 32 * (q / 4) + 8 * (q % 4));
+        uvec2 qw = ld8r(wblk(row, b) + 32 * (q / 4) + 8 * (q % 4));
         float d = 0.0, xs = 0.0;
         for (uint l = 0; l < 4; l++)
             for (uint h = 0; h < 2; h++) {
                 d += dot(vec4((uvec4(qw[h]) >> (SH8 + 2u * l)) & 3u), xv[2 * l + h]);
                 xs += hsum(xv[2 * l + h]);
             }
-        return ldh2(blk + 64) * (d - xs);
+        return ldh2(wd(row, b)) * (d - xs);
     } else if (TYPE == T_Q8_0) {
-        uint64_t blk = row + uint64_t(p) * 34;
+        uint64_t blk = wblk(row, p);
         float d = 0.0;
         for (uint k = 0; k < 4; k++) {
-            uvec2 w = ld8(blk + 2 + 8 * k);
+            uvec2 w = ld8r(blk + 2 + 8 * k);
             for (uint h = 0; h < 2; h++)
                 d += dot(vec4(ivec4(uvec4(w[h]) << (uvec4(24) - SH8)) >> 24), xv[2 * k + h]);
         }
-        return ldh2(blk) * d;
+        return ldh2(wd(row, p)) * d;
     } else if (TYPE == T_Q1_0) {
-        uint64_t blk = row + uint64_t(p / 4) * 18;
-        uint bits = ld4(blk + 2 + 4 * (p % 4));
+        uint bits = ld4r(wblk(row, p / 4) + 2 + 4 * (p % 4));
         float d = 0.0, xs = 0.0;
         for (uint i = 0; i < 8; i++) {
             d += dot(vec4((uvec4(bits) >> (uvec4(0, 1, 2, 3) + 4u * i)) & 1u), xv[i]);
             xs += hsum(xv[i]);
         }
-        return ldh2(blk) * (2.0 * d - xs);
+        return ldh2(wd(row, p / 4)) * (2.0 * d - xs);
     }
     return 0.0;
 }

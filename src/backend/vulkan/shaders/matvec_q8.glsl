@@ -165,13 +165,13 @@ void unit_w(uint64_t row, uint u, out uint w[NWU]) {
         // holds sub-blocks r = 0 (low) and 2 (high), ql [64g + 32 + j0, +16) r = 1 and 3,
         // qh [128 + 32g + j0, +16) two bits of each; r covers elements 128g + 32r + j0 +
         // [0, 16), one scale.
-        uint64_t blk = row + uint64_t(b) * 210;
+        uint64_t blk = wblk(row, b);
         uint g = s / 2, j0 = 16 * (s % 2);
         uint A[4], B[4], H[4];
-        ld16(blk + 64 * g + j0, A);
-        ld16(blk + 64 * g + 32 + j0, B);
-        ld16(blk + 128 + 32 * g + j0, H);
-        uvec2 scw = ld8(blk + 192 + 8 * g);
+        ld16r(blk + 64 * g + j0, A);
+        ld16r(blk + 64 * g + 32 + j0, B);
+        ld16r(blk + 128 + 32 * g + j0, H);
+        uvec2 scw = ld8r(blk + 192 + 8 * g);
         for (uint i = 0; i < 4; i++) {
             w[i] = A[i];
             w[4 + i] = B[i];
@@ -179,26 +179,23 @@ void unit_w(uint64_t row, uint u, out uint w[NWU]) {
         }
         w[12] = scw.x;
         w[13] = scw.y;
-        w[14] = floatBitsToUint(ldh2(blk + 208));
+        w[14] = floatBitsToUint(ldh2(wd(row, b)));
     } else if (TYPE == T_TQ2_0) {
         // s: half g = s / 2, bytes m0 = 16 (s % 2) on of qs [32g, +32): each byte holds the
         // 2-bit trits of elements 128g + 32r + m0 + [0, 16) at shift 2r
-        uint64_t blk = row + uint64_t(b) * 66;
         uint Q[4];
-        ld16(blk + 32 * (s / 2) + 16 * (s % 2), Q);
+        ld16r(wblk(row, b) + 32 * (s / 2) + 16 * (s % 2), Q);
         for (uint i = 0; i < 4; i++) w[i] = Q[i];
-        w[4] = floatBitsToUint(ldh2(blk + 64));
+        w[4] = floatBitsToUint(ldh2(wd(row, b)));
     } else if (TYPE == T_Q8_0) {
-        uint64_t blk = row + uint64_t(b) * 34;
         uint W[8];
-        ld32(blk + 2, W);
+        ld32r(wblk(row, b) + 2, W);
         for (uint i = 0; i < 8; i++) w[i] = W[i];
-        w[8] = floatBitsToUint(ldh2(blk));
+        w[8] = floatBitsToUint(ldh2(wd(row, b)));
     } else if (TYPE == T_Q1_0) {
         // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes
-        uint64_t blk = row + uint64_t(b) * 18;
-        w[0] = ld4(blk + 2 + 4 * s);
-        w[1] = floatBitsToUint(ldh2(blk));
+        w[0] = ld4r(wblk(row, b) + 2 + 4 * s);
+        w[1] = floatBitsToUint(ldh2(wd(row, b)));
     }
 }
 
