@@ -807,12 +807,10 @@ static void test_matvec_variants(void) {
 /* One token's matmul of a random W (type t, K x N) on x in int8 steps, on backend be,
  * checked against the reference; the backend's last list (prev) holds its dispatches. */
 static void one_token_check(ob_backend *be, ob_type t, int64_t K, int64_t N, const char *what) {
-    const int64_t nw[2] = {K, N}, nx[2] = {K, 1};
-    void *w = rand_typed(t, K, N, 1.0f);
-    float *x = rand_f32(K, 1.0f);
-    round_q8(x, K);
-    ob_graph *g = ob_graph_new(4);
-    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+    void *w;
+    float *x;
+    ob_tensor *o;
+    ob_graph *g = q8_matmul_graph(t, K, N, 1, &w, &x, &o);
     check_on(be, g, o, 2e-5 * sqrt((double)K), 1e-5, what);
     ob_graph_free(g);
     free(w);
@@ -841,12 +839,11 @@ static void test_matvec_q8(void) {
     for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++)
         for (size_t si = 0; si < OB_ARRAY_LEN(shapes); si++) {
             const ob_type t = types[ti];
-            const int64_t K = shapes[si].K, T = shapes[si].T, N = 37, nw[2] = {K, N}, nx[2] = {K, T};
-            void *w = rand_typed(t, K, N, 1.0f);
-            float *x = rand_f32(K * T, 1.0f);
-            round_q8(x, K * T);
-            ob_graph *g = ob_graph_new(4);
-            ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+            const int64_t K = shapes[si].K, T = shapes[si].T;
+            void *w;
+            float *x;
+            ob_tensor *o;
+            ob_graph *g = q8_matmul_graph(t, K, 37, T, &w, &x, &o);
             char what[96];
             snprintf(what, sizeof(what), "matvec_q8 %s K=%lld T=%lld", ob_type_name(t), (long long)K, (long long)T);
             check_graph(g, o, 2e-5 * sqrt((double)K), 1e-5, what);

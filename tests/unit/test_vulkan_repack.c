@@ -106,6 +106,15 @@ static void test_layout(void) {
                 CHECKF(be->iface->download(be, got, (uint8_t *)dev + at, n) == OB_OK && !memcmp(got, w + at, n),
                        "%s: download of %zu bytes at %zu", what, n, at);
             }
+            if (want) {
+                /* the weight again, repacked, then plain bytes over it: plain from then on */
+                CHECK(be->iface->upload_weight(be, dev, w, bytes, t, ne0) == OB_OK && vk->n_rp == 1);
+                CHECK(be->iface->upload(be, dev, w, bytes) == OB_OK);
+                CHECKF(vk->n_rp == 0 && ob_vk_wtype(vk, &tt) == t, "%s: repacked after a plain upload", what);
+                CHECKF(be->iface->download(be, got, dev, bytes) == OB_OK && !memcmp(got, w, bytes), "%s: plain download",
+                       what);
+                CHECK(be->iface->upload_weight(be, dev, w, bytes, t, ne0) == OB_OK && vk->n_rp == 1);
+            }
             be->iface->free_buf(be, dev);
             CHECKF(vk->n_rp == 0, "%s: %d ranges after free", what, vk->n_rp);
             if (off) {
@@ -129,12 +138,10 @@ static void test_layout(void) {
  * g_be, and on `extra` backends when given, with the repacked pipelines. */
 static void matmul_case(ob_type t, int64_t K, int64_t N, int64_t T, ob_backend *const *extra, const char *const *names,
                         int n_extra) {
-    const int64_t nw[2] = {K, N}, nx[2] = {K, T};
-    void *w = rand_typed(t, K, N, 1.0f);
-    float *x = rand_f32(K * T, 1.0f);
-    round_q8(x, K * T);
-    ob_graph *g = ob_graph_new(4);
-    ob_tensor *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x));
+    void *w;
+    float *x;
+    ob_tensor *o;
+    ob_graph *g = q8_matmul_graph(t, K, N, T, &w, &x, &o);
     char what[96];
     snprintf(what, sizeof(what), "repacked matmul %s K=%lld N=%lld T=%lld", ob_type_name(t), (long long)K, (long long)N,
              (long long)T);

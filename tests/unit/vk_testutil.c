@@ -82,6 +82,16 @@ void round_q8(float *x, int64_t n) {
     }
 }
 
+ob_graph *q8_matmul_graph(ob_type t, int64_t K, int64_t N, int64_t T, void **w, float **x, ob_tensor **o) {
+    const int64_t nw[2] = {K, N}, nx[2] = {K, T};
+    *w = rand_typed(t, K, N, 1.0f);
+    *x = rand_f32(K * T, 1.0f);
+    round_q8(*x, K * T);
+    ob_graph *g = ob_graph_new(4);
+    *o = ob_matmul(g, ob_leaf(g, "w", t, 2, nw, *w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, *x));
+    return g;
+}
+
 /* Runs g on a Vulkan backend: leaves are uploaded, the scratch is NaN-poisoned, and the
  * bytes of `check` (the output, or a leaf the graph writes) are downloaded into result.
  * Leaf data pointers are restored afterwards. */

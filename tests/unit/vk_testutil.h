@@ -30,6 +30,10 @@ void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale);
 /* x rounded to quant_x.comp's int8 grid (d = max|x| / 127 per 32, q = round(x / d)): the
  * int8 decode path then matches the reference to float rounding. */
 void round_q8(float *x, int64_t n);
+/* A MATMUL of a random W of type t (K x N, from N(0, 1)) over T tokens of x on the int8
+ * grid: the graph, its output in *o, the host data in *w and *x (the caller frees them
+ * after the graph). */
+ob_graph *q8_matmul_graph(ob_type t, int64_t K, int64_t N, int64_t T, void **w, float **x, ob_tensor **o);
 /* Runs g on be: leaves uploaded, scratch NaN-poisoned, `check`'s bytes downloaded into
  * result; leaf data pointers restored afterwards. */
 ob_status run_on(ob_backend *be, ob_graph *g, ob_tensor *check, void *result, char *err, size_t err_len);

@@ -589,7 +589,10 @@ static void vk_free_buf(ob_backend *be, void *p) {
 
 static ob_status vk_upload(ob_backend *be, void *dst, const void *src, size_t size) {
     char err[256];
-    ob_status st = ob_vk_copy(be->ctx, dst, src, size, true, err, sizeof(err));
+    ob_vk *vk = be->ctx;
+    /* plain bytes over a repacked weight: it is read as plain from now on */
+    if (vk->n_rp) ob_vk_repack_forget(vk, (uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)dst + size);
+    ob_status st = ob_vk_copy(vk, dst, src, size, true, err, sizeof(err));
     if (st) ob_log(OB_LOG_ERROR, "%s", err);
     return st;
 }

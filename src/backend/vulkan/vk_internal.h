@@ -377,7 +377,7 @@ ob_type ob_vk_wtype(const ob_vk *vk, const ob_tensor *w);
 /* After a download of size bytes from device address src into dst: the bytes of repacked
  * ranges put back in their plain layout. */
 ob_status ob_vk_repack_download(ob_vk *vk, void *dst, uint64_t src, size_t size, char *err, size_t err_len);
-/* Drops the ranges inside [lo, hi) (a buffer being freed). */
+/* Drops the ranges that meet [lo, hi) (a buffer freed, plain bytes uploaded over them). */
 void ob_vk_repack_forget(ob_vk *vk, uint64_t lo, uint64_t hi);
 
 /* Device-local heap free now (the seam's free_memory): VK_EXT_memory_budget's budget

@@ -108,7 +108,10 @@ ob_status ob_vk_upload_weight(ob_vk *vk, void *dst, const void *src, size_t size
 ob_type ob_vk_wtype(const ob_vk *vk, const ob_tensor *w) {
     const uint64_t a = (uint64_t)(uintptr_t)w->data;
     const int i = vk->n_rp ? find_range(vk, a) : -1;
-    if (i < 0 || vk->rp[i].type != w->type || a + ob_nbytes(w) > vk->rp[i].hi) return w->type;
+    /* a view of a weight starts at a whole row, so at a whole group */
+    if (i < 0 || vk->rp[i].type != w->type || a + ob_nbytes(w) > vk->rp[i].hi ||
+        (a - vk->rp[i].lo) % (GROUP * ob_type_traits_get(w->type)->type_size) != 0)
+        return w->type;
     return (ob_type)((unsigned)w->type | OB_VK_RP);
 }
 
