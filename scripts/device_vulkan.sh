@@ -18,7 +18,7 @@ mode=${1:-}
 case "$mode" in
 prep)
   cmake -B build-vulkan -S . -DONEBIT_VULKAN=ON >/dev/null
-  cmake --build build-vulkan -j2 --target test_vulkan_ops test_vulkan_fold 1bit
+  cmake --build build-vulkan -j2 --target test_vulkan_ops test_vulkan_fold test_vulkan_repack 1bit
   mkdir -p .gl .dev/vulkan/lib /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   apt-get $o update -qq
@@ -32,7 +32,7 @@ prep)
   for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/x"; done
   cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/*.so* .dev/vulkan/lib/
   rm -rf "$tmp"
-  cp build-vulkan/test_vulkan_ops build-vulkan/test_vulkan_fold build-vulkan/1bit .dev/vulkan/
+  cp build-vulkan/test_vulkan_ops build-vulkan/test_vulkan_fold build-vulkan/test_vulkan_repack build-vulkan/1bit .dev/vulkan/
   du -sh .gl .dev/vulkan
   ;;
 run|bench)
@@ -86,7 +86,7 @@ run|bench)
     exit 0
   fi
   rc=0
-  for t in test_vulkan_ops test_vulkan_fold; do
+  for t in test_vulkan_ops test_vulkan_fold test_vulkan_repack; do
     ./.dev/vulkan/$t 2>&1 | tee "$out/$t.log"
     r=${PIPESTATUS[0]}
     echo "$t exit $r"
