@@ -16,15 +16,16 @@ typedef struct ob_backend_iface {
     void (*free_buf)(ob_backend *b, void *p);
     ob_status (*upload)(ob_backend *b, void *dst, const void *src, size_t size);
     ob_status (*download)(ob_backend *b, void *dst, const void *src, size_t size);
-    /* Optional (NULL: upload): a model weight of `type` whose rows are ne0 elements. The
-     * backend may keep it in a layout of its own; download gives back the bytes uploaded. */
-    ob_status (*upload_weight)(ob_backend *b, void *dst, const void *src, size_t size, ob_type type, int64_t ne0);
     /* Runs every non-leaf, non-view node of g in order. Node data pointers are backend memory. */
     ob_status (*compute)(ob_backend *b, ob_graph *g, char *err, size_t err_len);
     void (*destroy)(ob_backend *b);
     /* Device memory free now, in bytes (NULL or 0: host memory or unknown): the default
      * memory budget when --mem-budget is not given. */
     size_t (*free_memory)(ob_backend *b);
+    /* Optional (NULL: upload): a model weight of `type` whose rows are ne0 elements. The
+     * backend may keep it in a layout of its own; download gives back the bytes uploaded.
+     * Last, so the positional initializers of the C++ (CUDA/HIP) backends leave it NULL. */
+    ob_status (*upload_weight)(ob_backend *b, void *dst, const void *src, size_t size, ob_type type, int64_t ne0);
 } ob_backend_iface;
 
 struct ob_backend {
