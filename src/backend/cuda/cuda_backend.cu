@@ -839,6 +839,7 @@ static const ob_backend_iface g_cuda_iface = {
     cu_compute,
     cu_destroy,
     cu_free_memory,
+    NULL, /* upload_weight: weights go up as they are */
 };
 
 extern "C" int64_t ob_backend_cuda_stat(ob_backend *be, int what) {
