@@ -47,16 +47,15 @@ static void repack_groups(uint8_t *dst, const uint8_t *src, size_t n, size_t ts,
     }
 }
 
-/* Index of the range holding address a, or -1. */
-static int find_range(const ob_vk *vk, uint64_t a) {
-    int lo = 0, hi = vk->n_rp - 1;
-    while (lo <= hi) {
+/* The first range that ends after address a (n_rp: none). Ranges are sorted and apart. */
+static int first_after(const ob_vk *vk, uint64_t a) {
+    int lo = 0, hi = vk->n_rp;
+    while (lo < hi) {
         const int mid = (lo + hi) / 2;
-        if (a < vk->rp[mid].lo) hi = mid - 1;
-        else if (a >= vk->rp[mid].hi) lo = mid + 1;
-        else return mid;
+        if (vk->rp[mid].hi <= a) lo = mid + 1;
+        else hi = mid;
     }
-    return -1;
+    return lo;
 }
 
 static ob_status add_range(ob_vk *vk, uint64_t lo, uint64_t hi, ob_type t, char *err, size_t err_len) {
@@ -75,10 +74,12 @@ static ob_status add_range(ob_vk *vk, uint64_t lo, uint64_t hi, ob_type t, char 
 }
 
 void ob_vk_repack_forget(ob_vk *vk, uint64_t lo, uint64_t hi) {
-    int k = 0;
-    for (int i = 0; i < vk->n_rp; i++)
-        if (vk->rp[i].hi <= lo || vk->rp[i].lo >= hi) vk->rp[k++] = vk->rp[i];
-    vk->n_rp = k;
+    const int i0 = first_after(vk, lo);
+    int i1 = i0;
+    while (i1 < vk->n_rp && vk->rp[i1].lo < hi) i1++;
+    if (i1 == i0) return;
+    memmove(vk->rp + i0, vk->rp + i1, sizeof(*vk->rp) * (size_t)(vk->n_rp - i1));
+    vk->n_rp -= i1 - i0;
 }
 
 ob_status ob_vk_upload_weight(ob_vk *vk, void *dst, const void *src, size_t size, ob_type type, int64_t ne0,
@@ -107,18 +108,17 @@ ob_status ob_vk_upload_weight(ob_vk *vk, void *dst, const void *src, size_t size
 
 ob_type ob_vk_wtype(const ob_vk *vk, const ob_tensor *w) {
     const uint64_t a = (uint64_t)(uintptr_t)w->data;
-    const int i = vk->n_rp ? find_range(vk, a) : -1;
+    const int i = first_after(vk, a);
     /* a view of a weight starts at a whole row, so at a whole group */
-    if (i < 0 || vk->rp[i].type != w->type || a + ob_nbytes(w) > vk->rp[i].hi ||
+    if (i == vk->n_rp || vk->rp[i].lo > a || vk->rp[i].type != w->type || a + ob_nbytes(w) > vk->rp[i].hi ||
         (a - vk->rp[i].lo) % (GROUP * ob_type_traits_get(w->type)->type_size) != 0)
         return w->type;
     return (ob_type)((unsigned)w->type | OB_VK_RP);
 }
 
 ob_status ob_vk_repack_download(ob_vk *vk, void *dst, uint64_t src, size_t size, char *err, size_t err_len) {
-    for (int i = 0; i < vk->n_rp; i++) {
+    for (int i = first_after(vk, src); i < vk->n_rp && vk->rp[i].lo < src + size; i++) {
         const ob_vk_rp *r = &vk->rp[i];
-        if (r->hi <= src || r->lo >= src + size) continue;
         size_t dpos = 0;
         (void)repack_type(r->type, &dpos);
         const size_t ts = ob_type_traits_get(r->type)->type_size, gb = GROUP * ts;

@@ -1,10 +1,15 @@
 // Loads from 2-aligned addresses (blocks of 34, 18, 66 and 210 bytes in 4-aligned rows): 32-bit
 // words are read at the aligned address below and shifted together, never past a word that
-// holds a byte of the data, so no read leaves the tensor's allocation. Needs BU32
+// holds a byte of the data, so no read leaves the tensor's allocation. Needs BU32 and RP
 // (dequant.glsl).
+// Inside a block body of repacked weights (dequant.glsl's RP: 16-aligned bodies, the
+// offsets the readers use 16-, 8- or 4-aligned within them) the same loads are whole ones.
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BL4 { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 8) buffer BL2 { uvec2 v[]; };
 
 // 4 bytes.
 uint ld4(uint64_t p) {
+    if (RP) return BU32(p).v[0];
     uint64_t a = p & ~3ul;
     bool m = (p & 2ul) != 0ul;
     uint w0 = BU32(a).v[0], w1 = BU32(m ? a + 4ul : a).v[0];
@@ -12,6 +17,7 @@ uint ld4(uint64_t p) {
 }
 // 8 bytes.
 uvec2 ld8(uint64_t p) {
+    if (RP) return BL2(p).v[0];
     uint64_t a = p & ~3ul;
     bool m = (p & 2ul) != 0ul;
     uint w0 = BU32(a).v[0], w1 = BU32(a + 4ul).v[0], w2 = BU32(m ? a + 8ul : a + 4ul).v[0];
@@ -21,6 +27,13 @@ uvec2 ld8(uint64_t p) {
 // function, so one macro defines both).
 #define LD_WORDS(NAME, N)                                                              \
     void NAME(uint64_t p, out uint w[N]) {                                             \
+        if (RP) {                                                                      \
+            for (uint i = 0; i < N / 4; i++) {                                         \
+                uvec4 q = BL4(p + 16 * i).v[0];                                        \
+                for (uint k = 0; k < 4; k++) w[4 * i + k] = q[k];                      \
+            }                                                                          \
+            return;                                                                    \
+        }                                                                              \
         uint64_t a = p & ~3ul;                                                         \
         bool m = (p & 2ul) != 0ul;                                                     \
         uint v[N + 1];                                                                 \
@@ -33,28 +46,3 @@ LD_WORDS(ld32, 8)
 // f16.
 float ldh2(uint64_t p) { return unpackHalf2x16(BU32(p & ~3ul).v[0] >> (8u * uint(p & 2ul))).x; }
 
-// The same inside a block body of repacked weights (dequant.glsl's RP), where the address
-// is 16-aligned (ld16r, ld32r), 8-aligned (ld8r) or 4-aligned (ld4r): whole loads.
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer BL4 { uvec4 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 8) buffer BL2 { uvec2 v[]; };
-uint ld4r(uint64_t p) { return RP ? BU32(p).v[0] : ld4(p); }
-uvec2 ld8r(uint64_t p) { return RP ? BL2(p).v[0] : ld8(p); }
-void ld16r(uint64_t p, out uint w[4]) {
-    if (!RP) {
-        ld16(p, w);
-        return;
-    }
-    uvec4 v = BL4(p).v[0];
-    for (uint i = 0; i < 4; i++) w[i] = v[i];
-}
-void ld32r(uint64_t p, out uint w[8]) {
-    if (!RP) {
-        ld32(p, w);
-        return;
-    }
-    uvec4 v0 = BL4(p).v[0], v1 = BL4(p + 16).v[0];
-    for (uint i = 0; i < 4; i++) {
-        w[i] = v0[i];
-        w[4 + i] = v1[i];
-    }
-}

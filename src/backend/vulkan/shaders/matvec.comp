@@ -96,8 +96,8 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
     } else if (TYPE == T_Q6_K) {
         uint64_t blk = wblk(row, b);
         uint n = q / 4, l0 = 8 * (q % 4);
-        uvec2 lo0 = ld8r(blk + 64 * n + l0), lo1 = ld8r(blk + 64 * n + 32 + l0), hi = ld8r(blk + 128 + 32 * n + l0);
-        uvec2 scw = ld8r(blk + 192 + 8 * n);
+        uvec2 lo0 = ld8(blk + 64 * n + l0), lo1 = ld8(blk + 64 * n + 32 + l0), hi = ld8(blk + 128 + 32 * n + l0);
+        uvec2 scw = ld8(blk + 192 + 8 * n);
         uint c = l0 / 16; // scale of x_at's group k is byte 8n + 2k + c of the 16
         float s = 0.0;
         for (uint k = 0; k < 4; k++) {
@@ -115,7 +115,7 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
         }
         return ldh2(wd(row, b)) * s;
     } else if (TYPE == T_TQ2_0) {
-        uvec2 qw = ld8r(wblk(row, b) + 32 * (q / 4) + 8 * (q % 4));
+        uvec2 qw = ld8(wblk(row, b) + 32 * (q / 4) + 8 * (q % 4));
         float d = 0.0, xs = 0.0;
         for (uint l = 0; l < 4; l++)
             for (uint h = 0; h < 2; h++) {
@@ -127,13 +127,13 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
         uint64_t blk = wblk(row, p);
         float d = 0.0;
         for (uint k = 0; k < 4; k++) {
-            uvec2 w = ld8r(blk + 2 + 8 * k);
+            uvec2 w = ld8(blk + 2 + 8 * k);
             for (uint h = 0; h < 2; h++)
                 d += dot(vec4(ivec4(uvec4(w[h]) << (uvec4(24) - SH8)) >> 24), xv[2 * k + h]);
         }
         return ldh2(wd(row, p)) * d;
     } else if (TYPE == T_Q1_0) {
-        uint bits = ld4r(wblk(row, p / 4) + 2 + 4 * (p % 4));
+        uint bits = ld4(wblk(row, p / 4) + 2 + 4 * (p % 4));
         float d = 0.0, xs = 0.0;
         for (uint i = 0; i < 8; i++) {
             d += dot(vec4((uvec4(bits) >> (uvec4(0, 1, 2, 3) + 4u * i)) & 1u), xv[i]);

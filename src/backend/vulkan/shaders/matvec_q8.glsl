@@ -168,10 +168,10 @@ void unit_w(uint64_t row, uint u, out uint w[NWU]) {
         uint64_t blk = wblk(row, b);
         uint g = s / 2, j0 = 16 * (s % 2);
         uint A[4], B[4], H[4];
-        ld16r(blk + 64 * g + j0, A);
-        ld16r(blk + 64 * g + 32 + j0, B);
-        ld16r(blk + 128 + 32 * g + j0, H);
-        uvec2 scw = ld8r(blk + 192 + 8 * g);
+        ld16(blk + 64 * g + j0, A);
+        ld16(blk + 64 * g + 32 + j0, B);
+        ld16(blk + 128 + 32 * g + j0, H);
+        uvec2 scw = ld8(blk + 192 + 8 * g);
         for (uint i = 0; i < 4; i++) {
             w[i] = A[i];
             w[4 + i] = B[i];
@@ -184,17 +184,17 @@ void unit_w(uint64_t row, uint u, out uint w[NWU]) {
         // s: half g = s / 2, bytes m0 = 16 (s % 2) on of qs [32g, +32): each byte holds the
         // 2-bit trits of elements 128g + 32r + m0 + [0, 16) at shift 2r
         uint Q[4];
-        ld16r(wblk(row, b) + 32 * (s / 2) + 16 * (s % 2), Q);
+        ld16(wblk(row, b) + 32 * (s / 2) + 16 * (s % 2), Q);
         for (uint i = 0; i < 4; i++) w[i] = Q[i];
         w[4] = floatBitsToUint(ldh2(wd(row, b)));
     } else if (TYPE == T_Q8_0) {
         uint W[8];
-        ld32r(wblk(row, b) + 2, W);
+        ld32(wblk(row, b) + 2, W);
         for (uint i = 0; i < 8; i++) w[i] = W[i];
         w[8] = floatBitsToUint(ldh2(wd(row, b)));
     } else if (TYPE == T_Q1_0) {
         // s: elements 32s .. 32s + 31 of the block's 128, the bits of word s of its 16 bytes
-        w[0] = ld4r(wblk(row, b) + 2 + 4 * s);
+        w[0] = ld4(wblk(row, b) + 2 + 4 * s);
         w[1] = floatBitsToUint(ldh2(wd(row, b)));
     }
 }
