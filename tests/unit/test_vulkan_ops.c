@@ -1105,19 +1105,28 @@ static void test_matvec_q8(void) {
      * dispatch (OB_VK_SH_MATVEC_Q8_PNG) writes the GLU's output and its int8 form, by
      * default for Q1_0 only, with ONEBIT_VK_PN_GLU=1 for every type, with 0 never. N = 1056
      * ends in a partial workgroup of whole 32-row blocks. Checked on the GLU's output and on
-     * the down matmul after it (its int8 x). */
+     * the down matmul after it (its int8 x): Q8_0, or (down 2) a TQ2_0 / Q6_K down, whose
+     * GLU the X16 form writes (16 rows a workgroup, scales per 16 elements) by default for
+     * TQ2_0 gate/up, with ONEBIT_VK_PN_GLU16=all for every type, and the down reads it. */
     ob_backend *pgall = backend_with("ONEBIT_VK_PN_GLU", "1"), *pgoff = backend_with("ONEBIT_VK_PN_GLU", "0");
+    ob_backend *pg16 = backend_with("ONEBIT_VK_PN_GLU16", "all");
     const ob_rng keep_rng5 = g_rng;
     ob_rng_seed(&g_rng, 0x96a1u);
     static const ob_type ptypes[] = {OB_TYPE_Q1_0, OB_TYPE_TQ2_0, OB_TYPE_Q4_K, OB_TYPE_Q6_K};
     for (size_t ti = 0; ti < OB_ARRAY_LEN(ptypes); ti++)
         for (int64_t N = 1024; N <= 1056; N += 32)
-            for (int down = 0; down < 2; down++) {
+            for (int down = 0; down < 3; down++) {
                 const ob_type t = ptypes[ti];
+                /* a down that reads an X16 x: rows of whole 256-blocks */
+                const ob_type dt = down < 2 ? OB_TYPE_Q8_0 : t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K ? OB_TYPE_Q6_K : OB_TYPE_TQ2_0;
+                if (down == 2 && N % 256) continue;
+                /* the X16 downs on a stream of their own: the other cases keep their draws */
+                const ob_rng keep_rng6 = g_rng;
+                if (down == 2) ob_rng_seed(&g_rng, 0x16a1u + (uint32_t)ti);
                 const int64_t K = 512, M = 70, nx[2] = {K, 1}, nw1[2] = {K, K}, nw[2] = {K, N}, nd[2] = {N, M};
                 void *w1 = rand_typed(OB_TYPE_Q8_0, K, K, 1.0f / sqrtf((float)K));
                 void *wg = rand_typed(t, K, N, 1.0f / sqrtf((float)K)), *wu = rand_typed(t, K, N, 1.0f / sqrtf((float)K));
-                void *wd = rand_typed(OB_TYPE_Q8_0, N, M, 1.0f);
+                void *wd = rand_typed(dt, N, M, 1.0f);
                 float *x = rand_f32(K, 1.0f), *nw0 = rand_f32(K, 1.0f), *res = rand_f32(K, 1.0f), *nwt = rand_f32(K, 1.0f);
                 ob_graph *g = ob_graph_new(20);
                 ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x), ob_leaf(g, "nw0", OB_TYPE_F32, 1, nx, nw0), 1e-6f);
@@ -1125,30 +1134,43 @@ static void test_matvec_q8(void) {
                 ob_tensor *h2 = ob_rms_norm(g, sum, ob_leaf(g, "nw", OB_TYPE_F32, 1, nx, nwt), 1e-6f);
                 ob_tensor *gl = ob_glu(g, ob_matmul(g, ob_leaf(g, "wg", t, 2, nw, wg), h2), ob_matmul(g, ob_leaf(g, "wu", t, 2, nw, wu), h2),
                                        OB_ACT_SILU);
-                ob_tensor *o = down ? ob_matmul(g, ob_leaf(g, "wd", OB_TYPE_Q8_0, 2, nd, wd), gl) : gl;
+                ob_tensor *o = down ? ob_matmul(g, ob_leaf(g, "wd", dt, 2, nd, wd), gl) : gl;
                 char what[96];
-                snprintf(what, sizeof(what), "prenorm gate/up/glu %s N=%lld %s", ob_type_name(t), (long long)N, down ? "down" : "glu");
-                const double atol = down ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1) / sqrt((double)K);
+                snprintf(what, sizeof(what), "prenorm gate/up/glu %s N=%lld %s%s", ob_type_name(t), (long long)N,
+                         down ? "down " : "glu", down ? ob_type_name(dt) : "");
+                const double atol = down ? 2 * mm_atol(dt, N, 1) : 2 * mm_atol(t, K, 1) / sqrt((double)K);
                 check_graph(g, o, atol, 1e-2, what);
-                for (int b = 0; b < 3; b++) {
-                    ob_backend *bb = b == 0 ? g_be[0] : b == 1 ? pgall : pgoff;
+                static const char *const bname[4] = {"", ", PN_GLU=1", ", PN_GLU=0", ", PN_GLU16=all"};
+                for (int b = 0; b < 4; b++) {
+                    ob_backend *bb = b == 0 ? g_be[0] : b == 1 ? pgall : b == 2 ? pgoff : pg16;
                     const ob_vk *bv = bb ? bb->ctx : NULL;
                     if (!bv) continue;
-                    if (b) check_on_as(bb, g, o, atol, 1e-2, what, b == 1 ? "PN_GLU=1" : "PN_GLU=0");
-                    int png = 0;
-                    for (int64_t i = 0; i < bv->n_prev; i++)
-                        png += bv->prev[i].pipe && bv->prev[i].pipe == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][t];
-                    const bool want = bv->prenorm && bv->q8_fuse && bv->pn_count > 0 && bv->info.subgroup <= 64 &&
-                                      (b == 1 || (b == 0 && t == OB_TYPE_Q1_0));
-                    CHECKF(png == (want ? 1 : 0), "%s%s: %d gate/up/GLU dispatches, %lld in all", what,
-                           b == 1 ? ", PN_GLU=1" : b == 2 ? ", PN_GLU=0" : "", png, (long long)bv->n_prev);
+                    if (b) check_on_as(bb, g, o, atol, 1e-2, what, bname[b] + 2);
+                    /* the 32-row form; the X16 form; dispatches on an X16 x (the X16 form and
+                     * the down after it) */
+                    int png = 0, png16 = 0, x16 = 0;
+                    for (int64_t i = 0; i < bv->n_prev; i++) {
+                        const VkPipeline p = bv->prev[i].pipe;
+                        png += p && p == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][t];
+                        png16 += p && p == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][ob_vk_pipe_slot((unsigned)t | OB_VK_X16)];
+                        for (int s = 0; p && s < OB_VK_SH_COUNT; s++)
+                            for (int k = 2 * OB_TYPE_COUNT; k < OB_VK_PIPE_SLOTS; k++) x16 += p == bv->pipes[s][k];
+                    }
+                    const bool on = bv->prenorm && bv->q8_fuse && bv->pn_count > 0 && bv->info.subgroup <= 64 && b != 2;
+                    const bool want16 = on && down == 2 && (t == OB_TYPE_TQ2_0 || b == 3);
+                    const bool want = on && !want16 && (b == 1 || t == OB_TYPE_Q1_0);
+                    CHECKF(png == (want ? 1 : 0) && png16 == (want16 ? 1 : 0) && x16 == (want16 ? 2 : 0),
+                           "%s%s: %d gate/up/GLU dispatches, %d X16, %d on an X16 x, %lld in all", what, bname[b], png, png16,
+                           x16, (long long)bv->n_prev);
                 }
                 ob_graph_free(g);
                 free(w1); free(wg); free(wu); free(wd); free(x); free(nw0); free(res); free(nwt);
+                if (down == 2) g_rng = keep_rng6;
             }
     g_rng = keep_rng5;
     if (pgall) ob_backend_free(pgall);
     if (pgoff) ob_backend_free(pgoff);
+    if (pg16) ob_backend_free(pg16);
     /* A decode attention (one workgroup per head) writes the int8 x of the matmul after it
      * itself: no quantization pass; at 29 and 39 cells seen. Its own random stream, as
      * above. */

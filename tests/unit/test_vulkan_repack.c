@@ -31,12 +31,15 @@ int main(void) {
 static const struct { ob_type t; int64_t bs; size_t ts, dpos; } k_types[] = {
     {OB_TYPE_Q6_K, 256, 210, 208}, {OB_TYPE_TQ2_0, 256, 66, 64}, {OB_TYPE_Q1_0, 128, 18, 0}, {OB_TYPE_Q8_0, 32, 34, 0}};
 
-/* Dispatches of vk's last list on a pipeline of weight type t, repacked (rp) or plain. */
+/* Dispatches of vk's last list on a pipeline of weight type t, repacked (rp) or plain (on
+ * an X16 int8 x or not). */
 static int count_pipes(const ob_vk *vk, ob_type t, bool rp) {
+    const unsigned tf = (unsigned)t | (rp ? OB_VK_RP : 0u);
     int n = 0;
     for (int64_t i = 0; i < vk->n_prev; i++)
         for (int s = 0; s < OB_VK_SH_COUNT; s++)
-            if (vk->prev[i].pipe && vk->prev[i].pipe == vk->pipes[s][t + (rp ? OB_TYPE_COUNT : 0)]) {
+            if (vk->prev[i].pipe && (vk->prev[i].pipe == vk->pipes[s][ob_vk_pipe_slot(tf)] ||
+                                     vk->prev[i].pipe == vk->pipes[s][ob_vk_pipe_slot(tf | OB_VK_X16)])) {
                 n++;
                 break;
             }
@@ -250,17 +253,27 @@ static void test_fused(void) {
                 check_graph(g, chk, atol, 1e-2, what);
                 check_rp(vk, t, what);
                 CHECKF(!vk->prenorm || !vk->q8_fuse || vk->info.subgroup > 64 || vk->pn_count > pn0, "%s: no prenorm", what);
-                for (int b = 0; glu && b < 2; b++) {
-                    ob_backend *bb = b ? pgoff : pgall;
+                /* b 2: the default backend (its run above). Where the down matmul is the GLU's
+                 * one reader (last), TQ2_0 takes the X16 form there and with PN_GLU=1 (its down,
+                 * TQ2_0 too, reads an X16 x); otherwise the 32-row form with PN_GLU=1, and
+                 * Q1_0 by default */
+                for (int b = 0; glu && b < 3; b++) {
+                    ob_backend *bb = b == 0 ? pgall : b == 1 ? pgoff : g_be[0];
                     if (!bb) continue;
-                    check_on_as(bb, g, chk, atol, 1e-2, what, b ? "PN_GLU=0" : "PN_GLU=1");
+                    if (b < 2) check_on_as(bb, g, chk, atol, 1e-2, what, b ? "PN_GLU=0" : "PN_GLU=1");
                     const ob_vk *bv = bb->ctx;
                     check_rp(bv, t, what);
-                    int png = 0;
-                    for (int64_t i = 0; i < bv->n_prev; i++)
-                        png += bv->prev[i].pipe && bv->prev[i].pipe == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][t + OB_TYPE_COUNT];
-                    const bool want = !b && bv->prenorm && bv->q8_fuse && bv->info.subgroup <= 64;
-                    CHECKF(png == (want ? 1 : 0), "%s, PN_GLU=%d: %d repacked gate/up/GLU dispatches", what, !b, png);
+                    int png = 0, png16 = 0;
+                    for (int64_t i = 0; i < bv->n_prev; i++) {
+                        const VkPipeline p = bv->prev[i].pipe;
+                        png += p && p == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][t + OB_TYPE_COUNT];
+                        png16 += p && p == bv->pipes[OB_VK_SH_MATVEC_Q8_PNG][ob_vk_pipe_slot((unsigned)t | OB_VK_RP | OB_VK_X16)];
+                    }
+                    const bool on = b != 1 && bv->prenorm && bv->q8_fuse && bv->info.subgroup <= 64;
+                    const bool want16 = on && t == OB_TYPE_TQ2_0 && last, want = on && !want16 && (b == 0 || t == OB_TYPE_Q1_0);
+                    CHECKF(png == (want ? 1 : 0) && png16 == (want16 ? 1 : 0),
+                           "%s, %s: %d repacked gate/up/GLU dispatches, %d X16", what,
+                           b == 0 ? "PN_GLU=1" : b == 1 ? "PN_GLU=0" : "default", png, png16);
                 }
                 ob_graph_free(g);
             }

@@ -123,6 +123,74 @@ static void prof_timeline_print(const ob_vk *vk) {
     }
 }
 
+/* ONEBIT_VK_PROFILE=4: the level boundaries' timestamps (into ts, gcmd_prof_n of them:
+ * one before each level, one at the end) as each level's time, summed. */
+static void prof_levels(ob_vk *vk) {
+    ob_vk_prof *pr = &vk->prof;
+    const int64_t n = (int64_t)vk->gcmd_prof_n - 1;
+    if (n < 1 || vkGetQueryPoolResults(vk->dev, pr->pool, 0, (uint32_t)n + 1, sizeof(uint64_t) * (size_t)(n + 1), pr->ts,
+                                       sizeof(uint64_t), VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    pr->n = 0;
+    if (pr->tl_n != n) {
+        free(pr->tl_dur);
+        pr->tl_dur = calloc((size_t)n, sizeof(double));
+        pr->tl_n = pr->tl_dur ? n : 0;
+        pr->tl_steps = 0;
+        if (!pr->tl_n) return;
+    }
+    const double ms = pr->ns_per_tick * 1e-6;
+    for (int64_t k = 0; k < n; k++) pr->tl_dur[k] += (double)((pr->ts[k + 1] - pr->ts[k]) & pr->mask) * ms;
+    pr->gpu_span_ms += (double)((pr->ts[n] - pr->ts[0]) & pr->mask) * ms;
+    pr->tl_steps++;
+}
+
+/* The levels of the last listed graph: the first 24, then each kind of level (the
+ * shaders of its dispatches) with its count and time per step. */
+static void prof_levels_print(const ob_vk *vk) {
+    const ob_vk_prof *pr = &vk->prof;
+    if (!pr->tl_n || !pr->tl_steps) return;
+    enum { KINDS = 64 };
+    char kind[KINDS][96];
+    double kt[KINDS];
+    int kn[KINDS], nk = 0;
+    const double s = (double)pr->tl_steps;
+    double total = 0;
+    fprintf(stderr, "vulkan levels (%lld steps, %lld levels): level us shaders\n", (long long)pr->tl_steps, (long long)pr->tl_n);
+    int64_t lv = -1;
+    for (int64_t i = 0; i < vk->n_prev && lv < pr->tl_n; i++) {
+        if (i > 0 && !vk->prev[i].barrier) continue;
+        lv++;
+        if (lv >= pr->tl_n) break;
+        char name[96] = "";
+        size_t at = 0;
+        for (int64_t j = i; j < vk->n_prev && (j == i || !vk->prev[j].barrier); j++) {
+            const ob_vk_cmd *c = &vk->prev[j];
+            int w = snprintf(name + at, sizeof(name) - at, "%s%s/%u", j == i ? "" : "+",
+                             c->sh < OB_VK_SH_COUNT ? ob_vk_spv_table[c->sh].name : "?", c->gx * c->gy);
+            if (w < 0 || (size_t)w >= sizeof(name) - at) break;
+            at += (size_t)w;
+        }
+        const double us = 1e3 * pr->tl_dur[lv] / s;
+        total += us;
+        if (lv < 24) fprintf(stderr, "  %4lld %8.2f %s\n", (long long)lv, us, name);
+        int k = 0;
+        while (k < nk && strcmp(kind[k], name)) k++;
+        if (k == nk && nk < KINDS) {
+            snprintf(kind[nk], sizeof(kind[nk]), "%s", name);
+            kt[nk] = 0;
+            kn[nk++] = 0;
+        }
+        if (k < nk) {
+            kt[k] += us;
+            kn[k]++;
+        }
+    }
+    fprintf(stderr, "  kinds (%.1f us a step in levels):\n", total);
+    for (int k = 0; k < nk; k++)
+        fprintf(stderr, "  %5d x %8.2f us = %9.1f us  %s\n", kn[k], kt[k] / kn[k], kt[k], kind[k]);
+}
+
 static void prof_print(const ob_vk *vk) {
     const ob_vk_prof *pr = &vk->prof;
     double total = 0;
@@ -197,8 +265,8 @@ static void pipe_stats(ob_vk *vk, VkPipeline p, const char *name, ob_vk_shader s
         st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
     if (get(vk->dev, &ei, &n, st) < 0) return;
     char line[512];
-    int at = snprintf(line, sizeof line, "pipe-stats %s sh=%d type=%d%s:", name, (int)sh,
-                      (int)((unsigned)type & ~(unsigned)OB_VK_RP), ((unsigned)type & OB_VK_RP) ? " repacked" : "");
+    int at = snprintf(line, sizeof line, "pipe-stats %s sh=%d type=%d%s%s:", name, (int)sh, (int)((unsigned)type & 0xffu),
+                      ((unsigned)type & OB_VK_RP) ? " repacked" : "", ((unsigned)type & OB_VK_X16) ? " x16" : "");
     for (uint32_t i = 0; i < n && at > 0 && (size_t)at < sizeof line; i++) {
         const VkPipelineExecutableStatisticValueKHR *v = &st[i].value;
         char *p = line + at;
@@ -222,10 +290,11 @@ static void pipe_stats(ob_vk *vk, VkPipeline p, const char *name, ob_vk_shader s
 }
 
 static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *out, char *err, size_t err_len) {
-    /* tf: the weight type, | OB_VK_RP for repacked weights (pipelines apart) */
-    const bool rp = ((unsigned)tf & OB_VK_RP) != 0;
-    const ob_type type = (ob_type)((unsigned)tf & ~(unsigned)OB_VK_RP);
-    VkPipeline *slot = &vk->pipes[sh][type + (rp ? OB_TYPE_COUNT : 0)];
+    /* tf: the weight type, | OB_VK_RP for repacked weights, | OB_VK_X16 for an X16 int8 x
+     * (pipelines apart) */
+    const bool rp = ((unsigned)tf & OB_VK_RP) != 0, x16 = ((unsigned)tf & OB_VK_X16) != 0;
+    const ob_type type = (ob_type)((unsigned)tf & 0xffu);
+    VkPipeline *slot = &vk->pipes[sh][ob_vk_pipe_slot((unsigned)tf)];
     if (*slot) { *out = *slot; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
@@ -243,16 +312,17 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
                                 tv == 3
                             ? 1u
                             : 8u;
-    /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size, 7: the
-     * weights repacked (dequant.glsl's RP) */
-    uint32_t spec[8] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
+    /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size (the
+     * X16 gate/up/GLU consumer: 8 subgroups), 7: the weights repacked (dequant.glsl's RP),
+     * 8: the int8 x X16 (matvec_q8.glsl), attn_fold.comp's HD128 */
+    uint32_t spec[9] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? 512u : 128u, rp};
-    VkSpecializationMapEntry me[8];
-    for (uint32_t i = 0; i < 8; i++)
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? (x16 ? 8u * vk->info.subgroup : 512u) : 128u, rp, x16};
+    VkSpecializationMapEntry me[9];
+    for (uint32_t i = 0; i < 9; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 8, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    VkSpecializationInfo si = {.mapEntryCount = 9, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -441,15 +511,16 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
             /* on a prenorm's x (ONEBIT_VK_PN_GLU; unset: Q1_0), then the two opt-in ones,
              * ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
-            if (ob_vk_fusable_gate_up_pn(vk, a, b, glu, k)) {
+            const int pn = ob_vk_fusable_gate_up_pn(vk, g, a, b, glu, k);
+            if (pn) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;
-                return ob_vk_record_gate_up_glu(vk, a, b, glu, true, err, err_len);
+                return ob_vk_record_gate_up_glu(vk, a, b, glu, pn, err, err_len);
             }
             if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
                 *i = k;
-                return ob_vk_record_gate_up_glu(vk, a, b, glu, false, err, err_len);
+                return ob_vk_record_gate_up_glu(vk, a, b, glu, 0, err, err_len);
             }
             if (ob_vk_fusable_gate_up_pair(vk, a, b, glu, k)) {
                 vk->prof.key_now = prof_key(n);
@@ -479,7 +550,7 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
     OB_VK_CHECK(vkResetCommandBuffer(vk->gcmd, 0));
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     OB_VK_CHECK(vkBeginCommandBuffer(vk->gcmd, &bi));
-    const bool prof = pr->in_step && pr->pool;
+    const bool prof = pr->in_step && pr->pool, lv = prof && pr->levels;
     if (prof) {
         vkCmdResetQueryPool(vk->gcmd, pr->pool, 0, pr->cap);
         pr->n = 0;
@@ -487,12 +558,14 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
     VkPipeline bound = VK_NULL_HANDLE;
     for (int64_t i = 0; i < vk->n_list; i++) {
         const ob_vk_cmd *c = &vk->list[i];
+        if (lv && (i == 0 || c->barrier) && pr->n + 2 <= pr->cap)
+            vkCmdWriteTimestamp(vk->gcmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pr->pool, pr->n++);
         if (c->barrier && vk->bar_compute)
             barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
                     true);
         else if (c->barrier)
             barrier(vk, vk->gcmd, k_dst_stage, k_dst_access, false);
-        if (prof) {
+        if (prof && !lv) {
             pr->key_now = c->prof_key;
             prof_mark(vk, vk->gcmd, true);
         }
@@ -500,8 +573,9 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
         bound = c->pipe;
         vkCmdPushConstants(vk->gcmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(c->pc), &c->pc);
         vkCmdDispatch(vk->gcmd, c->gx, c->gy, 1);
-        if (prof) prof_mark(vk, vk->gcmd, false);
+        if (prof && !lv) prof_mark(vk, vk->gcmd, false);
     }
+    if (lv && pr->n < pr->cap) vkCmdWriteTimestamp(vk->gcmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pr->pool, pr->n++);
     barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT, false);
     OB_VK_CHECK(vkEndCommandBuffer(vk->gcmd));
     vk->gcmd_pool = prof ? pr->pool : VK_NULL_HANDLE;
@@ -536,7 +610,8 @@ static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
         if (pr->pool && pr->pool == vk->gcmd_pool) {
             for (uint32_t k = 0; k < vk->gcmd_prof_n / 2 && k < (uint32_t)vk->n_prev; k++) pr->key[k] = vk->prev[k].prof_key;
             pr->n = vk->gcmd_prof_n;
-            if (prof_collect(vk) && pr->timeline) prof_timeline(vk);
+            if (pr->levels) prof_levels(vk);
+            else if (prof_collect(vk) && pr->timeline) prof_timeline(vk);
         }
         pr->t_step = ob_time_s();
     }
@@ -750,6 +825,7 @@ static void vk_destroy(ob_backend *be) {
     if (vk) {
         if (vk->prof.on) prof_print(vk);
         if (vk->prof.timeline) prof_timeline_print(vk);
+        if (vk->prof.levels) prof_levels_print(vk);
         ob_vk_device_free(vk);
         free(vk);
     }

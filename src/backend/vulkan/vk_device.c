@@ -277,7 +277,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     if (fam < 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", vk->info.name);
     vk->qfam = (uint32_t)fam;
     const char *pf = getenv("ONEBIT_VK_PROFILE");
-    if (pf && (pf[0] == '1' || pf[0] == '2' || pf[0] == '3')) {
+    if (pf && pf[0] >= '1' && pf[0] <= '4') {
         VkPhysicalDeviceProperties pp;
         vkGetPhysicalDeviceProperties(vk->info.phys, &pp);
         uint32_t bits = qf[fam].timestampValidBits;
@@ -290,6 +290,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
             vk->prof.on = true;
             vk->prof.start_waits = pf[0] == '2';
             vk->prof.timeline = pf[0] == '3';
+            vk->prof.levels = pf[0] == '4';
             vk->prof.ns_per_tick = pp.limits.timestampPeriod;
             vk->prof.mask = bits >= 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
             ob_log(OB_LOG_INFO, "vulkan: profiling: %u-bit timestamps, %.3f ns per tick%s", bits,
@@ -405,6 +406,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->repack = !(rpk && !strcmp(rpk, "0"));
     const char *pglu = getenv("ONEBIT_VK_PN_GLU");
     vk->pn_glu = !pglu ? 2u : !strcmp(pglu, "0") ? 0u : 1u;
+    const char *pglu16 = getenv("ONEBIT_VK_PN_GLU16");
+    vk->pn_glu16 = !pglu16 ? 1u : !strcmp(pglu16, "0") ? 0u : !strcmp(pglu16, "all") ? 2u : 1u;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
     vk->attn_fold = !(afold && !strcmp(afold, "0"));
     const char *agw = getenv("ONEBIT_VK_ATTN_GW");
@@ -506,7 +509,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->fold_par.buf) ob_vk_buffer_free(vk, &vk->fold_par);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {
-            for (int t = 0; t < 2 * OB_TYPE_COUNT; t++)
+            for (int t = 0; t < OB_VK_PIPE_SLOTS; t++)
                 if (vk->pipes[s][t]) vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
             if (vk->mods[s]) vkDestroyShaderModule(vk->dev, vk->mods[s], NULL);
         }

@@ -68,7 +68,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATVEC_Q8_PNC2,
     OB_VK_SH_MATVEC_Q8_PNC1,
     OB_VK_SH_MATVEC_Q8_PNG, /* prenorm consumer gate and up with their GLU and its int8 form:
-                               RS = 2 of each, 512 invocations (whole 32-row blocks) */
+                               RS = 2 of each, 512 invocations (whole 32-row blocks); with
+                               OB_VK_X16 8 subgroups (whole 16-row blocks) */
     OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
                               stores of one token folded in (attn_fold.comp) */
     OB_VK_SH_COUNT,
@@ -150,6 +151,11 @@ typedef struct ob_vk_prof {
     /* ONEBIT_VK_PROFILE=3: per position in a listed graph, its start after the first
      * dispatch's start and its duration, summed over steps (ms), for the timeline print */
     bool timeline;
+    /* ONEBIT_VK_PROFILE=4: one timestamp at each level boundary of a listed graph (before
+     * its barrier, BOTTOM_OF_PIPE) and none around dispatches, so dispatches of a level
+     * still run side by side: tl_dur holds each level's time from the last one's end to
+     * its own (barrier, launch and work), summed over steps */
+    bool levels;
     double *tl_start, *tl_dur;
     int64_t tl_n, tl_steps;
 } ob_vk_prof;
@@ -178,6 +184,17 @@ typedef struct ob_vk_range { uint64_t lo, hi; bool dead; } ob_vk_range;
  * [lo, hi) of type `type` in groups of 8 blocks, bodies then d's. A dispatch's weight type
  * | OB_VK_RP picks the pipelines that read that layout. */
 #define OB_VK_RP 0x100u
+/* | OB_VK_X16: the dispatch reads an int8 x with scales per 16 elements (matvec_q8.glsl's
+ * X16, written by the prenorm gate/up/GLU consumer at 16 rows a workgroup). */
+#define OB_VK_X16 0x200u
+/* The same bit (specialization constant 8) names attn_fold.comp's HD128 pipeline. */
+#define OB_VK_HD128 OB_VK_X16
+/* A dispatch type's pipeline slot: the weight type, then OB_TYPE_COUNT on for OB_VK_RP and
+ * 2 * OB_TYPE_COUNT on for OB_VK_X16. */
+#define OB_VK_PIPE_SLOTS (4 * OB_TYPE_COUNT)
+static inline int ob_vk_pipe_slot(unsigned tf) {
+    return (int)(tf & 0xffu) + ((tf & OB_VK_RP) ? OB_TYPE_COUNT : 0) + ((tf & OB_VK_X16) ? 2 * OB_TYPE_COUNT : 0);
+}
 typedef struct ob_vk_rp { uint64_t lo, hi; ob_type type; } ob_vk_rp;
 
 typedef struct ob_vk {
@@ -192,8 +209,8 @@ typedef struct ob_vk {
     bool recording;
     VkPipelineLayout layout;
     VkShaderModule mods[OB_VK_SH_COUNT];
-    /* built on first use; [type + OB_TYPE_COUNT] for repacked weights (OB_VK_RP) */
-    VkPipeline pipes[OB_VK_SH_COUNT][2 * OB_TYPE_COUNT];
+    /* built on first use, at ob_vk_pipe_slot(type | OB_VK_RP | OB_VK_X16) */
+    VkPipeline pipes[OB_VK_SH_COUNT][OB_VK_PIPE_SLOTS];
     uint32_t mem_type;
     bool host_visible;     /* device buffers are mapped: upload/download by memcpy */
     /* Reads of the mapping are slow (device memory without HOST_CACHED: a discrete GPU's
@@ -245,6 +262,8 @@ typedef struct ob_vk {
     ob_vk_alloc q8_buf;
     ob_vk_alloc q8_buf2;       /* the fused gate/up/GLU's int8 output (its input is in q8_buf) */
     uint64_t q8_addr;          /* where q8_src's int8 form is: q8_buf or q8_buf2 */
+    bool q8_x16;               /* ... with scales per 16 elements (OB_VK_X16): only TQ2_0 and
+                                  Q6_K matmuls read it as it is; others quantize x again */
     bool glu_fuse;             /* one token's gate and up matmuls and their GLU in one dispatch
                                   (ONEBIT_VK_GLU_FUSE=1; slower on the H200) */
     bool attn_q8;              /* a decode attention writes its int8 output (q8_fuse too;
@@ -312,6 +331,10 @@ typedef struct ob_vk {
     bool prenorm;
     uint32_t pn_glu;       /* gate, up and the GLU as one prenorm consumer: 2 (ONEBIT_VK_PN_GLU
                               unset) for Q1_0 weights, 1 for every type, 0 off */
+    uint32_t pn_glu16;     /* ... at 16 rows a workgroup writing an X16 int8 x, where every
+                              reader of the GLU is a TQ2_0 or Q6_K one-token matmul (first
+                              choice where both apply): 1 (ONEBIT_VK_PN_GLU16 unset) for
+                              TQ2_0 gate/up, 2 (=all) for every type, 0 off */
     ob_vk_alloc pn_buf;
     uint64_t pn_src, pn_end, pn_q8, pn_ss;
     uint32_t pn_nss, pn_K;
@@ -437,16 +460,18 @@ bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tenso
 ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
                                     size_t err_len);
 /* gate, up and their GLU as one prenorm consumer (OB_VK_SH_MATVEC_Q8_PNG), gate and up on
- * the int8 x of a prenorm */
-bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                              int64_t glu_index);
+ * the int8 x of a prenorm: 0 no, 1 at 32 rows a workgroup, 2 at 16 with its int8 output X16
+ * (every reader of the GLU in g a TQ2_0 or Q6_K one-token matmul) */
+int ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_graph *g, const ob_tensor *gate, const ob_tensor *up,
+                             const ob_tensor *glu, int64_t glu_index);
 /* MATMUL gate, MATMUL up of the same x and the GLU of the two (their one reader), one token
  * on int8 x already quantized: one matvec_q8.comp dispatch (GLU) writes the GLU's output
  * and its int8 form. */
 bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                                int64_t glu_index);
-/* both recorded by this one: pn, the prenorm consumer's */
-ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, bool pn, char *err,
+/* both recorded by this one: pn, the prenorm consumer's form (ob_vk_fusable_gate_up_pn's
+ * answer; 0: the plain fused GLU) */
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, int pn, char *err,
                                    size_t err_len);
 /* The nodes of one decode attention from node i of g: [q RMS_NORM] q ROPE [k RMS_NORM]
  * k ROPE, the K and V KV_STOREs, the ATTENTION (views between them skipped). */

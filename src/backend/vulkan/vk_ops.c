@@ -149,6 +149,13 @@ static void q8_sizes(uint64_t K, uint64_t T, uint64_t *qbytes, uint64_t *dbytes)
     *dbytes = T * K / 32 * 8;
 }
 
+/* Weight types whose one-token matmuls read an X16 int8 x (matvec_q8.glsl's X16). */
+static bool x16_type(ob_type t) { return t == OB_TYPE_TQ2_0 || t == OB_TYPE_Q6_K; }
+/* Can a matmul of weight w read the int8 x at q8_addr as it is (X16 or not)? An X16 x's
+ * scales take the bytes of the 32-element form's (a float per 16, not a pair per 32). */
+static bool q8_reads_ok(const ob_vk *vk, const ob_tensor *w) { return !vk->q8_x16 || x16_type(w->type); }
+static unsigned q8_x16_flag(const ob_vk *vk) { return vk->q8_x16 ? OB_VK_X16 : 0u; }
+
 /* A node whose recording also quantizes its output for matvec_q8.comp: an RMS norm on the
  * register path (add: the residual ADD fused before it), or a GLU, of T <= 8 rows of whole
  * 32-element blocks (what a decode matmul's x is); they set q8_src to their output. */
@@ -258,6 +265,7 @@ static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char 
  * tail's buffer): the next matmuls of n read it there. */
 static void q8_written(ob_vk *vk, const ob_tensor *n, uint64_t qx) {
     vk->q8_addr = qx;
+    vk->q8_x16 = false;
     vk->q8_src = addr(n);
     vk->q8_end = addr(n) + (uint64_t)ob_nelements(n) * 4;
     vk->q8_K = (uint32_t)n->ne[0];
@@ -316,7 +324,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     /* a prenorm's consumer: x, the norm's output, was never written; its int8 form (without
      * r) and the producer's sums of squares are in pn_buf */
     const bool pn = vk->pn_src && vk->pn_src == xlo && vk->pn_K == K && T == 1;
-    const bool fresh = !pn && (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T);
+    const bool fresh = !pn && (vk->q8_src != xlo || vk->q8_K != K || vk->q8_T != T || !q8_reads_ok(vk, w));
     /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
     char e2[128];
     *taken = !fresh || scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) == OB_OK;
@@ -339,6 +347,8 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
      * the graph's hazard check): they go in again. A reused one only adds its read; putting
      * the node's output in again would meet itself and fence q/k/v (gate/up) apart. */
     const uint64_t q0 = pn ? vk->pn_q8 : vk->q8_addr;
+    /* an X16 x (not a prenorm's): its own pipelines, never staged */
+    const unsigned x16 = pn ? 0u : q8_x16_flag(vk);
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes, false}, {addr(w), addr(w) + ob_nbytes(w), false}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n), false};
     if (pn) rd[1] = (ob_vk_range){vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false};
@@ -364,8 +374,8 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     }
     pc->u[4] = q8_sgs(vk) * rps;
     pc->u[6] = one;
-    pc->u[5] = vk->q8_stage && (uint64_t)T * K <= 768 * 16;
-    return ob_vk_dispatch(vk, sh, ob_vk_wtype(vk, w), pc, cdiv(N, pc->u[4]), err, err_len);
+    pc->u[5] = vk->q8_stage && !x16 && (uint64_t)T * K <= 768 * 16;
+    return ob_vk_dispatch(vk, sh, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16), pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
 /* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
@@ -387,7 +397,7 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
     return ob_vk_supports_node(mm) && ob_vk_supports_node(add) && ob_vk_supports_node(norm) && ob_nrows(x) == 1 &&
            vk->pn_src != addr(x) &&
            matvec_q8_ok(vk, w, x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
-           is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
+           q8_reads_ok(vk, w) && is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
            (addr(res) | addr(add) | addr(norm) | addr(norm->src[1])) % 16 == 0;
 }
 
@@ -437,6 +447,7 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
      * output is never written: the ADD was its one reader) and the partial sums, or with
      * the norm's tail its output and int8 form (and its ticket) */
     const uint64_t q0 = vk->q8_addr, ss = norm ? vk->tail_norm.addr : vk->ss_buf.addr;
+    const unsigned x16 = q8_x16_flag(vk);
     const uint64_t ss_end = norm ? ss + OB_VK_TICKET_BYTES + qn + dn : ss + (uint64_t)np * 4;
     ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
                          {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
@@ -454,8 +465,8 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
         tail_pc(&pc, addr(norm->src[1]), ss);
         pc.f[0] = norm->fp[0];
     }
-    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, ob_vk_wtype(vk, w), &pc, cdiv(N, pc.u[4]), err,
-                        err_len);
+    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16),
+                        &pc, cdiv(N, pc.u[4]), err, err_len);
     if (st) return st;
     if (norm) {
         q8_written(vk, norm, ss + OB_VK_TICKET_BYTES);
@@ -508,6 +519,7 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     /* reads the int8 x, the weights, the residual and the norm's weight; writes the sum
      * (the matmul's own output and the norm's never) and the norm's int8 x and sums */
     const uint64_t q0 = vk->q8_addr, h = vk->pn_buf.addr, ss = h + qn + dn;
+    const unsigned x16 = q8_x16_flag(vk);
     ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
                          {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
     if (nw) rd[3] = (ob_vk_range){addr(nw), addr(nw) + ob_nbytes(nw), false};
@@ -516,7 +528,7 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     ob_vk_pc pc;
     matmul_add_pc(&pc, w, res, add, q0, qb, ss, rw);
     tail_pc(&pc, addr(nw), h);
-    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, ob_vk_wtype(vk, w), &pc, nwg, err, err_len);
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16), &pc, nwg, err, err_len);
     if (st) return st;
     q8_written(vk, norm, h);
     vk->pn_src = addr(norm);
@@ -543,7 +555,8 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
         up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
         return false;
     const bool xq = pn ? vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0]
-                       : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1;
+                       : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
+                             !vk->q8_x16;
     return ob_nrows(x) == 1 && xq && ob_vk_wtype(vk, wg) == ob_vk_wtype(vk, wu) && wg->ne[0] == wu->ne[0] &&
            wg->ne[1] == wu->ne[1] &&
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && wg->ne[1] % 32 == 0;
@@ -619,13 +632,19 @@ bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor
            glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
 }
 
+/* Rows a workgroup of the X16 gate/up/GLU consumer: 8 subgroups of 2 gate and 2 up rows,
+ * whole 16-row blocks of its int8 output. */
+#define PNG16_ROWS 16u
+
 /* The fused GLU (pn 0: OB_VK_SH_MATVEC_Q8_GLU on a quantized x) and the prenorm one (pn 1:
- * OB_VK_SH_MATVEC_Q8_PNG): one dispatch writes the GLU's output and its int8 form into
- * q8_buf2 (the gate and up outputs are never written: the GLU was their one reader). */
-ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, bool pn, char *err,
+ * OB_VK_SH_MATVEC_Q8_PNG; pn 2: the same at 16 rows a workgroup, its int8 output X16): one
+ * dispatch writes the GLU's output and its int8 form into q8_buf2 (the gate and up outputs
+ * are never written: the GLU was their one reader). */
+ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, int pn, char *err,
                                    size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
     const uint32_t N = (uint32_t)wg->ne[1];
+    const bool x16 = pn == 2;
     uint64_t qout, dout;
     q8_sizes(N, 1, &qout, &dout);
     ob_status st = scratch_buffer(vk, &vk->q8_buf2, qout + dout, err, err_len);
@@ -633,13 +652,13 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
     ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, pn, wr, 2, &pc);
+    gate_up_pc(vk, wg, wu, glu, pn != 0, wr, 2, &pc);
     pc.o = o2;
     pc.u[9] = (uint32_t)qout;
     if (pn) {
         /* e and u[8] hold the prenorm's sums; the GLU's output and the ob_act go in f[1..3] */
         pc.e = vk->pn_ss;
-        pc.u[4] = pn_rows(vk);
+        pc.u[4] = x16 ? PNG16_ROWS : pn_rows(vk);
         pc.u[8] = vk->pn_nss;
         pc.f[0] = vk->pn_eps;
         const uint64_t ga = addr(glu);
@@ -649,25 +668,49 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
         pc.e = addr(glu);
         pc.u[4] = q8_sgs(vk) * 8;
     }
-    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU, ob_vk_wtype(vk, wg), &pc, cdiv(N, pc.u[4]), err,
+    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU,
+                        (ob_type)((unsigned)ob_vk_wtype(vk, wg) | (x16 ? OB_VK_X16 : 0u)), &pc, cdiv(N, pc.u[4]), err,
                         err_len);
     if (st) return st;
     q8_written(vk, glu, o2);
+    vk->q8_x16 = x16;
     return OB_OK;
 }
 
-/* Unset, only Q1_0 weights take it: H200, qwen3-8b synth, `1bit bench -p 0 -n 128 -r 2`
- * tg128 without / with, Q1_0 413.4, 422.2, 421.6 / 440.2, 442.3, 442.9; TQ2_0 411.2, 405.8 /
- * 392.9, 388.8; Q4_K_M 308.8, 314.7 / 270.4, 275.2 (2026-12-01 11:02-11:03 UTC). Likely
- * (inferred, not measured): 512 invocations of the wider types' registers leave fewer warps
- * an SM than their 128-invocation gate and up workgroups. */
-bool ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                              int64_t glu_index) {
-    const uint32_t rw = pn_rows(vk);
+/* Every reader of the GLU (at least one) a one-token matmul that reads an X16 int8 x. */
+static bool glu_readers_x16(const ob_vk *vk, const ob_graph *g, const ob_tensor *glu, int64_t glu_index) {
+    int readers = 0;
+    for (int64_t j = glu_index + 1; j <= glu->last_use && j < g->n; j++) {
+        const ob_tensor *r = &g->nodes[j];
+        bool reads = false;
+        for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == glu;
+        if (!reads) continue;
+        if (r->op != OB_OP_MATMUL || r->src[1] != glu || r->src[0] == glu || !r->src[0] || !x16_type(r->src[0]->type) ||
+            !ob_vk_supports_node(r) || !matvec_q8_ok(vk, r->src[0], glu))
+            return false;
+        readers++;
+    }
+    return readers > 0;
+}
+
+/* The 32-row form (1), unset, only for Q1_0 weights: H200, qwen3-8b synth, `1bit bench -p 0
+ * -n 128 -r 2` tg128 without / with, Q1_0 413.4, 422.2, 421.6 / 440.2, 442.3, 442.9; TQ2_0
+ * 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 / 270.4, 275.2 (2026-12-01 11:02-11:03
+ * UTC). Likely (inferred, not measured): 512 invocations of the wider types' registers leave
+ * fewer warps an SM than their 128-invocation gate and up workgroups. The X16 form (2) keeps
+ * 8 subgroups a workgroup; unset, TQ2_0 gate/up take it where the GLU's readers can. */
+int ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_graph *g, const ob_tensor *gate, const ob_tensor *up,
+                             const ob_tensor *glu, int64_t glu_index) {
     const ob_tensor *wg = gate->src[0];
-    if (!vk->pn_glu || (vk->pn_glu == 2 && (!wg || wg->type != OB_TYPE_Q1_0))) return false;
-    return rw && rw % 32 == 0 && gate_up_fusable(vk, gate, up, glu, glu_index, true) && glu_q8_ok(vk, glu) &&
-           ob_nelements(glu) == wg->ne[1] && is_f32(glu) && vk->info.max_wg >= 512;
+    if (!vk->pn_glu || !wg || !gate_up_fusable(vk, gate, up, glu, glu_index, true) || !glu_q8_ok(vk, glu) ||
+        ob_nelements(glu) != wg->ne[1] || !is_f32(glu))
+        return 0;
+    const uint32_t sgs = vk->info.subgroup, rw = pn_rows(vk);
+    if (vk->pn_glu16 && (vk->pn_glu16 == 2 || wg->type == OB_TYPE_TQ2_0) && sgs >= 4 && sgs <= 64 &&
+        8 * sgs <= vk->info.max_wg && glu_readers_x16(vk, g, glu, glu_index))
+        return 2;
+    if (vk->pn_glu == 2 && wg->type != OB_TYPE_Q1_0) return 0;
+    return rw && rw % 32 == 0 && vk->info.max_wg >= 512 ? 1 : 0;
 }
 
 /* Do the bytes of a and b not meet? */
@@ -957,7 +1000,11 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     memcpy(&pc.f[2], &phi, 4);
     pc.f[0] = at->fp[0];
     const bool q8 = attn_q8_pc(vk, &pc);
-    ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTN_FOLD, kc->type, &pc, H * S, err, err_len);
+    /* head_dim 128 where a cell's 16 lanes share a subgroup and shuffles exist: the
+     * pipeline built for it alone (attn_fold.comp's HD128: dot products by shuffles) */
+    const bool hd128 = hd == 128 && vk->info.shuffle && vk->info.subgroup % 16 == 0;
+    ob_status st = ob_vk_dispatch(vk, OB_VK_SH_ATTN_FOLD, (ob_type)((unsigned)kc->type | (hd128 ? OB_VK_HD128 : 0u)), &pc,
+                                  H * S, err, err_len);
     if (!st && q8) q8_written(vk, at, vk->q8_buf.addr);
     if (!st) vk->fold_count++;
     return st;

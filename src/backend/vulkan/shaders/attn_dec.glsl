@@ -17,6 +17,11 @@ shared uint ticket;
 const uint CPI = 8;
 // Query heads per workgroup (1, 2 or 4).
 layout(constant_id = 2) const uint GW = 4;
+#ifdef ATTN_FOLD
+// head_dim 128 only, one query head a workgroup (GW 1), a cell's 16 lanes in one subgroup
+// with shuffles (attn_fold.comp's header)
+layout(constant_id = 8) const bool HD128 = false;
+#endif
 
 // Chunk (8 elements at element e of cache row r, row length rl) as raw words: F16 one
 // 16-byte load, F32 two, Q8_0 the 8 codes (x, y) and the block's scale (z).
@@ -55,6 +60,17 @@ void chunk_f(uvec4 a, uvec4 b, out float x[8]) {
 // Head gi's outputs of a head group, in lgs[gi * hd ..] after a barrier, as int8 blocks of
 // 32 (the layout of attention.comp's q8_head) for the token-head row g.
 void q8_group(uint ng, uint hd, uint g0, uint64_t qx, uint64_t qbytes) {
+#ifdef ATTN_FOLD
+    if (HD128) { // one head of 128: 4 elements an invocation, a block's 8 meeting by shuffles
+        const uint tid = gl_LocalInvocationID.x;
+        if (gl_SubgroupID * gl_SubgroupSize < 32u) {
+            const uint j = 4u * min(tid, 31u);
+            q8_vec4(vec4(lgs[j], lgs[j + 1], lgs[j + 2], lgs[j + 3]), tid < 32u, tid, qx + uint64_t(g0) * 128,
+                    qx + qbytes + uint64_t(g0) * 32);
+        }
+        return;
+    }
+#endif
     uint c = gl_LocalInvocationID.x, nb = hd / 32;
     if (c >= ng * nb) return;
     uint gi = c / nb, cb = c % nb;
@@ -207,7 +223,7 @@ void fold_prep1(uint hb, uint kh, uint dc, uint64_t par, float pf, uint64_t crow
 // at byte offset crow. Every invocation of the workgroup calls it (barriers).
 void fold_prep(uint hb, uint gn, uint kh, uint hd, uint dc, uint64_t par, float pf, uint64_t crow, bool wr,
                out float qv[GW][8]) {
-    if (hd == WG && gn == 1u) { // uniform
+    if (HD128 || (hd == WG && gn == 1u)) { // uniform
         fold_prep1(hb, kh, dc, par, pf, crow, wr, qv);
         return;
     }
@@ -359,6 +375,41 @@ void main() {
         int j0 = kc * int(C);
 #ifdef ATTN_FOLD
         if (kc != k0) fold_loads(j0, lo, hi, cl, NCL, cell0, rl, kh * hd + dc * 8, ka, kb, va, vb);
+        if (HD128) {
+            // cell j0 + i * NCL + cl's dot product summed over its 16 lanes (neighbouring
+            // invocations of one subgroup) by shuffles: every lane holds it
+            float lg[CPI], mt = NEG_INF;
+            for (uint i = 0; i < CPI; i++) {
+                float x[8];
+                chunk_f(ka[i], kb[i], x);
+                const int j = j0 + int(i * NCL + cl);
+                if (clamp(j, lo, hi) == p) // the folded token: not in the cache yet
+                    for (uint k = 0; k < 8; k++) x[k] = kcs[dc * 8 + k];
+                float d = 0.0;
+                for (uint k = 0; k < 8; k++) d += qv[0][k] * x[k];
+                d += subgroupShuffleXor(d, 8u);
+                d += subgroupShuffleXor(d, 4u);
+                d += subgroupShuffleXor(d, 2u);
+                d += subgroupShuffleXor(d, 1u);
+                lg[i] = j >= lo && j <= hi ? d : NEG_INF;
+                mt = max(mt, lg[i]);
+            }
+            const float mn = max(m[0], mt);
+            const bool seen = mn != NEG_INF;
+            const float corr = seen ? exp(m[0] - mn) : 1.0;
+            m[0] = mn;
+            l[0] *= corr;
+            for (uint k = 0; k < 8; k++) acc[0][k] *= corr;
+            for (uint i = 0; i < CPI; i++) {
+                float pj = seen ? exp(lg[i] - mn) : 0.0, v[8];
+                chunk_f(va[i], vb[i], v);
+                if (clamp(j0 + int(i * NCL + cl), lo, hi) == p)
+                    for (uint k = 0; k < 8; k++) v[k] = vcs[dc * 8 + k];
+                l[0] += pj;
+                for (uint k = 0; k < 8; k++) acc[0][k] += pj * v[k];
+            }
+            continue;
+        }
 #else
         uvec4 ka[8], kb[8], va[8], vb[8];
         // every load of the chunk first; cells outside lo..hi read cell lo or hi instead

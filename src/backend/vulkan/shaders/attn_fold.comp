@@ -11,6 +11,11 @@
 // norm weight (0: none), [4] bit 0 q normalised, bit 1 k normalised, [5] n_rot | rope mode
 // << 16, [6] / [7] the q / k norm epsilon, [8] + [9] the rope ratio base^(-2/n_rot) as a
 // float pair, [10] freq scale, [11] cache cells, [12] window. Bit 4 of u[6]: the F32 output
-// is not written (its one reader takes the int8 output).
+// is not written (its one reader takes the int8 output). Specialization constant 8 (HD128,
+// host: subgroups of whole 16-lane clusters with shuffles) builds the head_dim 128 path
+// alone: a cell's 16 lanes sum its dot product by shuffles (no shared memory, no barrier
+// in the chunk loop), and the int8 output takes 8 invocations a block.
 #define ATTN_FOLD
+#extension GL_KHR_shader_subgroup_shuffle : require
+#define Q8_SHUFFLE // HD128's int8 output by 8 invocations a block (the host needs shuffles)
 #include "attn_dec.glsl"

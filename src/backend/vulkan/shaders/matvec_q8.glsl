@@ -66,6 +66,13 @@ layout(constant_id = 4) const uint TAIL = 0;
 #else
 const uint TAIL = 0;
 #endif
+// Int8 x with scales per 16 elements, not 32 (dx: float [K / 16], in q8_vec4_16's order).
+// Without GLU, x is read so: TQ2_0 and Q6_K rows only (their units pair x with the weights in runs
+// of 16 elements, one scale a run), never staged. In GLU mode (the prenorm gate/up/GLU
+// consumer, on a prenorm's x of 32-element blocks) the GLU's int8 output is written so: 16
+// rows a workgroup, 8 subgroups of 2, whole blocks.
+layout(constant_id = 8) const bool X16 = false;
+const bool X16_IN = X16 && !GLU;
 #include "act.glsl"
 #include "q8.glsl"
 shared float gv[WG]; // GLU: the workgroup's outputs (at most WG rows: 8 a subgroup, >= 16 lanes)
@@ -132,6 +139,10 @@ vec2 xd(uint t, uint c) {
     uint i = t * (pc.u[0] / 32) + c;
     return staged ? sd[i] : BV2(pc.c).v[i];
 }
+// X16: the scales of the four 16-element runs of unit s of block b, token t (q8_vec4_16's
+// order puts them together).
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer BX16 { vec4 v[]; };
+vec4 xd16(uint t, uint b, uint s) { return BX16(pc.c).v[(t * (pc.u[0] / 16) + 16 * b + 4 * s) / 4]; }
 
 uint byte_of(uint w, uint k) { return (w >> (8u * k)) & 255u; }
 
@@ -214,9 +225,10 @@ void unit_x(uint t, uint u, out uvec4 q[4], out vec4 d, out vec4 e) {
         d = vec4(xd(t, c), xd(t, c + 1));
     } else if (TYPE == T_Q6_K || TYPE == T_TQ2_0) {
         uint g = s / 2, j0 = 16 * (s % 2);
+        const vec4 d16 = X16_IN ? xd16(t, b, s) : vec4(0.0);
         for (uint r = 0; r < 4; r++) {
             q[r] = xq(t, 256 * b + 128 * g + 32 * r + j0);
-            d[r] = xd(t, 8 * b + 4 * g + r).x;
+            d[r] = X16_IN ? d16[r] : xd(t, 8 * b + 4 * g + r).x;
             int sx = 0;
             for (uint i = 0; i < 4; i++) sx = dp4(TYPE == T_Q6_K ? 0x20202020u : 0x01010101u, q[r][i], sx);
             e[r] = d[r] * float(sx);
@@ -396,7 +408,15 @@ void main() {
         barrier();
     }
     uint U = K / BS * UPB, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
-    if (MAXT == 1 && pc.u[6] != 0u) {
+    // The one-token pipelines of fewer than 8 rows a subgroup, the prenorm's and the tails'
+    // only ever take the x-in-registers path (the host sets u[6] for them), so the per-row
+    // path after it is not compiled into them: less code for each SM to fetch at a launch.
+#if defined(MATVEC_PN) || defined(MATVEC_TAILS)
+    const bool REG_ONLY = true;
+#else
+    const bool REG_ONLY = MAXT == 1 && RS < 8;
+#endif
+    if (REG_ONLY || (MAXT == 1 && pc.u[6] != 0u)) {
         // One token, RS consecutive rows per subgroup: the lane's x for CH units is loaded
         // once into registers and dotted with each of the rows' units, so x costs 1 / RS of
         // its loads. No branch guards a load (rows and units past the end are clamped and
@@ -520,6 +540,18 @@ void main() {
 #endif
         }
         barrier();
+#ifdef Q8_SHUFFLE
+        if (X16) {
+            // 16-row blocks (RW = 16): 4 rows an invocation, a block's 4 invocations meeting
+            // by shuffles; the first subgroup calls it whole
+            if (gl_SubgroupID == 0u) {
+                const bool live = tid < RW / 4u && g * RW + 4u * tid < N;
+                const uint j = live ? 4u * tid : 0u;
+                q8_vec4_16(vec4(gv[j], gv[j + 1], gv[j + 2], gv[j + 3]), live, g * RW / 4u + tid, pc.o, pc.o + pc.u[9]);
+            }
+            return;
+        }
+#endif
         uint b0 = g * RW + 32 * tid;
         if (tid < RW / 32 && b0 < N) {
             float x[32];

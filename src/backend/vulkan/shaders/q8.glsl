@@ -1,7 +1,8 @@
-// int8 activations as matvec_q8.comp reads them: per 32 elements, d = max|x| / 127 and
-// q = roundEven(x / d) in [-127, 127] (d = 0: q = 0); qx holds the q as bytes, dx the
-// pair (d, d * sum(q)) per block. quant_x.comp does it for a whole x; q8_vec4 lets a
-// shader that holds x four elements per invocation quantize as it writes.
+// int8 activations as matvec_q8.comp reads them: per block of 32 elements (16 with
+// q8_vec4_16), d = max|x| / 127 and q = roundEven(x / d) in [-127, 127] (d = 0: q = 0); qx
+// holds the q as bytes, dx the pair (d, d * sum(q)) per block. quant_x.comp does it for a
+// whole x; q8_vec4 lets a shader that holds x four elements per invocation quantize as it
+// writes.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BQ8W { uint v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BQ8D { vec2 v[]; };
 
@@ -49,6 +50,29 @@ void q8_vec4(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
     if (live) {
         BQ8W(qx).v[i] = q8_pack(q);
         if ((i & 7u) == 0u) BQ8D(dx).v[i / 8] = vec2(d, d * float(s));
+    }
+}
+
+// The same with blocks of 16 elements (matvec_q8.glsl's X16): a block's 4 invocations are
+// lanes 4j .. 4j + 3 (i % 4 == lane % 4). dx holds d alone (a float) per block, in the
+// order the TQ2_0 and Q6_K units read them: block c of 256-element block b = c / 16 (its
+// half g, 32-run r and 16-half h: c % 16 = 8g + 2r + h) at 16b + 8g + 4h + r, so a unit's
+// four are one vec4.
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer BQ8F { float v[]; };
+uint x16_slot(uint c) { return (c & ~15u) | (c & 8u) | ((c & 1u) << 2) | ((c >> 1) & 3u); }
+void q8_vec4_16(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
+    vec4 a = abs(y);
+    float am = max(max(a.x, a.y), max(a.z, a.w));
+    am = max(am, subgroupShuffleXor(am, 1u));
+    am = max(am, subgroupShuffleXor(am, 2u));
+    float d = am / 127.0;
+    ivec4 q = q8_round(y, q8_id(am));
+    int s = q.x + q.y + q.z + q.w;
+    s += subgroupShuffleXor(s, 1u);
+    s += subgroupShuffleXor(s, 2u);
+    if (live) {
+        BQ8W(qx).v[i] = q8_pack(q);
+        if ((i & 3u) == 0u) BQ8F(dx).v[x16_slot(i / 4)] = d;
     }
 }
 #endif
