@@ -472,9 +472,15 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     OB_VK_CHECK(vkCreatePipelineLayout(vk->dev, &lci, NULL, &vk->layout));
     for (int s = 0; s < OB_VK_SH_COUNT; s++) {
         /* A driver may reject SPIR-V whose capabilities it lacks, even unused. */
-        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) || (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || s >= OB_VK_SH_MATVEC_Q8_NT) && !vk->q8) ||
+        /* (the attention fold, after the int8 matmuls, needs shuffles and not int8 dot
+         * products: with ONEBIT_VK_Q8=0 or a device without them it had no module, and
+         * its pipeline failed, VkResult -13 on lavapipe, a crash on the H200) */
+        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) ||
+            (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || (s >= OB_VK_SH_MATVEC_Q8_NT && s <= OB_VK_SH_MATVEC_Q8_PNG)) &&
+             !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
-            (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm))
+            (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm) ||
+            (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,

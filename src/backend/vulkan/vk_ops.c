@@ -248,17 +248,26 @@ static ob_status dispatch_quant(ob_vk *vk, ob_vk_pc *pc, uint64_t n, char *err, 
 /* A scratch buffer (attn_part, tail_norm, tail_glu) of at least `bytes` after its
  * tickets, which are zeroed where the buffer is new: in the command buffer being recorded
  * (the next dispatch then waits for the fill), or by a submission of its own when none is
- * (a graph being listed). */
+ * (a graph being listed). Either way the hazard ranges stand: callers record a node whose
+ * own ranges are already in them. (It once set hz_all, which the node's next hazard check
+ * took as a barrier that cleared every range, the node's writes with them, so the node
+ * after it could run beside it: on the H200 a matmul read the decode attention's int8
+ * output before it was written, on a backend's first graph.) */
 static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char *err, size_t err_len) {
     const VkBuffer before = b->buf;
     ob_status st = scratch_buffer(vk, b, OB_VK_TICKET_BYTES + bytes, err, err_len);
     if (st || b->buf == before) return st;
-    const bool was = vk->recording;
-    st = ob_vk_begin(vk, err, err_len);
+    const bool was = vk->recording, hz_all = vk->hz_all;
+    st = ob_vk_begin(vk, err, err_len); /* sets hz_all when it begins */
     if (st) return st;
     vkCmdFillBuffer(vk->cmd, b->buf, 0, OB_VK_TICKET_BYTES, 0);
-    vk->hz_all = true;
-    return was ? OB_OK : ob_vk_submit_wait(vk, err, err_len);
+    if (was) {
+        vk->need_barrier = true;
+        return OB_OK;
+    }
+    st = ob_vk_submit_wait(vk, err, err_len);
+    vk->hz_all = hz_all;
+    return st;
 }
 
 /* After a dispatch that wrote the int8 form of node n's output at qx (q8_buf, q8_buf2 or a
@@ -860,7 +869,9 @@ static bool delta32(uint64_t a, uint64_t b, uint32_t *d) {
 
 bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) {
     memset(f, 0, sizeof(*f));
-    if (!vk->attn_fold || !vk->listing || vk->no_fuse || vk->fold_n >= OB_VK_FOLD_SLOTS) return false;
+    /* (its module needs shuffles: vk_device.c makes it only where they exist) */
+    if (!vk->attn_fold || !vk->mods[OB_VK_SH_ATTN_FOLD] || !vk->listing || vk->no_fuse || vk->fold_n >= OB_VK_FOLD_SLOTS)
+        return false;
     int64_t j = i, iqr, ikr, iks;
     ob_tensor *n = &g->nodes[j];
     if (n->op == OB_OP_RMS_NORM) {
