@@ -268,10 +268,11 @@ static void test_fold_o(void) {
                  * writes from the hazard ranges: the H200 then read one row as 0) */
                 CHECKF(vk->n_prev >= 2 && vk->prev[vk->n_prev - 1].barrier, "%s%s: no barrier before the matmul", what,
                        b == 1 ? ", unfolded" : b == 2 ? ", Q8=0" : "");
-                /* folded: the fold and the matmul on its int8 x (and the two norms; Q8=0: the
-                 * matmul reads the F32 output, and with the norms first the norm + rope
-                 * fusions take the ropes) */
-                CHECKF(b == 1 ? fold == 0 : b == 2 && order ? true : fold == 1 && vk->n_prev == (order ? 4 : 2),
+                /* folded: the fold and the matmul on its int8 x (Q8=0: on the F32 output).
+                 * With the norms first the fold may or may not be taken (the raw q and k, then
+                 * the norms' outputs, must lie within 2 GiB of the raw v: not so under ASan's
+                 * allocator), so only the values and the barrier are checked there. */
+                CHECKF(b == 1 ? fold == 0 : order ? true : fold == 1 && vk->n_prev == 2,
                        "%s%s: %d folds, %lld dispatches",
                        what, b == 1 ? ", unfolded" : b == 2 ? ", Q8=0" : "", fold, (long long)vk->n_prev);
             }

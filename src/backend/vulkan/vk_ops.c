@@ -486,6 +486,24 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
     return OB_OK;
 }
 
+/* Every reader of t (node t_index; at least one) a one-token int8 matmul of t: MATMUL with
+ * t as its x, on record_matvec_q8's path; x16: on TQ2_0 or Q6_K weights (they read an X16
+ * int8 x as it is). */
+static bool int8_matmul_readers(const ob_vk *vk, const ob_graph *g, const ob_tensor *t, int64_t t_index, bool x16) {
+    int readers = 0;
+    for (int64_t j = t_index + 1; j <= t->last_use && j < g->n; j++) {
+        const ob_tensor *r = &g->nodes[j], *w = r->src[0];
+        bool reads = false;
+        for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == t;
+        if (!reads) continue;
+        if (r->op != OB_OP_MATMUL || r->src[1] != t || !w || w == t || !ob_vk_supports_node(r) || !vk->q8_rows1 ||
+            !matvec_q8_ok(vk, w, t) || w->ne[0] != t->ne[0] || (x16 && !x16_type(w->type)))
+            return false;
+        readers++;
+    }
+    return readers > 0;
+}
+
 /* Rows per workgroup of the prenorm producer (256 invocations, 4 rows a subgroup) and of
  * the prenorm gate/up/GLU consumer (512 invocations, 2 gate and 2 up rows a subgroup): the
  * same 1024 / subgroup rows. */
@@ -502,18 +520,7 @@ bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *add, const 
         return false;
     /* every reader of the norm a one-token int8 matmul (record_matvec_q8's path), none of
      * it fused otherwise (they check pn_src) */
-    int readers = 0;
-    for (int64_t j = norm_index + 1; j <= norm->last_use && j < g->n; j++) {
-        const ob_tensor *r = &g->nodes[j];
-        bool reads = false;
-        for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == norm;
-        if (!reads) continue;
-        if (r->op != OB_OP_MATMUL || r->src[1] != norm || r->src[0] == norm || !ob_vk_supports_node(r)) return false;
-        const ob_tensor *w = r->src[0];
-        if (!vk->q8_rows1 || !matvec_q8_ok(vk, w, norm) || w->ne[0] != N) return false;
-        readers++;
-    }
-    return readers > 0;
+    return int8_matmul_readers(vk, g, norm, norm_index, false);
 }
 
 ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
@@ -686,22 +693,6 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
-/* Every reader of the GLU (at least one) a one-token matmul that reads an X16 int8 x. */
-static bool glu_readers_x16(const ob_vk *vk, const ob_graph *g, const ob_tensor *glu, int64_t glu_index) {
-    int readers = 0;
-    for (int64_t j = glu_index + 1; j <= glu->last_use && j < g->n; j++) {
-        const ob_tensor *r = &g->nodes[j];
-        bool reads = false;
-        for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == glu;
-        if (!reads) continue;
-        if (r->op != OB_OP_MATMUL || r->src[1] != glu || r->src[0] == glu || !r->src[0] || !x16_type(r->src[0]->type) ||
-            !ob_vk_supports_node(r) || !matvec_q8_ok(vk, r->src[0], glu))
-            return false;
-        readers++;
-    }
-    return readers > 0;
-}
-
 /* The 32-row form (1), unset, only for Q1_0 weights: H200, qwen3-8b synth, `1bit bench -p 0
  * -n 128 -r 2` tg128 without / with, Q1_0 413.4, 422.2, 421.6 / 440.2, 442.3, 442.9; TQ2_0
  * 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 / 270.4, 275.2 (2026-12-01 11:02-11:03
@@ -716,7 +707,7 @@ int ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_graph *g, const ob_tensor *gate
         return 0;
     const uint32_t sgs = vk->info.subgroup, rw = pn_rows(vk);
     if (vk->pn_glu16 && (vk->pn_glu16 == 2 || wg->type == OB_TYPE_TQ2_0) && sgs >= 4 && sgs <= 64 &&
-        8 * sgs <= vk->info.max_wg && glu_readers_x16(vk, g, glu, glu_index))
+        8 * sgs <= vk->info.max_wg && int8_matmul_readers(vk, g, glu, glu_index, true))
         return 2;
     if (vk->pn_glu == 2 && wg->type != OB_TYPE_Q1_0) return 0;
     return rw && rw % 32 == 0 && vk->info.max_wg >= 512 ? 1 : 0;

@@ -31,48 +31,31 @@ void q8_block(float x[32], uint64_t qx, uint64_t dx) {
 }
 
 #ifdef Q8_SHUFFLE
-// Elements 4i .. 4i + 3 of a row, y, held by invocation lane of a subgroup where the 8
-// invocations of one 32-element block are lanes 8j .. 8j + 7 (i % 8 == lane % 8). Every
-// invocation of the subgroup must call this (shuffles); live: whether i is in the row.
-// Writes word i of qx (at qx) and, from the block's first lane, block i / 8 of dx.
-void q8_vec4(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
-    vec4 a = abs(y);
-    float am = max(max(a.x, a.y), max(a.z, a.w));
-    am = max(am, subgroupShuffleXor(am, 1u));
-    am = max(am, subgroupShuffleXor(am, 2u));
-    am = max(am, subgroupShuffleXor(am, 4u));
-    float d = am / 127.0;
-    ivec4 q = q8_round(y, q8_id(am));
-    int s = q.x + q.y + q.z + q.w;
-    s += subgroupShuffleXor(s, 1u);
-    s += subgroupShuffleXor(s, 2u);
-    s += subgroupShuffleXor(s, 4u);
-    if (live) {
-        BQ8W(qx).v[i] = q8_pack(q);
-        if ((i & 7u) == 0u) BQ8D(dx).v[i / 8] = vec2(d, d * float(s));
-    }
-}
-
-// The same with blocks of 16 elements (matvec_q8.glsl's X16): a block's 4 invocations are
-// lanes 4j .. 4j + 3 (i % 4 == lane % 4). dx holds d alone (a float) per block, in the
-// order the TQ2_0 and Q6_K units read them: block c of 256-element block b = c / 16 (its
-// half g, 32-run r and 16-half h: c % 16 = 8g + 2r + h) at 16b + 8g + 4h + r, so a unit's
-// four are one vec4.
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BQ8F { float v[]; };
+// X16's order of the scales (a float per 16-element block): block c of 256-element block
+// b = c / 16 (its half g, 32-run r and 16-half h: c % 16 = 8g + 2r + h) at 16b + 8g + 4h +
+// r, the order the TQ2_0 and Q6_K units read them, so a unit's four are one vec4.
 uint x16_slot(uint c) { return (c & ~15u) | (c & 8u) | ((c & 1u) << 2) | ((c >> 1) & 3u); }
-void q8_vec4_16(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) {
+
+// Elements 4i .. 4i + 3 of a row, y, held by invocation lane of a subgroup where the L
+// invocations of one block (L 8: 32 elements; L 4: X16's 16) are lanes Lj .. Lj + L - 1
+// (i % L == lane % L). Every invocation of the subgroup must call this (shuffles); live:
+// whether i is in the row. Writes word i of qx (at qx) and, from the block's first lane,
+// its scale: L 8 the pair (d, d * sum(q)) of block i / 8 at dx, L 4 d at x16_slot(i / 4).
+void q8_vec4_l(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx, uint L) {
     vec4 a = abs(y);
     float am = max(max(a.x, a.y), max(a.z, a.w));
-    am = max(am, subgroupShuffleXor(am, 1u));
-    am = max(am, subgroupShuffleXor(am, 2u));
+    for (uint m = 1u; m < L; m <<= 1) am = max(am, subgroupShuffleXor(am, m));
     float d = am / 127.0;
     ivec4 q = q8_round(y, q8_id(am));
     int s = q.x + q.y + q.z + q.w;
-    s += subgroupShuffleXor(s, 1u);
-    s += subgroupShuffleXor(s, 2u);
+    for (uint m = 1u; m < L; m <<= 1) s += subgroupShuffleXor(s, m);
     if (live) {
         BQ8W(qx).v[i] = q8_pack(q);
-        if ((i & 3u) == 0u) BQ8F(dx).v[x16_slot(i / 4)] = d;
+        if (L == 8u && (i & 7u) == 0u) BQ8D(dx).v[i / 8] = vec2(d, d * float(s));
+        if (L == 4u && (i & 3u) == 0u) BQ8F(dx).v[x16_slot(i / 4)] = d;
     }
 }
+void q8_vec4(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) { q8_vec4_l(y, live, i, qx, dx, 8u); }
+void q8_vec4_16(vec4 y, bool live, uint i, uint64_t qx, uint64_t dx) { q8_vec4_l(y, live, i, qx, dx, 4u); }
 #endif
