@@ -697,6 +697,35 @@ static void test_profile(void) {
         CHECK(pr->fallback_ms > 0);
         ob_backend_free(be);
     }
+    /* ONEBIT_VK_PROFILE=4: whole levels, one timestamp a barrier (printed when freed) */
+    setenv("ONEBIT_VK_PROFILE", "4", 1);
+    be = ob_backend_vulkan_new(0, true, err, sizeof(err));
+    if (was) setenv("ONEBIT_VK_PROFILE", keep, 1);
+    else unsetenv("ONEBIT_VK_PROFILE");
+    CHECKF(be != NULL, "%s", err);
+    if (be) {
+        ob_vk *vk = be->ctx;
+        for (int r = 0; r < 2; r++) CHECKF(run_on(be, g, h, got, err, sizeof(err)) == OB_OK, "%s", err);
+        void *scratch;
+        run_ref(g, &scratch);
+        int64_t at = 0;
+        CHECKF(ob_test_err_ratio(got, h->data, N * T, 1e-6, 1e-3, &at) <= 1.0, "level-profiled chain at %lld", (long long)at);
+        free(scratch);
+        const ob_vk_prof *pr = &vk->prof;
+        int64_t levels = 0;
+        for (int64_t i = 0; i < vk->n_prev; i++) levels += i == 0 || vk->prev[i].barrier;
+        double sum = 0;
+        int bad = 0;
+        for (int64_t k = 0; k < pr->tl_n; k++) {
+            bad += !(pr->tl_dur[k] >= 0 && pr->tl_dur[k] < 1e4);
+            sum += pr->tl_dur[k];
+        }
+        CHECKF(pr->levels && pr->tl_steps == 2 && pr->tl_n == levels && levels >= 2 && bad == 0 && sum > 0 &&
+                   pr->gpu_span_ms > 0,
+               "levels: %lld timed of %lld, %lld steps, %d bad, sum %g ms", (long long)pr->tl_n, (long long)levels,
+               (long long)pr->tl_steps, bad, sum);
+        ob_backend_free(be);
+    }
     ob_graph_free(g);
     ob_graph_free(gf);
     free(x); free(nw_); free(w);
