@@ -154,7 +154,11 @@ static bool x16_type(ob_type t) { return t == OB_TYPE_TQ2_0 || t == OB_TYPE_Q6_K
 /* Can a matmul of weight w read the int8 x at q8_addr as it is (X16 or not)? An X16 x's
  * scales take the bytes of the 32-element form's (a float per 16, not a pair per 32). */
 static bool q8_reads_ok(const ob_vk *vk, const ob_tensor *w) { return !vk->q8_x16 || x16_type(w->type); }
-static unsigned q8_x16_flag(const ob_vk *vk) { return vk->q8_x16 ? OB_VK_X16 : 0u; }
+/* The type a one-token matmul of weight w on the int8 x at q8_addr dispatches with: its
+ * weight type (ob_vk_wtype), | OB_VK_X16 where that x is X16. */
+static ob_type q8_wtype(const ob_vk *vk, const ob_tensor *w) {
+    return (ob_type)((unsigned)ob_vk_wtype(vk, w) | (vk->q8_x16 ? OB_VK_X16 : 0u));
+}
 
 /* A node whose recording also quantizes its output for matvec_q8.comp: an RMS norm on the
  * register path (add: the residual ADD fused before it), or a GLU, of T <= 8 rows of whole
@@ -357,7 +361,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
      * the node's output in again would meet itself and fence q/k/v (gate/up) apart. */
     const uint64_t q0 = pn ? vk->pn_q8 : vk->q8_addr;
     /* an X16 x (not a prenorm's): its own pipelines, never staged */
-    const unsigned x16 = pn ? 0u : q8_x16_flag(vk);
+    const bool x16 = !pn && vk->q8_x16;
     ob_vk_range rd[2] = {{q0, q0 + qbytes + dbytes, false}, {addr(w), addr(w) + ob_nbytes(w), false}};
     ob_vk_range wr = {addr(n), addr(n) + ob_nbytes(n), false};
     if (pn) rd[1] = (ob_vk_range){vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false};
@@ -384,7 +388,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     pc->u[4] = q8_sgs(vk) * rps;
     pc->u[6] = one;
     pc->u[5] = vk->q8_stage && !x16 && (uint64_t)T * K <= 768 * 16;
-    return ob_vk_dispatch(vk, sh, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16), pc, cdiv(N, pc->u[4]), err, err_len);
+    return ob_vk_dispatch(vk, sh, pn ? ob_vk_wtype(vk, w) : q8_wtype(vk, w), pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
 /* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
@@ -456,7 +460,6 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
      * output is never written: the ADD was its one reader) and the partial sums, or with
      * the norm's tail its output and int8 form (and its ticket) */
     const uint64_t q0 = vk->q8_addr, ss = norm ? vk->tail_norm.addr : vk->ss_buf.addr;
-    const unsigned x16 = q8_x16_flag(vk);
     const uint64_t ss_end = norm ? ss + OB_VK_TICKET_BYTES + qn + dn : ss + (uint64_t)np * 4;
     ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
                          {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
@@ -474,8 +477,8 @@ ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_t
         tail_pc(&pc, addr(norm->src[1]), ss);
         pc.f[0] = norm->fp[0];
     }
-    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16),
-                        &pc, cdiv(N, pc.u[4]), err, err_len);
+    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, q8_wtype(vk, w), &pc, cdiv(N, pc.u[4]), err,
+                        err_len);
     if (st) return st;
     if (norm) {
         q8_written(vk, norm, ss + OB_VK_TICKET_BYTES);
@@ -535,7 +538,6 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     /* reads the int8 x, the weights, the residual and the norm's weight; writes the sum
      * (the matmul's own output and the norm's never) and the norm's int8 x and sums */
     const uint64_t q0 = vk->q8_addr, h = vk->pn_buf.addr, ss = h + qn + dn;
-    const unsigned x16 = q8_x16_flag(vk);
     ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
                          {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
     if (nw) rd[3] = (ob_vk_range){addr(nw), addr(nw) + ob_nbytes(nw), false};
@@ -544,7 +546,7 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     ob_vk_pc pc;
     matmul_add_pc(&pc, w, res, add, q0, qb, ss, rw);
     tail_pc(&pc, addr(nw), h);
-    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, (ob_type)((unsigned)ob_vk_wtype(vk, w) | x16), &pc, nwg, err, err_len);
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, q8_wtype(vk, w), &pc, nwg, err, err_len);
     if (st) return st;
     q8_written(vk, norm, h);
     vk->pn_src = addr(norm);

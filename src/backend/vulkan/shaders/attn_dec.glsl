@@ -300,6 +300,31 @@ void fold_prep(uint hb, uint gn, uint kh, uint hd, uint dc, uint64_t par, float 
 }
 #endif
 
+// One chunk's online softmax step for a lane and one head: its CPI cells' logits lg
+// (NEG_INF outside the window) and their values (raw in va / vb; the fold's token, at cell
+// p, from vcs) into the head's running max m, sum l and output acc.
+void softmax_step(float lg[CPI], uvec4 va[8], uvec4 vb[8], int j0, int lo, int hi, int p, uint cl, uint NCL, uint dc,
+                  inout float m, inout float l, inout float acc[8]) {
+    float mt = NEG_INF;
+    for (uint i = 0; i < CPI; i++) mt = max(mt, lg[i]);
+    float mn = max(m, mt);
+    bool seen = mn != NEG_INF; // else nothing seen yet by this lane: all stays
+    float corr = seen ? exp(m - mn) : 1.0; // 0 while m is -inf
+    m = mn;
+    l *= corr;
+    for (uint k = 0; k < 8; k++) acc[k] *= corr;
+    for (uint i = 0; i < CPI; i++) {
+        float pj = seen ? exp(lg[i] - mn) : 0.0, v[8];
+        chunk_f(va[i], vb[i], v);
+#ifdef ATTN_FOLD
+        if (clamp(j0 + int(i * NCL + cl), lo, hi) == p)
+            for (uint k = 0; k < 8; k++) v[k] = vcs[dc * 8 + k];
+#endif
+        l += pj;
+        for (uint k = 0; k < 8; k++) acc[k] += pj * v[k];
+    }
+}
+
 void main() {
     uint g = group_id();
     if (g >= pc.u[10]) return;
@@ -378,7 +403,7 @@ void main() {
         if (HD128) {
             // cell j0 + i * NCL + cl's dot product summed over its 16 lanes (neighbouring
             // invocations of one subgroup) by shuffles: every lane holds it
-            float lg[CPI], mt = NEG_INF;
+            float lg[CPI];
             for (uint i = 0; i < CPI; i++) {
                 float x[8];
                 chunk_f(ka[i], kb[i], x);
@@ -392,22 +417,8 @@ void main() {
                 d += subgroupShuffleXor(d, 2u);
                 d += subgroupShuffleXor(d, 1u);
                 lg[i] = j >= lo && j <= hi ? d : NEG_INF;
-                mt = max(mt, lg[i]);
             }
-            const float mn = max(m[0], mt);
-            const bool seen = mn != NEG_INF;
-            const float corr = seen ? exp(m[0] - mn) : 1.0;
-            m[0] = mn;
-            l[0] *= corr;
-            for (uint k = 0; k < 8; k++) acc[0][k] *= corr;
-            for (uint i = 0; i < CPI; i++) {
-                float pj = seen ? exp(lg[i] - mn) : 0.0, v[8];
-                chunk_f(va[i], vb[i], v);
-                if (clamp(j0 + int(i * NCL + cl), lo, hi) == p)
-                    for (uint k = 0; k < 8; k++) v[k] = vcs[dc * 8 + k];
-                l[0] += pj;
-                for (uint k = 0; k < 8; k++) acc[0][k] += pj * v[k];
-            }
+            softmax_step(lg, va, vb, j0, lo, hi, p, cl, NCL, dc, m[0], l[0], acc[0]);
             continue;
         }
 #else
@@ -448,27 +459,9 @@ void main() {
         }
         barrier();
         for (uint gi = 0; gi < GW; gi++) {
-            float lg[CPI], mt = NEG_INF;
-            for (uint i = 0; i < CPI; i++) {
-                lg[i] = gi < gn ? lgs[(i * gn + gi) * NCL + cl] : NEG_INF;
-                mt = max(mt, lg[i]);
-            }
-            float mn = max(m[gi], mt);
-            bool seen = mn != NEG_INF; // else nothing seen yet by this lane: all stays
-            float corr = seen ? exp(m[gi] - mn) : 1.0; // 0 while m is -inf
-            m[gi] = mn;
-            l[gi] *= corr;
-            for (uint k = 0; k < 8; k++) acc[gi][k] *= corr;
-            for (uint i = 0; i < CPI; i++) {
-                float pj = seen ? exp(lg[i] - mn) : 0.0, v[8];
-                chunk_f(va[i], vb[i], v);
-#ifdef ATTN_FOLD
-                if (clamp(j0 + int(i * NCL + cl), lo, hi) == p)
-                    for (uint k = 0; k < 8; k++) v[k] = vcs[dc * 8 + k];
-#endif
-                l[gi] += pj;
-                for (uint k = 0; k < 8; k++) acc[gi][k] += pj * v[k];
-            }
+            float lg[CPI];
+            for (uint i = 0; i < CPI; i++) lg[i] = gi < gn ? lgs[(i * gn + gi) * NCL + cl] : NEG_INF;
+            softmax_step(lg, va, vb, j0, lo, hi, p, cl, NCL, dc, m[gi], l[gi], acc[gi]);
         }
     }
 
