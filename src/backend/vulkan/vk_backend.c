@@ -222,6 +222,12 @@ static void prof_print(const ob_vk *vk) {
 static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, char *err, size_t err_len) {
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
     VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
+    /* the fence polled for up to spin_us (vk_device.c says why), then the blocking wait */
+    if (r == VK_SUCCESS && vk->spin_us) {
+        const double t_end = ob_time_s() + 1e-6 * vk->spin_us;
+        while ((r = vkGetFenceStatus(vk->dev, vk->fence)) == VK_NOT_READY && ob_time_s() < t_end) {}
+        if (r == VK_NOT_READY) r = VK_SUCCESS;
+    }
     if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
     if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
     if (r == VK_SUCCESS) return OB_OK;
@@ -318,7 +324,11 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
     uint32_t spec[9] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u : png ? (x16 ? 8u * vk->info.subgroup : 512u) : 128u, rp, x16};
+                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u
+                        : png                        ? (x16 ? 8u * vk->info.subgroup : 512u)
+                        : sh == OB_VK_SH_SAMPLE      ? ob_vk_sample_wg(vk)
+                                                     : 128u,
+                        rp, x16};
     VkSpecializationMapEntry me[9];
     for (uint32_t i = 0; i < 9; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
@@ -625,7 +635,7 @@ static bool same_list(const ob_vk *vk) {
 
 /* ---- the seam -------------------------------------------------------------------------- */
 
-static bool vk_supports(ob_backend *be, const ob_tensor *node) { return ob_vk_supports_node(node); }
+static bool vk_supports(ob_backend *be, const ob_tensor *node) { return ob_vk_supports(be->ctx, node); }
 
 static void *vk_alloc(ob_backend *be, size_t size) {
     ob_vk *vk = be->ctx;
@@ -744,7 +754,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     bool all_device = vk->reuse;
     for (int64_t i = 0; i < g->n && all_device && !unlisted; i++) {
         const ob_tensor *n = &g->nodes[i];
-        all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports_node(n);
+        all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports(vk, n);
     }
     if (all_device) {
         /* Listed, then recorded only if the list changed. Anything still recorded on cmd
@@ -783,7 +793,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     for (int64_t i = 0; i < g->n && !st; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
-        if (ob_vk_supports_node(n)) {
+        if (ob_vk_supports(vk, n)) {
             st = record_at(vk, g, &i, err, err_len);
         } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
             st = ob_vk_submit_wait(vk, err, err_len);

@@ -72,6 +72,7 @@ typedef enum ob_vk_shader {
                                OB_VK_X16 8 subgroups (whole 16-row blocks) */
     OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
                               stores of one token folded in (attn_fold.comp) */
+    OB_VK_SH_SAMPLE,       /* SAMPLE: a workgroup per logits row (needs shaderFloat64) */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -116,6 +117,7 @@ typedef struct ob_vk_dev_info {
     bool shuffle;          /* subgroup shuffles in compute, subgroups a multiple of 8 */
     bool int_dot;          /* VK_KHR_shader_integer_dot_product with its feature on: what
                               shaders/matvec_q8.comp needs */
+    bool float64;          /* shaderFloat64: what shaders/sample.comp needs */
     const char *unusable;  /* NULL if onebit can run on it, else why not */
 } ob_vk_dev_info;
 
@@ -290,6 +292,9 @@ typedef struct ob_vk {
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
+    uint32_t spin_us;      /* a submission's fence polled up to this long before the blocking
+                              wait (ONEBIT_VK_SPIN_US; unset: 20,000 on a GPU, 0 on a CPU
+                              device) */
     bool pipe_stats;       /* ONEBIT_VK_PIPE_STATS=1: each pipeline's driver statistics
                               (registers, shared memory) on stderr as it is made, where
                               VK_KHR_pipeline_executable_properties exists */
@@ -433,6 +438,9 @@ ob_status ob_vk_iq_tables_init(ob_backend *be, char *err, size_t err_len);
  * none); can the device run this node, and record it. */
 int64_t ob_vk_next_node(const ob_graph *g, int64_t j);
 bool ob_vk_supports_node(const ob_tensor *n);
+/* ... on this device: SAMPLE where sample.comp runs (ob_vk_sample_wg), the rest as above */
+bool ob_vk_supports(const ob_vk *vk, const ob_tensor *n);
+uint32_t ob_vk_sample_wg(const ob_vk *vk);
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
 /* A residual ADD whose sum the next node normalises: one dispatch of norm.comp writes
  * both nodes' outputs. */

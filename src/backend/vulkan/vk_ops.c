@@ -105,6 +105,20 @@ bool ob_vk_supports_node(const ob_tensor *n) {
     }
 }
 
+/* SAMPLE's workgroup (sample.comp): 1024 invocations, halved while the device allows fewer
+ * or it would hold over 64 subgroups (the shader's per-subgroup arrays); 0: no kernel (no
+ * shaderFloat64, or under 64 invocations). */
+uint32_t ob_vk_sample_wg(const ob_vk *vk) {
+    uint32_t wg = 1024;
+    while (wg >= 64 && (wg > vk->info.max_wg || wg > 64 * vk->info.subgroup)) wg /= 2;
+    return vk->mods[OB_VK_SH_SAMPLE] && wg >= 64 ? wg : 0;
+}
+
+bool ob_vk_supports(const ob_vk *vk, const ob_tensor *n) {
+    if (n->op == OB_OP_SAMPLE) return ob_vk_sample_wg(vk) && ob_node_sample_ok(n) && fits32(n->src[0]->ne[0]);
+    return ob_vk_supports_node(n);
+}
+
 static uint64_t addr(const ob_tensor *t) { return t ? (uint64_t)(uintptr_t)t->data : 0; }
 static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -312,10 +326,11 @@ static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint3
      * pairs, 2 / 4: TQ2_0 428.4, 409.7 / 438.8, 421.7; Q4_K_M 335.8, 333.3 / 338.8, 346.8;
      * Q1_0 432.4, 438.5 / 440.7, 444.2 (12:44-12:46 UTC). */
     if (t == OB_TYPE_Q6_K && vk->q6k_rows1 && rps > vk->q6k_rows1) rps = vk->q6k_rows1;
-    /* unset: TQ2_0 keeps 2 rows a subgroup down to 128 workgroups (qwen3-8b's k and v: H200
-     * tg128 428.8, 421.8, 410.5, 425.8, 414.3 against 405.7, 415.0, 412.3, 412.6, 408.2 at
-     * 256, 2026-12-01 07:25-07:28 UTC; Q4_K_M and Q1_0 level, so they keep 256) */
-    const uint32_t mw = vk->q8_min_wg_auto && t == OB_TYPE_TQ2_0 ? 128u : vk->q8_min_wg;
+    /* unset: TQ2_0 keeps its rows a subgroup down to 64 workgroups (qwen3-8b's k and v then
+     * take q's 4 rows and pipeline: H200 tg128 484.4, 490.3, 487.9 against 480.6, 477.8,
+     * 486.7 at 128, the q/k/v level 8.02 against 8.30 us, 2026-12-01 19:10 UTC; 128 had
+     * beaten 256, 07:25-07:28 UTC; Q4_K_M and Q1_0 keep 256) */
+    const uint32_t mw = vk->q8_min_wg_auto && t == OB_TYPE_TQ2_0 ? 64u : vk->q8_min_wg;
     while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * mw) rps /= 2;
     *rps_out = rps;
     return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
@@ -1220,6 +1235,11 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         vk->need_barrier = true;
         return ob_vk_dispatch(vk, OB_VK_SH_ATTENTION, OB_TYPE_F32, &pc, T * H, err, err_len);
     }
+    case OB_OP_SAMPLE:
+        /* a workgroup per row; the greedy pass reads vec4s where rows are 16-byte aligned */
+        pc.u[0] = (uint32_t)a->ne[0];
+        pc.u[1] = addr(a) % 16 == 0 && a->ne[0] % 4 == 0;
+        return ob_vk_dispatch(vk, OB_VK_SH_SAMPLE, OB_TYPE_F32, &pc, (uint64_t)ob_nrows(a), err, err_len);
     case OB_OP_POOL:
         pc.u[0] = (uint32_t)a->ne[0];
         pc.u[1] = (uint32_t)ob_nrows(a);

@@ -60,6 +60,9 @@ static const uint32_t spv_attn_dec[] = {
 static const uint32_t spv_attn_fold[] = {
 #include "attn_fold.spv.inc"
 };
+static const uint32_t spv_sample[] = {
+#include "sample.spv.inc"
+};
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
@@ -112,4 +115,5 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_PNC2] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNC1] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNG] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_png"},
+    [OB_VK_SH_SAMPLE] = {spv_sample, sizeof(spv_sample), "sample"},
 };

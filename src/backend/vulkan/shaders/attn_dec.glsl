@@ -329,7 +329,12 @@ void main() {
     uint g = group_id();
     if (g >= pc.u[10]) return;
     uint tid = gl_LocalInvocationID.x;
-    uint hd = pc.u[0], H = pc.u[1] & 0xffffu, n_kv = pc.u[1] >> 16, T = pc.u[2] & 0xffffu;
+#ifdef ATTN_FOLD
+    const uint hd = HD128 ? 128u : pc.u[0]; // HD128: the arithmetic on hd folds away
+#else
+    const uint hd = pc.u[0];
+#endif
+    uint H = pc.u[1] & 0xffffu, n_kv = pc.u[1] >> 16, T = pc.u[2] & 0xffffu;
     uint G = H / n_kv, NG = (G + GW - 1) / GW;
     uint S = max((pc.u[6] >> 8) & 255u, 1u), cps = pc.u[4];
     uint sp = g % S, gk = g / S, hg = gk % NG, t = gk / NG / n_kv, kh = gk / NG % n_kv;

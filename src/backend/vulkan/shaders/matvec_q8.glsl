@@ -431,6 +431,12 @@ void main() {
         if (!GLU && TAIL == 0u && n0 >= N) return; // uniform over the subgroup; no barrier follows (tails: none returns)
 #ifdef MATVEC_PN
         const float rr = PN == 2u ? pn_scale() : 1.0; // loads issued ahead of the weights'
+        // the producer's residual rows and norm weights, also loaded ahead of the weights
+        float res[RS], nw[RS];
+        for (uint r = 0; r < RS; r++) {
+            res[r] = PN == 1u ? BF32(pc.d).v[min(n0 + r, N - 1)] : 0.0;
+            nw[r] = PN == 1u && tail_g() != 0ul ? BF32(tail_g()).v[min(n0 + r, N - 1)] : 1.0;
+        }
 #endif
         float acc[RS], acc2[GLU ? RS : 1];
         for (uint r = 0; r < RS; r++) acc[r] = 0.0;
@@ -465,11 +471,10 @@ void main() {
             // the residual ADD fused in: o = d + W x (o may be d: each row is read, then
             // written, by this subgroup alone, all reads first), and the sum of the rows'
             // squares to e[n0 / RS] for the RMS norm after it
-            float res[RS], ss = 0.0;
+            float ss = 0.0;
+#ifndef MATVEC_PN
+            float res[RS];
             for (uint r = 0; r < RS; r++) res[r] = BF32(pc.d).v[min(n0 + r, N - 1)];
-#ifdef MATVEC_PN
-            float nw[RS];
-            for (uint r = 0; r < RS; r++) nw[r] = PN == 1u && tail_g() != 0ul ? BF32(tail_g()).v[min(n0 + r, N - 1)] : 1.0;
 #endif
             for (uint r = 0; r < RS; r++) {
                 float h = res[r] + subgroupAdd(acc[r]);
