@@ -4,6 +4,7 @@
  * greedy tokens through captured decode steps). Needs a GPU; built only with ONEBIT_CUDA. */
 #include "testutil.h"
 #include "testutil_embed.h"
+#include "testutil_sample.h"
 #ifndef ONEBIT_CUDA
 int main(void) {
     printf("skipped: no CUDA build\n");
@@ -1239,29 +1240,12 @@ static void test_fixture(const char *arch, ob_kv_type kv) {
 
 /* ---- SAMPLE: exact tokens against the CPU kernel ------------------------------------------ */
 
-/* One SAMPLE graph of R rows of n logits; row r's params from cfg[r % ncfg] with u drawn
- * here. Rows are normals times 3, every other row rounded to integers (long runs of ties at
- * the maximum and at the top-k boundary, where the lowest ids must win). Prints each row's
- * token so a device log shows what was compared. */
-static void sample_case(ob_backend *be, int n, int R, const float (*cfg)[4], int ncfg, const char *what) {
+/* One SAMPLE graph of R rows of n logits (ob_test_sample_inputs) on be, its tokens against
+ * the CPU kernel's. */
+static void sample_case(ob_backend *be, int n, int R, const char *what) {
     ob_graph *g = ob_graph_new(8);
-    float *lg = rand_f32((int64_t)n * R, 3.0f);
-    for (int r = 0; r < R; r += 2)
-        for (int i = 0; i < n; i++) lg[(size_t)r * n + i] = roundf(lg[(size_t)r * n + i]);
-    if (R > 1) { /* row 1: two equal maxima, the later one at the end of the row */
-        lg[(size_t)n + n / 3] = 100.0f;
-        lg[(size_t)n + n - 1] = 100.0f;
-    }
-    float *par = calloc((size_t)R * OB_SAMPLE_NPARAM, sizeof(float));
-    for (int r = 0; r < R; r++) {
-        float *p = par + (size_t)r * OB_SAMPLE_NPARAM;
-        for (int j = 0; j < 4; j++) p[j] = cfg[r % ncfg][j];
-        p[OB_SAMPLE_U] = r == R - 1 ? 1.0f - 0x1p-24f : (float)(ob_rng_u64(&rng) >> 40) * 0x1p-24f;
-        if (r % 5 == 3) { /* a sampler vocabulary smaller than the row, its best logit just past it */
-            p[OB_SAMPLE_N_VOCAB] = (float)(n - n / 7);
-            if (n - n / 7 < n) lg[(size_t)r * n + n - n / 7] = 200.0f;
-        }
-    }
+    float *lg = malloc(sizeof(float) * (size_t)n * R), *par = malloc(sizeof(float) * (size_t)R * OB_SAMPLE_NPARAM);
+    ob_test_sample_inputs(n, R, true, &rng, lg, par);
     int64_t nel[2] = {n, R}, nep[2] = {OB_SAMPLE_NPARAM, R};
     ob_tensor *a = ob_leaf(g, "logits", OB_TYPE_F32, 2, nel, lg);
     ob_tensor *pp = ob_leaf(g, "params", OB_TYPE_F32, 2, nep, par);
@@ -1269,19 +1253,8 @@ static void sample_case(ob_backend *be, int n, int R, const float (*cfg)[4], int
     CHECKF(be->iface->supports(be, t), "%s: CUDA refuses SAMPLE", what);
     float *got = NULL;
     run_both_keep(be, g, t, NULL, 0, what, &got);
-    int bad = 0;
-    printf("%s: tokens", what);
-    for (int r = 0; r < R && got; r++) {
-        const float nv = par[(size_t)r * OB_SAMPLE_NPARAM + OB_SAMPLE_N_VOCAB];
-        const int32_t want = ob_cpu_sample_row(lg + (size_t)r * n, nv >= 1 ? (int)nv : n, par + (size_t)r * OB_SAMPLE_NPARAM);
-        const int32_t have = ((const int32_t *)got)[r];
-        printf(" %d", have);
-        if (have != want && bad++ < 8)
-            CHECKF(0, "%s row %d (temp %.2f top_k %.0f top_p %.2f min_p %.2f u %.6f): cuda %d, cpu %d", what, r,
-                   par[r * OB_SAMPLE_NPARAM], par[r * OB_SAMPLE_NPARAM + 1], par[r * OB_SAMPLE_NPARAM + 2],
-                   par[r * OB_SAMPLE_NPARAM + 3], par[r * OB_SAMPLE_NPARAM + 4], have, want);
-    }
-    printf(" (%d/%d rows differ)\n", bad, R);
+    const int bad = got ? ob_test_sample_check(lg, par, n, R, (const int32_t *)got, "cuda", what) : 0;
+    printf("%s: %d/%d rows differ\n", what, bad, R);
     free(got);
     free(lg);
     free(par);
@@ -1289,88 +1262,23 @@ static void sample_case(ob_backend *be, int n, int R, const float (*cfg)[4], int
 }
 
 static void test_sample_op(ob_backend *be) {
-    /* temperature, top_k, top_p, min_p */
-    static const float cfg[][4] = {
-        {0.0f, 40, 0.95f, 0.05f},  {0.8f, 40, 0.95f, 0.05f}, {1.0f, 1, 1.0f, 0.0f},   {0.7f, 5, 1.0f, 0.0f},
-        {1.5f, 1024, 1.0f, 0.0f},  {0.6f, 1024, 0.9f, 0.1f}, {1.2f, 40, 0.5f, 0.0f},  {0.3f, 200, 1.0f, 0.2f},
-        {0.0f, 0, 1.0f, 0.0f},     {2.0f, 777, 0.99f, 0.0f}, {0.9f, 64, 1.0f, 0.01f}, {1.0f, 1023, 0.8f, 0.0f},
-    };
-    const int ncfg = (int)(sizeof(cfg) / sizeof(cfg[0]));
-    sample_case(be, 151936, 24, cfg, ncfg, "sample vocab 151936");
-    sample_case(be, 1000, 24, cfg, ncfg, "sample vocab 1000 (top_k >= n: all ids)");
-    sample_case(be, 4099, 12, cfg, ncfg, "sample vocab 4099");
-    sample_case(be, 7, 12, cfg, ncfg, "sample vocab 7");
+    sample_case(be, 151936, 24, "sample vocab 151936");
+    sample_case(be, 1000, 24, "sample vocab 1000 (top_k >= n: all ids)");
+    sample_case(be, 4099, 12, "sample vocab 4099");
+    sample_case(be, 7, 12, "sample vocab 7");
     /* constant rows: every id ties, so the candidates are the k lowest ids */
     ob_graph *g = ob_graph_new(8);
-    const int n = 32000, R = 4;
-    float *lg = malloc(sizeof(float) * (size_t)n * R), par[4 * OB_SAMPLE_NPARAM] = {0};
-    for (int i = 0; i < n * R; i++) lg[i] = -1.5f;
-    for (int r = 0; r < R; r++) {
-        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TEMP] = r ? 1.0f : 0.0f;
-        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TOP_K] = r == 3 ? 1024.0f : 40.0f;
-        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_TOP_P] = 1.0f;
-        par[r * OB_SAMPLE_NPARAM + OB_SAMPLE_U] = r == 1 ? 0.0f : 0.999f;
-    }
+    const int n = OB_TEST_SAMPLE_CONST_N, R = 4;
+    float *lg = malloc(sizeof(float) * (size_t)n * R), par[4 * OB_SAMPLE_NPARAM];
+    ob_test_sample_constant(lg, par);
     int64_t nel[2] = {n, R}, nep[2] = {OB_SAMPLE_NPARAM, R};
     ob_tensor *t = ob_sample(g, ob_leaf(g, "logits", OB_TYPE_F32, 2, nel, lg), ob_leaf(g, "params", OB_TYPE_F32, 2, nep, par));
     float *got = NULL;
     run_both_keep(be, g, t, NULL, 0, "sample constant rows", &got);
-    if (got) {
-        const int32_t *tk = (const int32_t *)got;
-        /* greedy: id 0; u 0: the first candidate; u .999 of 40 equal: id 39; of 1024: id 1022 */
-        CHECKF(tk[0] == 0 && tk[1] == 0 && tk[2] == 39 && tk[3] == 1022, "sample constant rows: %d %d %d %d", tk[0], tk[1],
-               tk[2], tk[3]);
-        printf("sample constant rows: %d %d %d %d (want 0 0 39 1022)\n", tk[0], tk[1], tk[2], tk[3]);
-    }
+    if (got) ob_test_sample_constant_check((const int32_t *)got, "cuda");
     free(got);
     free(lg);
     ob_graph_free(g);
-}
-
-/* ob_decode_sample on CUDA: greedy tokens equal the golden ones through captured steps
- * (the params leaf sits in a fixed buffer), with only tokens coming back. */
-static void test_sample_decode(const char *arch) {
-    char path[256], err[512];
-    snprintf(path, sizeof(path), "tests/fixtures/models/%s.json", arch);
-    json_error_t je;
-    json_t *meta = json_load_file(path, 0, &je);
-    CHECKF(meta != NULL, "%s", path);
-    if (!meta) return;
-    json_t *jp = json_object_get(meta, "prompt"), *jg = json_object_get(meta, "greedy");
-    int np = (int)json_array_size(jp), ng = (int)json_array_size(jg);
-    snprintf(path, sizeof(path), "tests/fixtures/models/%s.gguf", arch);
-    ob_model *m = NULL;
-    ob_context *c = open_ctx(path, OB_DEVICE_CUDA, OB_KV_F32, &m);
-    ob_sampler_params sp = ob_sampler_default_params();
-    sp.temperature = 0;
-    ob_sampler *s = m ? ob_sampler_new(&sp, ob_tokenizer_n_vocab(ob_model_tokenizer(m))) : NULL;
-    int ok = 0;
-    if (c && s) {
-        int32_t tok[256], pos[256], seq[256];
-        for (int i = 0; i < np; i++) {
-            tok[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i));
-            pos[i] = i; seq[i] = 0;
-        }
-        ob_batch b = {np, tok, pos, seq, NULL};
-        int32_t t = -1;
-        ob_status st = ob_decode_sample(c, &b, &s, &t, err, sizeof(err));
-        CHECKF(!st, "%s: %s", arch, err);
-        CHECKF(ob_get_logits(c, np - 1) == NULL, "%s: ob_decode_sample did not sample on the device", arch);
-        for (int k = 0; k < ng && !st; k++) {
-            const int want = (int)json_integer_value(json_array_get(jg, (size_t)k));
-            if (t != want) { CHECKF(0, "%s: device-sampled greedy step %d: %d, want %d", arch, k, t, want); break; }
-            ok++;
-            int32_t p = np + k, sq = 0, in = t;
-            ob_batch b1 = {1, &in, &p, &sq, NULL};
-            st = ob_decode_sample(c, &b1, &s, &t, err, sizeof(err));
-            CHECKF(!st, "%s: %s", arch, err);
-        }
-    }
-    printf("%s: ob_decode_sample on cuda: %d/%d golden greedy tokens\n", arch, ok, ng);
-    ob_sampler_free(s);
-    ob_context_free(c);
-    ob_model_free(m);
-    json_decref(meta);
 }
 
 int main(void) {
@@ -1425,7 +1333,7 @@ int main(void) {
         test_fixture(arches[i], OB_KV_F32);
         test_fixture(arches[i], OB_KV_F16);
         test_fixture(arches[i], OB_KV_Q8_0);
-        test_sample_decode(arches[i]);
+        ob_test_sample_decode(arches[i], OB_DEVICE_CUDA, "cuda");
     }
     return ob_test_done("test_cuda_ops");
 }
