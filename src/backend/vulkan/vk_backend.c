@@ -479,7 +479,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     }
     if (!vk->no_fuse && n->op == OB_OP_ADD) {
         int64_t j = ob_vk_next_node(g, *i);
-        if (j < g->n && ob_vk_fusable_add_norm(n, &g->nodes[j])) {
+        if (j < g->n && ob_vk_fusable_add_norm(vk, n, &g->nodes[j])) {
             ob_tensor *norm = &g->nodes[j];
             vk->prof.key_now = prof_key(norm);
             hz_node(vk, norm, n, NULL);
@@ -489,11 +489,11 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     }
     if (!vk->no_fuse && n->op == OB_OP_RMS_NORM) {
         int64_t j = ob_vk_next_node(g, *i);
-        if (j < g->n && ob_vk_fusable_norm_rope(n, &g->nodes[j], j)) {
+        if (j < g->n && ob_vk_fusable_norm_rope(vk, n, &g->nodes[j], j)) {
             ob_tensor *rope = &g->nodes[j], *store = NULL;
             /* and the KV_STORE of a k rope */
             int64_t k = ob_vk_next_node(g, j);
-            if (k < g->n && ob_vk_fusable_rope_store(rope, &g->nodes[k], k)) store = &g->nodes[k];
+            if (k < g->n && ob_vk_fusable_rope_store(vk, rope, &g->nodes[k], k)) store = &g->nodes[k];
             if (store || ob_vk_norm_rope_out_ok(n, rope)) {
                 vk->prof.key_now = prof_key(n); /* timed as the norm */
                 hz_node(vk, rope, n, store);
@@ -635,7 +635,7 @@ static bool same_list(const ob_vk *vk) {
 
 /* ---- the seam -------------------------------------------------------------------------- */
 
-static bool vk_supports(ob_backend *be, const ob_tensor *node) { return ob_vk_supports(be->ctx, node); }
+static bool vk_supports(ob_backend *be, const ob_tensor *node) { return ob_vk_supports_node(be->ctx, node); }
 
 static void *vk_alloc(ob_backend *be, size_t size) {
     ob_vk *vk = be->ctx;
@@ -754,7 +754,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     bool all_device = vk->reuse;
     for (int64_t i = 0; i < g->n && all_device && !unlisted; i++) {
         const ob_tensor *n = &g->nodes[i];
-        all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports(vk, n);
+        all_device = n->op == OB_OP_LEAF || n->op == OB_OP_VIEW || ob_vk_supports_node(vk, n);
     }
     if (all_device) {
         /* Listed, then recorded only if the list changed. Anything still recorded on cmd
@@ -793,7 +793,7 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     for (int64_t i = 0; i < g->n && !st; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
-        if (ob_vk_supports(vk, n)) {
+        if (ob_vk_supports_node(vk, n)) {
             st = record_at(vk, g, &i, err, err_len);
         } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
             st = ob_vk_submit_wait(vk, err, err_len);

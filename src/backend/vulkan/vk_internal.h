@@ -437,14 +437,13 @@ ob_status ob_vk_iq_tables_init(ob_backend *be, char *err, size_t err_len);
 /* vk_ops.c: the index of the first node of g after j that is not a leaf or view (g->n:
  * none); can the device run this node, and record it. */
 int64_t ob_vk_next_node(const ob_graph *g, int64_t j);
-bool ob_vk_supports_node(const ob_tensor *n);
-/* ... on this device: SAMPLE where sample.comp runs (ob_vk_sample_wg), the rest as above */
-bool ob_vk_supports(const ob_vk *vk, const ob_tensor *n);
+bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n);
+/* SAMPLE's workgroup size on this device (0: no sample.comp) */
 uint32_t ob_vk_sample_wg(const ob_vk *vk);
 ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len);
 /* A residual ADD whose sum the next node normalises: one dispatch of norm.comp writes
  * both nodes' outputs. */
-bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm);
+bool ob_vk_fusable_add_norm(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm);
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len);
 /* MATMUL (one token, int8 x already quantized), the residual ADD of its output (its one
  * reader) and the RMS_NORM of that sum next: matvec_q8.comp writes the sum and partial
@@ -501,12 +500,12 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
 /* After a graph is listed: its folds' parameters into fold_par, where they changed. */
 ob_status ob_vk_fold_upload(ob_vk *vk, char *err, size_t err_len);
 /* An RMS_NORM of rows of up to 512 whose one reader is the ROPE that follows it. */
-bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
+bool ob_vk_fusable_norm_rope(const ob_vk *vk, const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index);
 /* ... and whose rope output, which the fused dispatch writes unless its store is fused too,
  * lies exactly on the norm's input or apart from it. */
 bool ob_vk_norm_rope_out_ok(const ob_tensor *norm, const ob_tensor *rope);
 /* ... and the KV_STORE of that rope's output (its one reader) into a cache: one dispatch. */
-bool ob_vk_fusable_rope_store(const ob_tensor *rope, const ob_tensor *store, int64_t store_index);
+bool ob_vk_fusable_rope_store(const ob_vk *vk, const ob_tensor *rope, const ob_tensor *store, int64_t store_index);
 ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob_tensor *store, char *err,
                                  size_t err_len);
 

@@ -38,7 +38,16 @@ static bool row_aligned(ob_type t, int64_t n) {
 /* Indices inside shaders are 32-bit. */
 static bool fits32(int64_t n) { return n >= 0 && n < ((int64_t)1 << 31); }
 
-bool ob_vk_supports_node(const ob_tensor *n) {
+/* SAMPLE's workgroup (sample.comp): 1024 invocations, halved while the device allows fewer
+ * or it would hold over 64 subgroups (the shader's per-subgroup arrays); 0: no kernel (no
+ * shaderFloat64, or under 64 invocations). */
+uint32_t ob_vk_sample_wg(const ob_vk *vk) {
+    uint32_t wg = 1024;
+    while (wg >= 64 && (wg > vk->info.max_wg || wg > 64 * vk->info.subgroup)) wg /= 2;
+    return vk->mods[OB_VK_SH_SAMPLE] && wg >= 64 ? wg : 0;
+}
+
+bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
     if (!fits32(ob_nelements(n))) return false;
     switch (n->op) {
@@ -92,6 +101,8 @@ bool ob_vk_supports_node(const ob_tensor *n) {
                ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] && n->ip[2] > 0 &&
                n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST && fits32(ob_nelements(a));
     }
+    case OB_OP_SAMPLE: /* sample.comp, where the device runs it */
+        return ob_vk_sample_wg(vk) && ob_node_sample_ok(n) && fits32(a->ne[0]);
     case OB_OP_CPY: {
         if (!a || ob_nelements(a) != ob_nelements(n) || !weight_type_ok(a->type)) return false;
         if (n->type != OB_TYPE_F32 && n->type != OB_TYPE_F16 && n->type != OB_TYPE_BF16 && n->type != OB_TYPE_Q8_0)
@@ -103,20 +114,6 @@ bool ob_vk_supports_node(const ob_tensor *n) {
     default:
         return false;
     }
-}
-
-/* SAMPLE's workgroup (sample.comp): 1024 invocations, halved while the device allows fewer
- * or it would hold over 64 subgroups (the shader's per-subgroup arrays); 0: no kernel (no
- * shaderFloat64, or under 64 invocations). */
-uint32_t ob_vk_sample_wg(const ob_vk *vk) {
-    uint32_t wg = 1024;
-    while (wg >= 64 && (wg > vk->info.max_wg || wg > 64 * vk->info.subgroup)) wg /= 2;
-    return vk->mods[OB_VK_SH_SAMPLE] && wg >= 64 ? wg : 0;
-}
-
-bool ob_vk_supports(const ob_vk *vk, const ob_tensor *n) {
-    if (n->op == OB_OP_SAMPLE) return ob_vk_sample_wg(vk) && ob_node_sample_ok(n) && fits32(n->src[0]->ne[0]);
-    return ob_vk_supports_node(n);
 }
 
 static uint64_t addr(const ob_tensor *t) { return t ? (uint64_t)(uintptr_t)t->data : 0; }
@@ -422,7 +419,7 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
     const int64_t N = w->ne[1];
     /* one token on an int8 x a producer already wrote; the norm's row spread over N / 256
      * workgroups of 64 vec4s (n / 4 a multiple of 8 per workgroup), on its register path */
-    return ob_vk_supports_node(mm) && ob_vk_supports_node(add) && ob_vk_supports_node(norm) && ob_nrows(x) == 1 &&
+    return ob_vk_supports_node(vk, mm) && ob_vk_supports_node(vk, add) && ob_vk_supports_node(vk, norm) && ob_nrows(x) == 1 &&
            vk->pn_src != addr(x) &&
            matvec_q8_ok(vk, w, x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
            q8_reads_ok(vk, w) && is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
@@ -514,7 +511,7 @@ static bool int8_matmul_readers(const ob_vk *vk, const ob_graph *g, const ob_ten
         bool reads = false;
         for (int s = 0; s < OB_MAX_SRC; s++) reads |= r->src[s] == t;
         if (!reads) continue;
-        if (r->op != OB_OP_MATMUL || r->src[1] != t || !w || w == t || !ob_vk_supports_node(r) || !vk->q8_rows1 ||
+        if (r->op != OB_OP_MATMUL || r->src[1] != t || !w || w == t || !ob_vk_supports_node(vk, r) || !vk->q8_rows1 ||
             !matvec_q8_ok(vk, w, t) || w->ne[0] != t->ne[0] || (x16 && !x16_type(w->type)))
             return false;
         readers++;
@@ -585,7 +582,7 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
         return false;
     const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
-        up->last_use != glu_index || !ob_vk_supports_node(gate) || !ob_vk_supports_node(up) || !ob_vk_supports_node(glu))
+        up->last_use != glu_index || !ob_vk_supports_node(vk, gate) || !ob_vk_supports_node(vk, up) || !ob_vk_supports_node(vk, glu))
         return false;
     const bool xq = pn ? vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0]
                        : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
@@ -751,12 +748,12 @@ static bool norm_vec_ok(int64_t n, const ob_vk_pc *pc) {
     return n % 4 == 0 && n <= 8192 && ((pc->a | pc->b | pc->c | pc->d | pc->e | pc->o) & 15) == 0;
 }
 
-bool ob_vk_fusable_add_norm(const ob_tensor *add, const ob_tensor *norm) {
+bool ob_vk_fusable_add_norm(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm) {
     const ob_tensor *x = add->src[0], *y = add->src[1];
     return add->op == OB_OP_ADD && (norm->op == OB_OP_RMS_NORM || norm->op == OB_OP_LAYER_NORM) &&
            norm->src[0] == add && x && y && is_f32(x) && is_f32(y) && is_f32(add) &&
-           ob_nelements(x) == ob_nelements(add) && ob_nelements(y) == ob_nelements(add) && ob_vk_supports_node(add) &&
-           ob_vk_supports_node(norm) && no_partial_overlap(norm, x) && no_partial_overlap(norm, y);
+           ob_nelements(x) == ob_nelements(add) && ob_nelements(y) == ob_nelements(add) && ob_vk_supports_node(vk, add) &&
+           ob_vk_supports_node(vk, norm) && no_partial_overlap(norm, x) && no_partial_overlap(norm, y);
 }
 
 ob_status ob_vk_record_add_norm(ob_vk *vk, ob_tensor *add, ob_tensor *norm, char *err, size_t err_len) {
@@ -810,11 +807,11 @@ static void attn_dec_splits_pc(ob_vk *vk, ob_vk_pc *pc, uint64_t S) {
     memcpy(&pc->f[3], &hi, sizeof(hi));
 }
 
-bool ob_vk_fusable_norm_rope(const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
+bool ob_vk_fusable_norm_rope(const ob_vk *vk, const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
     const ob_tensor *x = norm->src[0];
     return norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
            norm->last_use == rope_index && x && x->ne[0] <= 512 && ob_nelements(rope) == ob_nelements(norm) &&
-           rope->ne[0] == x->ne[0] && ob_vk_supports_node(norm) && ob_vk_supports_node(rope);
+           rope->ne[0] == x->ne[0] && ob_vk_supports_node(vk, norm) && ob_vk_supports_node(vk, rope);
 }
 bool ob_vk_norm_rope_out_ok(const ob_tensor *norm, const ob_tensor *rope) { return no_partial_overlap(rope, norm->src[0]); }
 
@@ -825,9 +822,9 @@ static void rope_ratio(float base, int32_t n_rot, float *hi, float *lo) {
     *lo = (float)(r - (double)*hi);
 }
 
-bool ob_vk_fusable_rope_store(const ob_tensor *rope, const ob_tensor *store, int64_t store_index) {
+bool ob_vk_fusable_rope_store(const ob_vk *vk, const ob_tensor *rope, const ob_tensor *store, int64_t store_index) {
     const ob_tensor *c = store->src[1];
-    if (store->op != OB_OP_KV_STORE || store->src[0] != rope || rope->last_use != store_index || !ob_vk_supports_node(store))
+    if (store->op != OB_OP_KV_STORE || store->src[0] != rope || rope->last_use != store_index || !ob_vk_supports_node(vk, store))
         return false;
     /* rows of the rope are (token, head); the cache row holds every head of a token */
     const int64_t hd = rope->ne[0], heads = rope->ne[1];
@@ -931,7 +928,7 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     if (at->fp[1] != 0.0f || at->fp[2] != 0.0f) return false;
     const ob_tensor *nodes[] = {f->qn, qr, f->kn, kr, ks, vs, at};
     for (size_t k = 0; k < OB_ARRAY_LEN(nodes); k++)
-        if (nodes[k] && !ob_vk_supports_node(nodes[k])) return false;
+        if (nodes[k] && !ob_vk_supports_node(vk, nodes[k])) return false;
     uint32_t gw;
     /* Where the one reader of the output is the matmul right after it, on the int8 x the
      * fold writes, the F32 output is never written. Else it is written while other
@@ -942,7 +939,7 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     const ob_tensor *mm = jm < g->n ? &g->nodes[jm] : NULL;
     f->q8_only = mm && mm->op == OB_OP_MATMUL && mm->src[1] && addr(mm->src[1]) == addr(at) &&
                  ob_nelements(mm->src[1]) == ob_nelements(at) && at->last_use == jm && !vk->no_matvec &&
-                 ob_vk_supports_node(mm) && matvec_q8_ok(vk, mm->src[0], mm->src[1]) && attn_q8_ok(vk, at) &&
+                 ob_vk_supports_node(vk, mm) && matvec_q8_ok(vk, mm->src[0], mm->src[1]) && attn_q8_ok(vk, at) &&
                  ob_vk_q8_out(vk, at, NULL).hi > 0;
     if (!f->q8_only && (!no_partial_overlap(at, rq) || !apart(at, rk) || !apart(at, rv))) return false;
     return attn_dec_plan(vk, at, &f->cpi, &gw, &f->S) && gw == 1 && delta32(addr(rq), addr(rk), &f->dk) &&

@@ -223,6 +223,7 @@ void main() {
     const float mx = w.v[cand_id(cand[0])];
     if (tid == 0u) {
         uint mm = m;
+        const double lmp = min_p > 0.0 ? log_d(double(min_p)) * double(temp) : 0.0lf; // min-p's cut
         if (all) {
             // the sampler's top-k-off pre-filter (with its float slack), then its min-p
             float mx0 = w.v[0];
@@ -230,18 +231,17 @@ void main() {
                 if (w.v[i] > mx0) mx0 = w.v[i];
             precise float lim = uintBitsToFloat(0xff800000u); // -inf
             if (min_p > 0.0) {
-                precise float t = mx0 + float(log_d(double(min_p)) * double(temp));
+                precise float t = mx0 + float(lmp);
                 lim = t - 1e-6;
             }
             mm = 0u;
             while (mm < m && w.v[cand_id(cand[mm])] >= lim) mm++;
         }
         if (mm > 0u && min_p > 0.0) {
-            const double lim = log_d(double(min_p)) * double(temp);
             uint keep = 1u;
             while (keep < mm) {
                 precise float d = w.v[cand_id(cand[keep])] - mx;
-                if (double(d) < lim) break;
+                if (double(d) < lmp) break;
                 keep++;
             }
             mm = keep;
