@@ -65,12 +65,28 @@ typedef enum ob_device_kind {
     OB_DEVICE_AUTO = 0, OB_DEVICE_CPU = 1, OB_DEVICE_CUDA = 2, OB_DEVICE_VULKAN = 3,
 } ob_device_kind;
 
+/* RoPE scaling types; values match llama.cpp's llama_rope_scaling_type. */
+typedef enum ob_rope_scaling {
+    OB_ROPE_SCALING_UNSPECIFIED = -1, /* the file's */
+    OB_ROPE_SCALING_NONE = 0, OB_ROPE_SCALING_LINEAR = 1, OB_ROPE_SCALING_YARN = 2, OB_ROPE_SCALING_LONGROPE = 3,
+} ob_rope_scaling;
+
 typedef struct ob_model_params {
     ob_device_kind device;
     int device_index;
     bool strict_device;      /* refuse to load if any node would leave the device */
     int n_threads;           /* CPU threads; 0 = all cores */
     size_t mem_budget;       /* bytes; 0 = no explicit budget (free memory of the device) */
+    /* RoPE overrides, as llama-server's --rope-* and --yarn-* flags; the defaults
+     * (ob_model_default_params) keep what the file says. */
+    int rope_scaling;        /* ob_rope_scaling */
+    float rope_freq_base;    /* 0: the file's */
+    float rope_freq_scale;   /* 0: the file's (1 / rope.scaling.factor) */
+    int yarn_orig_ctx;       /* 0: the file's original context */
+    float yarn_ext_factor;   /* < 0: 1 for YaRN, else 0 */
+    float yarn_attn_factor;  /* < 0: the file's, else YaRN's 0.1 ln(factor) + 1 */
+    float yarn_beta_fast;    /* < 0: the file's, else 32 */
+    float yarn_beta_slow;    /* < 0: the file's, else 1 */
 } ob_model_params;
 
 ob_model_params ob_model_default_params(void);

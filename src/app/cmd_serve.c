@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "app/commands.h"
+#include "app/opts.h"
 #include "core/common.h"
 #include "server/server.h"
 
@@ -57,10 +58,11 @@ void ob_srv_print_usage(const char *prog) {
            "  --embeddings              embedding mode: /v1/embeddings, /embedding (no generation)\n"
            "  --reranking               rerank mode: /v1/rerank, /rerank (a cross-encoder model)\n"
            "                            (encoder models such as BERT are always served this way)\n"
+           "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
            "                            accepted with llama-server's meaning\n",
-           prog);
+           prog, ob_rope_help);
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out) {
@@ -117,6 +119,9 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not an integer in [%ld, %ld]", a, v, (long)(lo), (long)(hi)); \
         } \
         dst = iv; } while (0)
+        int rr = ob_parse_rope_flag(a, v, &c->mp, err, err_len);
+        if (rr < 0) return OB_ERR_ARG;
+        if (rr) { i++; continue; }
         if (is_flag(a, "-h", "--help")) { *help = true; return OB_OK; }
         else if (is_flag(a, "-m", "--model")) { NEED_VALUE(); c->model_path = v; }
         else if (is_flag(a, "-c", "--ctx-size")) INT_VALUE(0, 1 << 24, c->n_ctx);

@@ -1,9 +1,22 @@
 #include "app/opts.h"
 #include "app/commands.h"
+#include "core/common.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <math.h>
+
+#define ROPE_HELP \
+    "  --rope-scaling T          none, linear or yarn (default: the model's)\n" \
+    "  --rope-scale N            context scaling factor: frequency scale 1/N\n" \
+    "  --rope-freq-base X        RoPE base frequency (default: the model's)\n" \
+    "  --rope-freq-scale X       RoPE frequency scale (default: the model's)\n" \
+    "  --yarn-orig-ctx N         YaRN: the model's original context (default: the model's)\n" \
+    "  --yarn-ext-factor X       YaRN: extrapolation mix (default: 1 for YaRN)\n" \
+    "  --yarn-attn-factor X      YaRN: attention scale (default: the model's, or 0.1 ln(s) + 1)\n" \
+    "  --yarn-beta-slow X        YaRN: high correction dim (default: the model's, or 1)\n" \
+    "  --yarn-beta-fast X        YaRN: low correction dim (default: the model's, or 32)\n"
 
 const char *ob_opts_help =
     "  -m, --model FILE         GGUF model (default: Gemma 3 270M from the PyPI package)\n"
@@ -16,7 +29,9 @@ const char *ob_opts_help =
     "  -ctk, --cache-type-k T   f16, q8_0 or f32\n"
     "  -ctv, --cache-type-v T   f16, q8_0 or f32\n"
     "  --temp X, --top-k N, --top-p X, --min-p X, --seed N\n"
-    "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n";
+    "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n" ROPE_HELP;
+
+const char *ob_rope_help = ROPE_HELP;
 
 void ob_opts_init(ob_common_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -82,9 +97,65 @@ static bool parse_float(const char *s, float *out) {
     return true;
 }
 
+int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *err, size_t err_len) {
+    static const char *const names[] = {"--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale",
+                                        "--yarn-orig-ctx", "--yarn-ext-factor", "--yarn-attn-factor",
+                                        "--yarn-beta-slow", "--yarn-beta-fast"};
+    int k = 0;
+    while (k < (int)OB_ARRAY_LEN(names) && strcmp(a, names[k])) k++;
+    if (k == (int)OB_ARRAY_LEN(names)) return 0;
+    if (!v) {
+        ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a);
+        return -1;
+    }
+    if (k == 0) {
+        if (!strcmp(v, "none")) mp->rope_scaling = OB_ROPE_SCALING_NONE;
+        else if (!strcmp(v, "linear")) mp->rope_scaling = OB_ROPE_SCALING_LINEAR;
+        else if (!strcmp(v, "yarn")) mp->rope_scaling = OB_ROPE_SCALING_YARN;
+        else {
+            ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not none, linear or yarn", a, v);
+            return -1;
+        }
+        return 2;
+    }
+    if (k == 4) {
+        if (!parse_int(v, 0, 1 << 24, &mp->yarn_orig_ctx)) {
+            ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not a context length", a, v);
+            return -1;
+        }
+        return 2;
+    }
+    float x;
+    /* base, scales and the YaRN factors: finite, positive where a ratio, >= 0 otherwise */
+    if (!parse_float(v, &x) || !isfinite(x) || x < 0 || (k <= 3 && x == 0)) {
+        ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not a %s number", a, v, k <= 3 ? "positive" : "non-negative");
+        return -1;
+    }
+    switch (k) {
+    case 1: mp->rope_freq_scale = 1.0f / x; break;
+    case 2: mp->rope_freq_base = x; break;
+    case 3: mp->rope_freq_scale = x; break;
+    case 5: mp->yarn_ext_factor = x; break;
+    case 6: mp->yarn_attn_factor = x; break;
+    case 7: mp->yarn_beta_slow = x; break;
+    default: mp->yarn_beta_fast = x; break;
+    }
+    return 2;
+}
+
 int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    char rerr[160];
+    int rr = ob_parse_rope_flag(a, v, &o->mp, rerr, sizeof(rerr));
+    if (rr < 0) {
+        fprintf(stderr, "1bit: %s\n", rerr);
+        return -1;
+    }
+    if (rr) {
+        (*i)++;
+        return 1;
+    }
 #define IS(x) (!strcmp(a, x))
 #define NEED() do { if (!v) { fprintf(stderr, "1bit: %s needs a value\n", a); return -1; } (*i)++; } while (0)
 #define BAD() do { fprintf(stderr, "1bit: bad value for %s: '%s'\n", a, v); return -1; } while (0)

@@ -22,6 +22,13 @@ bool ob_parse_kv_type(const char *s, ob_kv_type *t);
 /* Parses sizes like 512M, 8G, 1048576. */
 bool ob_parse_size(const char *s, size_t *out);
 
+/* llama-server's RoPE flags (--rope-scaling, --rope-scale, --rope-freq-base,
+ * --rope-freq-scale, --yarn-*): if a is one, takes its value v into mp and returns 2 (flag
+ * and value consumed); 0 if a is not one; -1 (err written) if v is missing or bad. */
+int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *err, size_t err_len);
+/* Usage lines of those flags. */
+extern const char *ob_rope_help;
+
 /* Loads the model named by o->model (or the default one, saying where it is). */
 ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m);
 #endif

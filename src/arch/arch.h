@@ -8,12 +8,33 @@
 
 #define OB_MAX_LAYERS 256
 
+typedef struct ob_weight ob_weight;
+
+/* RoPE of a group of layers, as the ROPE op takes it (graph.h), resolved from the file and
+ * the run-time overrides by ob_rope_resolve (arch/rope.c). */
+typedef struct ob_rope_cfg {
+    float base, freq_scale, mscale;
+    const ob_weight *factors; /* NULL or F32 [n_rot/2]: pair i's angle is divided by it */
+} ob_rope_cfg;
+
+/* RoPE scaling as the file carries it (<arch>.rope.scaling.* keys). */
+typedef struct ob_rope_meta {
+    int type;                 /* ob_rope_scaling (linear when the key is absent, as llama.cpp) */
+    float factor;             /* rope.scaling.factor; 0: none */
+    int n_ctx_orig;           /* rope.scaling.original_context_length; 0: absent */
+    float ext_factor, yarn_attn_factor, beta_fast, beta_slow; /* yarn_* keys; < 0: absent */
+    float log_mul;            /* yarn_log_multiplier; 0: absent */
+    float attn_factor;        /* rope.scaling.attn_factor; 1 when absent */
+} ob_rope_meta;
+
 typedef struct ob_hparams {
     char arch[32];           /* general.architecture */
     int n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_ctx_train;
+    int n_ctx_limit;                  /* trained context, or what run-time RoPE scaling reaches */
     float norm_eps;
-    float rope_base, rope_freq_scale; /* global layers */
-    float rope_base_swa;              /* sliding-window layers (Gemma 3) */
+    ob_rope_cfg rope;                 /* global layers */
+    ob_rope_meta rope_meta;           /* the file's scaling keys, before overrides */
+    float rope_base_swa;              /* sliding-window layers (Gemma 3: no scaling) */
     int rope_mode;                    /* 0 adjacent pairs (llama), 2 NeoX halves */
     int n_rot;
     int sliding_window;               /* 0: none */
@@ -29,13 +50,13 @@ typedef struct ob_hparams {
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */
-typedef struct ob_weight {
+struct ob_weight {
     const char *name;        /* borrowed from the GGUF reader */
     ob_type type;
     int n_dims;
     int64_t ne[4];
     void *data;
-} ob_weight;
+};
 
 typedef struct ob_model_view ob_model_view;
 
@@ -75,6 +96,12 @@ const char *ob_arch_supported_list(void);
  * -1 match anything). Returns NULL and writes err if missing (when required) or mis-shaped. */
 const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, const int64_t *ne_expected,
                               bool required, char *err, size_t err_len);
+/* A weight the file does not hold, made from host floats (F32 [n]) and uploaded; owned by
+ * the model. NULL (err written) on failure. */
+const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const float *data, int64_t n, char *err,
+                                  size_t err_len);
+/* The file's bytes of a weight (host memory), for weights the host reads at load. */
+const void *ob_mv_host_data(ob_model_view *mv, const ob_weight *w);
 /* True once a weight lookup found a tensor with the wrong shape or type. */
 bool ob_mv_failed(const ob_model_view *mv);
 /* Leaf node for a weight. */
@@ -88,6 +115,13 @@ bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *ou
 extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
 extern const ob_arch ob_arch_gemma3;
 extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-roberta (encoders) */
+
+/* RoPE (arch/rope.c). ob_rope_meta_load reads the file's scaling keys and refuses a type
+ * it cannot run, naming it. ob_rope_resolve, after the family's bind, applies the
+ * run-time overrides of p and sets hp->rope: base, freq_scale, the frequency factors
+ * (rope_freqs.weight, and YaRN's per-pair ramp folded in) and mscale. */
+ob_status ob_rope_meta_load(const ob_gguf *g, const char *arch, ob_rope_meta *m, char *err, size_t err_len);
+ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_params *p, char *err, size_t err_len);
 
 /* Pools the final hidden states x [n_embd, T] per in->pooling (MEAN/CLS/LAST only):
  * for decoder families' embedding mode. NULL for other pooling types. */

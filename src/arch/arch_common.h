@@ -16,5 +16,5 @@ ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob
 /* Projections, per-head norms, rope, KV store and attention of layer il; h is the
  * normed input [n_embd, T]. Returns the output projection [n_embd, T]. */
 ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
-                         const ob_attn_weights *w, ob_tensor *h, float rope_base, float rope_scale, int window);
+                         const ob_attn_weights *w, ob_tensor *h, const ob_rope_cfg *rope, int window);
 #endif

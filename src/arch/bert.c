@@ -187,8 +187,9 @@ static ob_tensor *bert_attn(ob_graph *g, const ob_hparams *hp, const ob_bert *m,
     q = ob_view(g, q, 3, qs);
     if (m->kind == BERT_NOMIC) {
         k = ob_view(g, k, 3, qs);
-        q = ob_rope(g, q, in->pos, hp->n_rot, hp->rope_mode, hp->rope_base, hp->rope_freq_scale);
-        k = ob_rope(g, k, in->pos, hp->n_rot, hp->rope_mode, hp->rope_base, hp->rope_freq_scale);
+        ob_tensor *ff = hp->rope.factors ? ob_weight_leaf(g, hp->rope.factors) : NULL;
+        q = ob_rope(g, q, in->pos, ff, hp->n_rot, hp->rope_mode, hp->rope.base, hp->rope.freq_scale, hp->rope.mscale);
+        k = ob_rope(g, k, in->pos, ff, hp->n_rot, hp->rope_mode, hp->rope.base, hp->rope.freq_scale, hp->rope.mscale);
         ob_set_name(q, "blk.%d.q_rope", il);
         ob_set_name(k, "blk.%d.k_rope", il);
     }

@@ -35,19 +35,11 @@ ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t 
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope dimension %d", hp->n_rot);
     if (!ob_hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-5f;
-    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope_base)) hp->rope_base = 10000.0f;
-    float factor = 1.0f;
-    const char *stype = NULL;
-    char key[160];
-    snprintf(key, sizeof(key), "%s.rope.scaling.type", a);
-    stype = ob_gguf_get_str(g, key);
-    if (ob_hp_f32(g, a, "rope.scaling.factor", &factor) && factor > 0 && (!stype || !strcmp(stype, "linear")))
-        hp->rope_freq_scale = 1.0f / factor;
-    else
-        hp->rope_freq_scale = 1.0f;
-    if (stype && strcmp(stype, "linear") && strcmp(stype, "none"))
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: rope scaling '%s' is not supported", stype);
-    hp->rope_base_swa = hp->rope_base;
+    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope.base)) hp->rope.base = 10000.0f;
+    hp->rope.freq_scale = hp->rope.mscale = 1.0f; /* set by ob_rope_resolve after bind */
+    ob_status st = ob_rope_meta_load(g, a, &hp->rope_meta, err, err_len);
+    if (st) return st;
+    hp->rope_base_swa = hp->rope.base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     hp->embd_scale = 1.0f;
     return OB_OK;
@@ -85,7 +77,7 @@ static ob_tensor *proj(ob_graph *g, const ob_weight *w, const ob_weight *b, ob_t
 }
 
 ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
-                         const ob_attn_weights *w, ob_tensor *h, float rope_base, float rope_scale, int window) {
+                         const ob_attn_weights *w, ob_tensor *h, const ob_rope_cfg *rope, int window) {
     int64_t T = in->n_tokens;
     ob_tensor *q = proj(g, w->wq, w->bq, h, "attn_q", il);
     ob_tensor *k = proj(g, w->wk, w->bk, h, "attn_k", il);
@@ -96,9 +88,10 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     /* norm then rope of q, then of k: each pair adjacent in the graph, so a GPU backend can
      * run it as one kernel */
     if (w->q_norm) q = ob_rms_norm(g, q, ob_weight_leaf(g, w->q_norm), hp->norm_eps);
-    q = ob_rope(g, q, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
+    ob_tensor *ff = rope->factors ? ob_weight_leaf(g, rope->factors) : NULL;
+    q = ob_rope(g, q, in->pos, ff, hp->n_rot, hp->rope_mode, rope->base, rope->freq_scale, rope->mscale);
     if (w->k_norm) k = ob_rms_norm(g, k, ob_weight_leaf(g, w->k_norm), hp->norm_eps);
-    k = ob_rope(g, k, in->pos, hp->n_rot, hp->rope_mode, rope_base, rope_scale);
+    k = ob_rope(g, k, in->pos, ff, hp->n_rot, hp->rope_mode, rope->base, rope->freq_scale, rope->mscale);
     ob_set_name(q, "blk.%d.q_rope", il);
     ob_set_name(k, "blk.%d.k_rope", il);
     ob_tensor *ks_ = ob_kv_store(g, k, in->k_cache[il], in->pos, in->seq, in->cells_per_seq);

@@ -80,8 +80,8 @@ static ob_tensor *gemma3_build(ob_graph *g, const ob_hparams *hp, const void *pr
         bool swa = hp->layer_swa[il];
         ob_tensor *h = ob_rms_norm(g, x, ob_weight_leaf(g, L->attn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.attn_norm", il);
-        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, swa ? hp->rope_base_swa : hp->rope_base,
-                                     swa ? 1.0f : hp->rope_freq_scale, swa ? hp->sliding_window : 0);
+        const ob_rope_cfg local = {hp->rope_base_swa, 1.0f, 1.0f, NULL};
+        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, swa ? &local : &hp->rope, swa ? hp->sliding_window : 0);
         a = ob_rms_norm(g, a, ob_weight_leaf(g, L->post_attn_norm), hp->norm_eps);
         x = ob_add(g, x, a);
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);

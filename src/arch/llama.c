@@ -66,7 +66,7 @@ static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *pri
         const ob_llama_layer *L = &m->layers[il];
         ob_tensor *h = ob_rms_norm(g, x, ob_weight_leaf(g, L->attn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.attn_norm", il);
-        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, hp->rope_base, hp->rope_freq_scale, 0);
+        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, &hp->rope, 0);
         x = ob_add(g, x, a);
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.ffn_norm", il);

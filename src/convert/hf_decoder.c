@@ -3,8 +3,11 @@
  * (per-head q/k norms) and Qwen3Model (Qwen3-Embedding: no LM head, last-token pooling). */
 #include "convert/convert.h"
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <strings.h>
 
 static const struct { const char *hf, *arch; bool embed; } g_dec[] = {
     {"LlamaForCausalLM", "llama", false},
@@ -57,6 +60,134 @@ static double cfg_num(json_t *c, const char *k, double def) {
     return json_is_number(v) ? json_number_value(v) : def;
 }
 
+/* ---- rope scaling ----------------------------------------------------------------------
+ * Hugging Face configs carry it as `rope_scaling` (transformers < 5) or `rope_parameters`
+ * (transformers 5, where rope_theta lives too), the kind as `rope_type` or the older `type`,
+ * and per-layer-type configs put it under a `full_attention` sub-dict. Read as llama.cpp's
+ * converter reads them: `rope_parameters` wins whenever the key is there (even null), `type`
+ * counts only without `rope_type` and outside the per-layer form, and a top-level
+ * original_max_position_embeddings fills in for the flat form (a top-level rope_theta for
+ * both; llama.cpp leaves freq_base unset when a full_attention dict lacks one). Written as it writes them:
+ * linear and yarn as <arch>.rope.scaling.* keys; llama3 (Llama 3.1+) as no key at all but a
+ * rope_freqs.weight tensor of per-pair frequency divisors. Anything else (dynamic, longrope /
+ * su: phi3's, needing factor tensors Llama and Qwen lack, unknown names) is refused. */
+typedef enum { ROPE_NONE, ROPE_LINEAR, ROPE_YARN, ROPE_LLAMA3 } rope_kind;
+
+static const struct { const char *hf, *gg; } g_yarn_keys[] = {
+    {"extrapolation_factor", "rope.scaling.yarn_ext_factor"},
+    {"attention_factor", "rope.scaling.yarn_attn_factor"}, /* else attn_factor, below */
+    {"beta_fast", "rope.scaling.yarn_beta_fast"},
+    {"beta_slow", "rope.scaling.yarn_beta_slow"},
+};
+
+typedef struct rope_cfg {
+    rope_kind kind;
+    double theta;               /* rope.freq_base */
+    double factor;              /* linear, yarn, llama3 */
+    double orig_ctx;            /* yarn, llama3 */
+    double low, high;           /* llama3: low_freq_factor, high_freq_factor */
+    double yarn[4];             /* g_yarn_keys values ... */
+    bool has_yarn[4];           /* ... when the config has them */
+} rope_cfg;
+
+/* The type name for a message: at most 40 printable characters. */
+static const char *rope_name(const char *s, char *buf, size_t cap) {
+    size_t n = 0;
+    for (; s[n] && n < 40 && n + 1 < cap; n++) buf[n] = s[n] >= 0x20 && s[n] < 0x7f ? s[n] : '?';
+    buf[n] = 0;
+    return buf;
+}
+
+static ob_status rope_read(json_t *cfg, const char *hf_arch, bool llama, rope_cfg *rc, char *err, size_t err_len) {
+    memset(rc, 0, sizeof(*rc));
+    json_t *rp = json_object_get(cfg, "rope_parameters");
+    if (!rp) rp = json_object_get(cfg, "rope_scaling");
+    if (!json_is_object(rp)) rp = NULL;            /* null: no scaling */
+    json_t *full = json_object_get(rp, "full_attention");
+    bool per_layer = full || json_object_get(rp, "sliding_attention");
+    json_t *p = json_is_object(full) ? full : rp;  /* the dict the parameters come from */
+    json_t *tv = json_object_get(p, "rope_type");
+    if (!tv && !per_layer) tv = json_object_get(p, "type");
+    rc->theta = cfg_num(p, "rope_theta", cfg_num(cfg, "rope_theta", 10000.0));
+    if (!tv || json_is_null(tv)) return OB_OK;
+    const char *t = json_string_value(tv);
+    if (!t) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: config.json: rope scaling type is not a string");
+    char nb[48];
+    if (!strcmp(t, "default")) return OB_OK;
+    if (!strcmp(t, "linear")) rc->kind = ROPE_LINEAR;
+    else if (!strcmp(t, "yarn")) rc->kind = ROPE_YARN;
+    else if (!strcasecmp(t, "llama3")) rc->kind = ROPE_LLAMA3;
+    else
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                       "convert: rope scaling '%s' is not supported (supported: default, linear, llama3, yarn)",
+                       rope_name(t, nb, sizeof(nb)));
+    if (rc->kind == ROPE_LLAMA3 && !llama)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                       "convert: rope scaling 'llama3' is not supported for %s (only LlamaForCausalLM)", hf_arch);
+    json_t *fv = json_object_get(p, "factor");
+    rc->factor = json_is_number(fv) ? json_number_value(fv) : rc->kind == ROPE_LLAMA3 ? 8.0 : 0.0;
+    if (!(rc->factor > 0 && rc->factor < 1e6))
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: rope scaling '%s' needs a positive factor", t);
+    json_t *ov = json_object_get(p, "original_max_position_embeddings");
+    if (!ov && !per_layer) ov = json_object_get(cfg, "original_max_position_embeddings");
+    rc->orig_ctx = json_is_number(ov) ? json_number_value(ov) : rc->kind == ROPE_LLAMA3 ? 8192.0 : 0.0;
+    if (rc->kind != ROPE_LINEAR && !(rc->orig_ctx >= 1 && rc->orig_ctx <= UINT32_MAX && rc->orig_ctx == (double)(uint32_t)rc->orig_ctx))
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: rope scaling '%s' needs original_max_position_embeddings (a positive integer)", t);
+    if (rc->kind == ROPE_LLAMA3) {
+        rc->low = cfg_num(p, "low_freq_factor", 1.0);
+        rc->high = cfg_num(p, "high_freq_factor", 4.0);
+        if (!(rc->low > 0 && rc->high > rc->low))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: rope scaling 'llama3': need 0 < low_freq_factor (%g) < high_freq_factor (%g)",
+                           rc->low, rc->high);
+    }
+    if (rc->kind == ROPE_YARN)
+        for (size_t i = 0; i < OB_ARRAY_LEN(g_yarn_keys); i++) {
+            json_t *v = json_object_get(p, g_yarn_keys[i].hf);
+            if (!v && i == 1) v = json_object_get(p, "attn_factor");
+            if (!v || json_is_null(v)) continue;
+            if (!json_is_number(v))
+                return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: rope scaling 'yarn': %s is not a number", g_yarn_keys[i].hf);
+            rc->yarn[i] = json_number_value(v);
+            rc->has_yarn[i] = true;
+        }
+    return OB_OK;
+}
+
+static void rope_write_keys(ob_gguf_writer *w, const char *arch, const rope_cfg *rc) {
+    if (rc->kind != ROPE_LINEAR && rc->kind != ROPE_YARN) return;
+    char key[128];
+#define KEY(s) (snprintf(key, sizeof(key), "%s.%s", arch, s), key)
+    ob_gguf_set_str(w, KEY("rope.scaling.type"), rc->kind == ROPE_YARN ? "yarn" : "linear");
+    ob_gguf_set_f32(w, KEY("rope.scaling.factor"), (float)rc->factor);
+    if (rc->kind == ROPE_YARN) {
+        ob_gguf_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)rc->orig_ctx);
+        for (size_t i = 0; i < OB_ARRAY_LEN(g_yarn_keys); i++)
+            if (rc->has_yarn[i]) ob_gguf_set_f32(w, KEY(g_yarn_keys[i].gg), (float)rc->yarn[i]);
+    }
+#undef KEY
+}
+
+/* llama3's rope_freqs.weight [hd/2]: what each pair's frequency is divided by (1 for short
+ * wavelengths, factor for long ones, a smooth mix between). In float32 and in the order of
+ * operations of llama.cpp's converter (torch: `a / t` on a tensor is reciprocal(t) * a), so
+ * the values match its file; the constants are rounded to float first, as torch does. */
+static void rope_llama3_factors(const rope_cfg *rc, int hd, float *out) {
+    const float base = (float)rc->theta, two_pi = (float)6.283185307179586, factor = (float)rc->factor;
+    const float old_ctx = (float)rc->orig_ctx, low = (float)rc->low;
+    const float high_wavelen = (float)(rc->orig_ctx / rc->high), low_wavelen = (float)(rc->orig_ctx / rc->low);
+    const float span = (float)(rc->high - rc->low);
+    for (int i = 0; i < hd / 2; i++) {
+        float freq = 1.0f / powf(base, (float)(2 * i) / (float)hd);
+        float wavelen = (1.0f / freq) * two_pi;
+        if (wavelen < high_wavelen) out[i] = 1.0f;
+        else if (wavelen > low_wavelen) out[i] = factor;
+        else {
+            float smooth = ((1.0f / wavelen) * old_ctx - low) / span;
+            out[i] = 1.0f / ((1.0f - smooth) / factor + smooth);
+        }
+    }
+}
+
 ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_json, const char *out_path,
                              const ob_convert_opts *o, bool *handled, char *err, size_t err_len) {
     json_t *cfg = config_json;
@@ -72,19 +203,15 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     if (E <= 0 || L <= 0 || L > 1024 || H <= 0 || Hkv <= 0 || H % Hkv || F <= 0 || hd <= 0 || hd % 2)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "%s/config.json: implausible sizes (hidden %d, layers %d, heads %d/%d, ff %d)",
                        dir, E, L, H, Hkv, F);
-    json_t *rp = json_object_get(cfg, "rope_parameters");
-    if (!rp) rp = json_object_get(cfg, "rope_scaling");
-    const char *rtype = json_string_value(json_object_get(rp, "rope_type"));
-    if (!rtype) rtype = json_string_value(json_object_get(rp, "type"));
-    double factor = cfg_num(rp, "factor", 1.0);
-    if (rtype && strcmp(rtype, "default") && strcmp(rtype, "linear"))
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: rope scaling '%s' is not supported", rtype);
-    double theta = cfg_num(rp, "rope_theta", cfg_num(cfg, "rope_theta", 10000.0));
+    rope_cfg rc;
+    ob_status st = rope_read(cfg, hf_arch, llama, &rc, err, err_len);
+    if (st) return st;
     bool tied = json_is_true(json_object_get(cfg, "tie_word_embeddings")) || g_dec[di].embed;
 
     ob_conv c = {0};
     ob_gguf_writer *w = NULL;
-    ob_status st = ob_conv_load_sources(&c, dir, err, err_len);
+    float *rope_freqs = NULL;
+    st = ob_conv_load_sources(&c, dir, err, err_len);
     for (int64_t i = 0; !st && i < c.src.n; i++) {
         const ob_src_tensor *s = &c.src.t[i];
         char name[96];
@@ -116,14 +243,11 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     ob_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)H);
     ob_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)Hkv);
     ob_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)cfg_num(cfg, "rms_norm_eps", 1e-6));
-    ob_gguf_set_f32(w, KEY("rope.freq_base"), (float)theta);
+    ob_gguf_set_f32(w, KEY("rope.freq_base"), (float)rc.theta);
     ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
     ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
     if (llama) ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
-    if (rtype && !strcmp(rtype, "linear")) {
-        ob_gguf_set_str(w, KEY("rope.scaling.type"), "linear");
-        ob_gguf_set_f32(w, KEY("rope.scaling.factor"), (float)factor);
-    }
+    rope_write_keys(w, arch, &rc);
     if (g_dec[di].embed) ob_gguf_set_u32(w, KEY("pooling_type"), OB_POOLING_LAST);
 #undef KEY
     int64_t n_vocab = 0;
@@ -134,9 +258,16 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
             goto done;
         }
     if ((st = ob_conv_write_tensors(&c, w, err, err_len))) goto done;
+    if (rc.kind == ROPE_LLAMA3) { /* after the checkpoint's: their fill callback indexes the writer's tensors */
+        int64_t ne[4] = {hd / 2, 1, 1, 1};
+        if (!(rope_freqs = malloc(sizeof(float) * (size_t)(hd / 2)))) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
+        rope_llama3_factors(&rc, hd, rope_freqs);
+        if ((st = ob_gguf_add_tensor(w, "rope_freqs.weight", OB_TYPE_F32, 1, ne, rope_freqs, err, err_len))) goto done;
+    }
     st = ob_gguf_writer_write(w, out_path, err, err_len);
 done:
     ob_gguf_writer_free(w);
+    free(rope_freqs);
     ob_conv_free(&c);
     return st;
 }

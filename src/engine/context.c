@@ -129,6 +129,9 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train > 0 && hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (p.n_ctx > 1 << 22 || p.n_seq > 1024 || p.n_batch > 1 << 16)
         return ob_fail(err, err_len, OB_ERR_ARG, "context: sizes out of range (ctx %d, seqs %d, batch %d)", p.n_ctx, p.n_seq, p.n_batch);
+    if (hp->n_ctx_limit > 0 && p.n_ctx > hp->n_ctx_limit && !hp->encoder)
+        ob_log(OB_LOG_WARN, "context: %d positions per sequence is past the %d the model was trained for "
+               "(answers may degrade there; --rope-scaling yarn with --rope-scale stretches it)", p.n_ctx, hp->n_ctx_limit);
     ob_context *c = calloc(1, sizeof(*c));
     if (!c) return ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory");
     c->m = m;

@@ -9,6 +9,8 @@ ob_model_params ob_model_default_params(void) {
     ob_model_params p = {0};
     p.device = OB_DEVICE_AUTO;
     p.strict_device = true;
+    p.rope_scaling = OB_ROPE_SCALING_UNSPECIFIED;
+    p.yarn_ext_factor = p.yarn_attn_factor = p.yarn_beta_fast = p.yarn_beta_slow = -1.0f;
     return p;
 }
 
@@ -23,6 +25,7 @@ const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, c
             int64_t want = d < n_dims ? ne[d] : 1;
             if (want >= 0 && w->ne[d] != want) ok = false;
         }
+        m->bound[i] = true;
         if (!ok) {
             mv->failed = true;
             ob_fail(err, err_len, OB_ERR_FORMAT,
@@ -41,6 +44,61 @@ const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, c
 }
 
 bool ob_mv_failed(const ob_model_view *mv) { return mv->failed; }
+
+const void *ob_mv_host_data(ob_model_view *mv, const ob_weight *w) {
+    const ob_gguf_tensor *t = ob_gguf_find_tensor(mv->m->gguf, w->name);
+    return t ? t->data : NULL;
+}
+
+const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const float *data, int64_t n, char *err,
+                                  size_t err_len) {
+    ob_model *m = mv->m;
+    const ob_backend_iface *bi = m->backend->iface;
+    if (m->n_made >= OB_MODEL_MAX_MADE) {
+        ob_fail(err, err_len, OB_ERR_NOMEM, "model: too many made weights");
+        return NULL;
+    }
+    ob_weight *w = calloc(1, sizeof(*w));
+    size_t bytes = sizeof(float) * (size_t)n;
+    void *buf = w ? bi->alloc(m->backend, bytes) : NULL;
+    if (!buf || bi->upload(m->backend, buf, data, bytes)) {
+        if (buf) bi->free_buf(m->backend, buf);
+        free(w);
+        ob_fail(err, err_len, OB_ERR_NOMEM, "model: cannot place '%s' on %s", name, bi->name);
+        return NULL;
+    }
+    w->name = name;
+    w->type = OB_TYPE_F32;
+    w->n_dims = 1;
+    w->ne[0] = n;
+    w->ne[1] = w->ne[2] = w->ne[3] = 1;
+    w->data = buf;
+    m->made[m->n_made] = w;
+    m->made_buf[m->n_made++] = buf;
+    return w;
+}
+
+/* Every tensor of the file must be read by the family: one that is not would be a variant
+ * computed wrongly without a word (Llama 3.1's rope_freqs was). */
+static ob_status check_all_bound(const ob_model *m, char *err, size_t err_len) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < m->n_weights; i++) n += !m->bound[i];
+    if (!n) return OB_OK;
+    char list[400];
+    size_t len = 0;
+    list[0] = 0;
+    for (int64_t i = 0, k = 0; i < m->n_weights; i++) {
+        if (m->bound[i]) continue;
+        int w = snprintf(list + len, sizeof(list) - len, "%s%s", k++ ? ", " : "", m->weights[i].name);
+        if (w < 0 || (size_t)w >= sizeof(list) - len) {
+            snprintf(list + (len < sizeof(list) - 5 ? len : sizeof(list) - 5), 5, ", ..");
+            break;
+        }
+        len += (size_t)w;
+    }
+    return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: %lld tensor%s that architecture '%s' does not read: %s",
+                   (long long)n, n > 1 ? "s" : "", m->hp.arch, list);
+}
 
 ob_tensor *ob_weight_leaf(ob_graph *g, const ob_weight *w) {
     return ob_leaf(g, w->name, w->type, w->n_dims, w->ne, w->data);
@@ -90,12 +148,17 @@ static ob_backend *make_backend(const ob_model_params *p, char *err, size_t err_
 void ob_model_free(ob_model *m) {
     if (!m) return;
     if (m->arch && m->arch_priv) m->arch->free_priv(m->arch_priv);
+    for (int i = 0; i < m->n_made; i++) {
+        if (m->backend) m->backend->iface->free_buf(m->backend, m->made_buf[i]);
+        free(m->made[i]);
+    }
     if (m->backend) {
         if (m->weight_buf) m->backend->iface->free_buf(m->backend, m->weight_buf);
         ob_backend_free(m->backend);
     }
     if (m->tok) ob_tokenizer_free(m->tok);
     free(m->weights);
+    free(m->bound);
     free(m->chat_template);
     free(m->path);
     ob_gguf_close(m->gguf);
@@ -105,7 +168,8 @@ void ob_model_free(ob_model *m) {
 static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
     int64_t n = ob_gguf_n_tensors(m->gguf);
     m->weights = calloc((size_t)(n ? n : 1), sizeof(ob_weight));
-    if (!m->weights) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
+    m->bound = calloc((size_t)(n ? n : 1), sizeof(bool));
+    if (!m->weights || !m->bound) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     m->n_weights = n;
     size_t total = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -193,6 +257,10 @@ ob_status ob_model_load(const char *path, const ob_model_params *params, ob_mode
     if (st) goto fail;
     ob_model_view mv = {m, false};
     st = m->arch->bind(&mv, &m->hp, &m->arch_priv, err, err_len);
+    if (st) goto fail;
+    st = ob_rope_resolve(&mv, &m->hp, &m->params, err, err_len);
+    if (st) goto fail;
+    st = check_all_bound(m, err, err_len);
     if (st) goto fail;
     *out = m;
     return OB_OK;

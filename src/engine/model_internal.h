@@ -6,6 +6,8 @@
 #include "backend/backend.h"
 #include "format/quant.h"
 
+#define OB_MODEL_MAX_MADE 4
+
 struct ob_model {
     ob_gguf *gguf;           /* owns the mapping the CPU weights point into */
     ob_backend *backend;
@@ -14,6 +16,11 @@ struct ob_model {
     void *arch_priv;         /* family-private weight pointers */
     ob_weight *weights;      /* [n_weights], one per GGUF tensor */
     int64_t n_weights;
+    bool *bound;             /* [n_weights]: looked up by the family (or the rope setup) */
+    /* weights the file does not hold (ob_mv_new_weight), each in a buffer of its own */
+    ob_weight *made[OB_MODEL_MAX_MADE];
+    void *made_buf[OB_MODEL_MAX_MADE];
+    int n_made;
     void *weight_buf;        /* device copy of all weights (NULL when borrowed from the mmap) */
     ob_tokenizer *tok;
     char *chat_template;

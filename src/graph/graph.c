@@ -65,7 +65,8 @@ bool ob_node_f32_shapes_ok(const ob_tensor *n) {
         const int n_rot = n->ip[0];
         return f32_t(a) && f32_t(n) && b && b->type == OB_TYPE_I32 && ob_nelements(n) == ob_nelements(a) &&
                n->ne[0] == a->ne[0] && n_rot > 0 && n_rot % 2 == 0 && n_rot <= a->ne[0] &&
-               (n->ip[1] == 0 || n->ip[1] == 2) && ob_nelements(b) == a->ne[2] * a->ne[3];
+               (n->ip[1] == 0 || n->ip[1] == 2) && ob_nelements(b) == a->ne[2] * a->ne[3] &&
+               (!n->src[2] || (f32_t(n->src[2]) && ob_nelements(n->src[2]) == n_rot / 2)) && isfinite(n->fp[2]);
     }
     default:
         return false;
@@ -178,13 +179,16 @@ ob_tensor *ob_scale(ob_graph *g, ob_tensor *a, float s) {
     return t;
 }
 
-ob_tensor *ob_rope(ob_graph *g, ob_tensor *x, ob_tensor *pos, int n_rot, int mode, float base, float freq_scale) {
+ob_tensor *ob_rope(ob_graph *g, ob_tensor *x, ob_tensor *pos, ob_tensor *factors, int n_rot, int mode, float base,
+                   float freq_scale, float mscale) {
     ob_tensor *t = unary_like(g, OB_OP_ROPE, x);
     t->src[1] = pos;
+    t->src[2] = factors;
     t->ip[0] = n_rot;
     t->ip[1] = mode;
     t->fp[0] = base;
     t->fp[1] = freq_scale;
+    t->fp[2] = mscale;
     return t;
 }
 

@@ -20,9 +20,15 @@ typedef enum ob_op {
     OB_OP_ADD,        /* src0 [n, rows] + src1 ([n, rows] or [n] broadcast) */
     OB_OP_MUL,        /* src0 [n, rows] * src1 ([n, rows] or [n] broadcast) */
     OB_OP_SCALE,      /* src0 * f[0] */
-    OB_OP_ROPE,       /* src0 F32 [head_dim, n_head, T]; src1 pos I32 [T].
+    OB_OP_ROPE,       /* src0 F32 [head_dim, n_head, T]; src1 pos I32 [T]; src2 NULL or
+                         frequency factors F32 [n_rot/2].
                          i[0] n_rot, i[1] mode (0 = adjacent pairs, 2 = NeoX halves);
-                         f[0] freq_base, f[1] freq_scale */
+                         f[0] freq_base, f[1] freq_scale, f[2] mscale.
+                         Pair i < n_rot/2 turns by theta = pos * f[1] * f[0]^(-2i/n_rot) / src2[i]
+                         (src2 NULL: / 1), as ggml's rope_ext with its factors; both rotated
+                         elements are then multiplied by f[2] (YaRN's attention factor, 1 for
+                         none). Elements past n_rot are copied unscaled. YaRN's per-pair
+                         ramp is folded into src2 by the host (arch/rope.c) */
     OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (F32/F16/Q8_0 [row, cells]) at
                          cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T].
                          dst is a 1-element F32 token that orders later reads. A token
@@ -135,7 +141,9 @@ ob_tensor *ob_matmul(ob_graph *g, ob_tensor *w, ob_tensor *x);
 ob_tensor *ob_add(ob_graph *g, ob_tensor *a, ob_tensor *b);
 ob_tensor *ob_mul(ob_graph *g, ob_tensor *a, ob_tensor *b);
 ob_tensor *ob_scale(ob_graph *g, ob_tensor *a, float s);
-ob_tensor *ob_rope(ob_graph *g, ob_tensor *x, ob_tensor *pos, int n_rot, int mode, float base, float freq_scale);
+/* factors: NULL or F32 [n_rot/2]; mscale 1 for none (see OB_OP_ROPE). */
+ob_tensor *ob_rope(ob_graph *g, ob_tensor *x, ob_tensor *pos, ob_tensor *factors, int n_rot, int mode, float base,
+                   float freq_scale, float mscale);
 ob_tensor *ob_kv_store(ob_graph *g, ob_tensor *x, ob_tensor *cache, ob_tensor *pos, ob_tensor *seq, int cells_per_seq);
 ob_tensor *ob_attention(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc, ob_tensor *pos,
                         ob_tensor *seq, ob_tensor *order, int cells_per_seq, int n_head_kv,

@@ -27,8 +27,12 @@ def minilm_dir():
 
 
 class ModelParams(C.Structure):
+    # include/onebit.h's ob_model_params, field for field
     _fields_ = [("device", C.c_int), ("device_index", C.c_int), ("strict_device", C.c_bool),
-                ("n_threads", C.c_int), ("mem_budget", C.c_size_t)]
+                ("n_threads", C.c_int), ("mem_budget", C.c_size_t), ("rope_scaling", C.c_int),
+                ("rope_freq_base", C.c_float), ("rope_freq_scale", C.c_float), ("yarn_orig_ctx", C.c_int),
+                ("yarn_ext_factor", C.c_float), ("yarn_attn_factor", C.c_float), ("yarn_beta_fast", C.c_float),
+                ("yarn_beta_slow", C.c_float)]
 
 
 class ContextParams(C.Structure):

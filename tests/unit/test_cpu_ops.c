@@ -233,27 +233,54 @@ static void test_rope(void) {
     int64_t ne[3] = {64, 3, 5};
     int32_t pos[5] = {0, 1, 17, 4095, 100000};
     int64_t npos[1] = {5};
-    for (int mode = 0; mode <= 2; mode += 2)
-        for (int nr = 0; nr < 2; nr++) {
-            int n_rot = nr ? 32 : 64;
-            ob_graph *g = ob_graph_new(4);
-            float *x = rand_f32(ne[0] * ne[1] * ne[2], 1.0f);
-            ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, npos, pos),
-                                   n_rot, mode, 10000.0f, nr ? 0.25f : 1.0f);
-            char what[64];
-            snprintf(what, sizeof(what), "rope mode %d n_rot %d", mode, n_rot);
-            check_graph(g, o, 1e-6, 1e-5, what);
-            ob_graph_free(g);
-            free(x);
-        }
+    /* with frequency factors (llama3's rope_freqs, YaRN's folded ramp) and an mscale */
+    for (int ff = 0; ff < 2; ff++)
+        for (int mode = 0; mode <= 2; mode += 2)
+            for (int nr = 0; nr < 2; nr++) {
+                int n_rot = nr ? 32 : 64;
+                ob_graph *g = ob_graph_new(5);
+                float *x = rand_f32(ne[0] * ne[1] * ne[2], 1.0f), fac[32];
+                ob_rng r;
+                ob_rng_seed(&r, 77 + (uint64_t)n_rot);
+                for (int i = 0; i < n_rot / 2; i++) fac[i] = 0.5f + 39.5f * ob_rng_uniform(&r);
+                int64_t nf[1] = {n_rot / 2};
+                ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x),
+                                       ob_leaf(g, "pos", OB_TYPE_I32, 1, npos, pos),
+                                       ff ? ob_leaf(g, "ff", OB_TYPE_F32, 1, nf, fac) : NULL, n_rot, mode, 10000.0f,
+                                       nr ? 0.25f : 1.0f, ff ? 1.1386294f : 1.0f);
+                char what[64];
+                snprintf(what, sizeof(what), "rope mode %d n_rot %d factors %d", mode, n_rot, ff);
+                check_graph(g, o, 1e-6, 1e-5, what);
+                ob_graph_free(g);
+                free(x);
+            }
+    /* Known values with factors and mscale: pair 0 of a head at position p turns by
+     * p / factor_0, both outputs scaled; elements past n_rot pass through unscaled. */
+    {
+        ob_graph *g = ob_graph_new(5);
+        float x[6] = {1, 0, 1, 0, 5, 7}, fac[2] = {4, 2};
+        int64_t ne1[3] = {6, 1, 1}, n1[1] = {1}, nf[1] = {2};
+        int32_t p[1] = {3};
+        ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne1, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, p),
+                               ob_leaf(g, "ff", OB_TYPE_F32, 1, nf, fac), 4, 0, 10000.0f, 1.0f, 2.0f);
+        ob_graph_plan(g);
+        float *buf = aligned_alloc(64, 256);
+        ob_graph_bind(g, buf);
+        CHECK(g_be[0]->iface->compute(g_be[0], g, NULL, 0) == OB_OK);
+        float *y = o->data;
+        CHECKF(fabsf(y[0] - 2 * cosf(0.75f)) < 1e-6f && fabsf(y[1] - 2 * sinf(0.75f)) < 1e-6f && y[4] == 5 && y[5] == 7,
+               "rope factors: %g %g %g %g", y[0], y[1], y[4], y[5]);
+        free(buf);
+        ob_graph_free(g);
+    }
     /* Known values: the first pair of a head at position p rotates by exactly p radians. */
     {
         ob_graph *g = ob_graph_new(4);
         float x[4] = {1, 0, 1, 0};
         int64_t ne1[3] = {4, 1, 1}, n1[1] = {1};
         int32_t p[1] = {3};
-        ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne1, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, p), 4, 0,
-                               10000.0f, 1.0f);
+        ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne1, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, n1, p), NULL, 4, 0,
+                               10000.0f, 1.0f, 1.0f);
         ob_graph_plan(g);
         float *buf = aligned_alloc(64, 256);
         ob_graph_bind(g, buf);

@@ -40,6 +40,14 @@ static float *rand_f32(int64_t n, float scale) {
     return x;
 }
 
+/* n ROPE frequency factors, uniform in [0.5, 40]: a YaRN-like spread that divides the
+ * angles, never the identity. */
+static float *rand_factors(int64_t n) {
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) f[i] = 0.5f + 39.5f * ob_rng_uniform(&rng);
+    return f;
+}
+
 /* Bytes of n random values of type t (quantized from normals). */
 static void *rand_typed(ob_type t, int64_t n, float scale) {
     float *x = rand_f32(n, scale);
@@ -642,8 +650,8 @@ static void test_fused(ob_backend *be, ob_backend *plain) {
             ob_graph *g = ob_graph_new(8);
             int64_t nq[3] = {hd, H, T}, np[1] = {T}, nw[1] = {hd};
             ob_tensor *X = ob_leaf(g, "x", OB_TYPE_F32, 3, nq, xq), *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, np, pos);
-            ob_tensor *y = ob_rope(g, ob_rms_norm(g, X, ob_leaf(g, "w", OB_TYPE_F32, 1, nw, wq), 1e-6f), P, 48, mode,
-                                   10000.0f, 0.5f);
+            ob_tensor *y = ob_rope(g, ob_rms_norm(g, X, ob_leaf(g, "w", OB_TYPE_F32, 1, nw, wq), 1e-6f), P, NULL, 48, mode,
+                                   10000.0f, 0.5f, 1.0f);
             run_both_keep(pass ? plain : be, g, y, NULL, 2e-6, mode ? "norm+rope neox" : "norm+rope adjacent", &got[pass]);
             ob_graph_free(g);
         }
@@ -684,24 +692,33 @@ static void test_fused(ob_backend *be, ob_backend *plain) {
  * (OB_CU_FUSE_QKV, checked through its counter) and the last-block merge
  * (OB_CU_FUSE_ATTN_ONE), and agree with the CPU and, to rounding, with fusion off. */
 static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t hd, ob_type kt, ob_type vt, int T, int mode,
-                       int extra) {
+                       int extra, int yarn) {
     const bool extra_reader = extra == 1; /* 2: the raw k and v are read again after the attention */
-    const int64_t H = 4, Hk = 2, cps = 192, cells = 2 * cps, row = hd * Hk;
+    /* yarn: 1, q and k share random frequency factors and an mscale, at positions near 30011
+     * (so a cache of 30016 cells a sequence); 2, k's mscale differs from q's; 3, k's factors
+     * are another tensor. 2 and 3 still take the one-launch tail but never the fold, whose
+     * angles q and k share. */
+    const int64_t H = 4, Hk = 2, cps = yarn ? 30016 : 192, cells = 2 * cps, row = hd * Hk;
     float *xq = rand_f32(hd * H * T, 1.0f), *bq = rand_f32(hd * H, 0.5f), *xk = rand_f32(row * T, 1.0f);
     float *bk = rand_f32(row, 0.5f), *xv = rand_f32(row * T, 1.0f), *bv = rand_f32(row, 0.5f);
     float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
     void *kc = rand_typed(kt, row * cells, 1.0f), *vc = rand_typed(vt, row * cells, 1.0f);
+    float *ff = yarn ? rand_factors(hd / 2) : NULL, *ff2 = yarn == 3 ? rand_factors(hd / 2) : NULL;
+    const float qms = yarn ? 1.1386f : 1.0f, kms = yarn == 2 ? 1.0f : qms;
     int32_t pos[8], seq[8];
     /* a cache of several splits, so the in-block merge runs */
-    for (int t = 0; t < T; t++) { seq[t] = t % 2; pos[t] = 140 + 7 * (t % 2) + t / 2; }
+    for (int t = 0; t < T; t++) {
+        seq[t] = t % 2;
+        pos[t] = yarn ? 30011 - 7 * (t % 2) - t / 2 : 140 + 7 * (t % 2) + t / 2;
+    }
     float *got[2] = {NULL, NULL};
-    char what[160];
+    char what[200];
     /* pass 0: fused, cache K checked; 1: fused, cache V checked; 2: fusion off */
     for (int pass = 0; pass < 3; pass++) {
         ob_backend *b = pass == 2 ? plain : be;
         ob_graph *g = ob_graph_new(40);
         int64_t nq[2] = {hd * H, T}, nk[2] = {row, T}, nbq[1] = {hd * H}, nbk[1] = {row}, nw[1] = {hd};
-        int64_t nc[2] = {row, cells}, nt[1] = {T}, q3[3] = {hd, H, T}, k3[3] = {hd, Hk, T};
+        int64_t nc[2] = {row, cells}, nt[1] = {T}, q3[3] = {hd, H, T}, k3[3] = {hd, Hk, T}, nf[1] = {hd / 2};
         ob_tensor *q = ob_add(g, ob_leaf(g, "xq", OB_TYPE_F32, 2, nq, xq), ob_leaf(g, "bq", OB_TYPE_F32, 1, nbq, bq));
         ob_tensor *k = ob_add(g, ob_leaf(g, "xk", OB_TYPE_F32, 2, nk, xk), ob_leaf(g, "bk", OB_TYPE_F32, 1, nbk, bk));
         ob_tensor *v = ob_add(g, ob_leaf(g, "xv", OB_TYPE_F32, 2, nk, xv), ob_leaf(g, "bv", OB_TYPE_F32, 1, nbk, bv));
@@ -712,9 +729,11 @@ static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t 
         k = ob_view(g, k, 3, k3);
         if (qk_norm) q = ob_rms_norm(g, q, ob_leaf(g, "wq", OB_TYPE_F32, 1, nw, wq), 1e-6f);
         ob_tensor *qn = q;
-        q = ob_rope(g, q, P, (int)hd, mode, 10000.0f, 1.0f);
+        ob_tensor *FQ = ff ? ob_leaf(g, "ff", OB_TYPE_F32, 1, nf, ff) : NULL;
+        ob_tensor *FK = ff2 ? ob_leaf(g, "ff2", OB_TYPE_F32, 1, nf, ff2) : FQ;
+        q = ob_rope(g, q, P, FQ, (int)hd, mode, 10000.0f, 1.0f, qms);
         if (qk_norm) k = ob_rms_norm(g, k, ob_leaf(g, "wk", OB_TYPE_F32, 1, nw, wk), 1e-6f);
-        k = ob_rope(g, k, P, (int)hd, mode, 10000.0f, 1.0f);
+        k = ob_rope(g, k, P, FK, (int)hd, mode, 10000.0f, 1.0f, kms);
         ob_tensor *ks = ob_kv_store(g, k, KC, P, S, (int)cps), *vs = ob_kv_store(g, v, VC, P, S, (int)cps);
         vs->src[4] = ks;
         ob_tensor *a = ob_attention(g, q, KC, VC, P, S, vs, (int)cps, (int)Hk, 0, true, 0.125f, 0), *at = a;
@@ -724,9 +743,11 @@ static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t 
         /* read again after the attention, the raw k and v stay live, so its output cannot
          * take their bytes and the fold applies at hd = 64 too */
         if (extra == 2) ob_add(g, (ob_tensor *)raw[1], (ob_tensor *)raw[2]);
-        snprintf(what, sizeof(what), "q/k/v tail %s hd=%lld K %s V %s T=%d rope mode %d%s (%s, %s cache checked)",
+        snprintf(what, sizeof(what), "q/k/v tail %s hd=%lld K %s V %s T=%d rope mode %d%s%s (%s, %s cache checked)",
                  qk_norm ? "qwen3 (q/k norm)" : "llama (no norm)", (long long)hd, ob_type_name(kt), ob_type_name(vt), T, mode,
-                 extra_reader ? ", q norm read again" : extra == 2 ? ", raw k and v read again" : "", pass == 2 ? "unfused" : "fused", pass == 1 ? "V" : "K");
+                 extra_reader ? ", q norm read again" : extra == 2 ? ", raw k and v read again" : "",
+                 yarn == 1 ? ", factors+mscale" : yarn == 2 ? ", factors, k mscale apart" : yarn == 3 ? ", k factors apart" : "",
+                 pass == 2 ? "unfused" : "fused", pass == 1 ? "V" : "K");
         const int64_t qkv0 = ob_backend_cuda_stat(b, OB_CU_STAT_QKV), one0 = ob_backend_cuda_stat(b, OB_CU_STAT_ATTN_ONE);
         const int64_t fold0 = ob_backend_cuda_stat(b, OB_CU_STAT_ATTN_FOLD);
         /* A Q8_0 K cache of normed rows: the GPU's rsqrtf may move a block's f16 scale by an
@@ -749,7 +770,7 @@ static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t 
             const bool same = r == 0 && o0 == r0 && o1 == r1;
             if (!same && o0 < r1 && r0 < o1) apart = false;
         }
-        const int wf = wq_ && T == 1 && kt == OB_TYPE_F16 && vt == OB_TYPE_F16 && apart ? 1 : 0;
+        const int wf = wq_ && T == 1 && kt == OB_TYPE_F16 && vt == OB_TYPE_F16 && apart && yarn < 2 ? 1 : 0;
         if (pass == 0 && T == 1 && kt == OB_TYPE_F16 && vt == OB_TYPE_F16 && !extra_reader)
             printf("q/k/v tail hd=%lld: attention output at %zu, raw q/k/v at %zu/%zu/%zu: fold %s\n", (long long)hd, at->offset,
                    raw[0]->offset, raw[1]->offset, raw[2]->offset, apart ? "expected" : "not allowed");
@@ -761,16 +782,16 @@ static void qkv_case_x(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t 
     if (got[0] && got[1]) {
         /* k_qkv repeats the unfused float operations; the fold into the attention sums the
          * norm's squares in another order (an ulp, and at times an f16 rounding of K) */
-        const bool fold = qk_norm && T == 1 && kt == OB_TYPE_F16 && vt == OB_TYPE_F16 && !extra_reader;
+        const bool fold = qk_norm && T == 1 && kt == OB_TYPE_F16 && vt == OB_TYPE_F16 && !extra_reader && yarn < 2;
         const double e = rel_err(got[0], got[1], hd * H * T);
         CHECKF(e <= (fold ? 1e-4 : 1e-6), "q/k/v tail norm=%d hd=%lld T=%d: fused vs unfused rel err %.3g", qk_norm, (long long)hd, T, e);
     }
     free(got[0]); free(got[1]);
-    free(xq); free(bq); free(xk); free(bk); free(xv); free(bv); free(wq); free(wk); free(kc); free(vc);
+    free(xq); free(bq); free(xk); free(bk); free(xv); free(bv); free(wq); free(wk); free(kc); free(vc); free(ff); free(ff2);
 }
 
 static void qkv_case(ob_backend *be, ob_backend *plain, bool qk_norm, int64_t hd, ob_type kt, ob_type vt, int T, int mode) {
-    qkv_case_x(be, plain, qk_norm, hd, kt, vt, T, mode, 0);
+    qkv_case_x(be, plain, qk_norm, hd, kt, vt, T, mode, 0, 0);
 }
 
 /* The split decode attention's arrival counters must be back at zero after every launch:
@@ -837,15 +858,75 @@ static void test_fused_decode(ob_backend *be, ob_backend *plain) {
             qkv_case(be, plain, true, 128, kv[c][0], kv[c][1], T, 2);
             qkv_case(be, plain, false, 64, kv[c][0], kv[c][1], T, 0);
         }
-    qkv_case_x(be, plain, true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 1);
+    qkv_case_x(be, plain, true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 1, 0);
     /* the fold at head size 256 (Gemma 3); at 64 (with a norm and NeoX halves, and without a
      * norm on adjacent pairs) once the output takes raw v's bytes (no fold) and once apart */
     qkv_case(be, plain, true, 256, OB_TYPE_F16, OB_TYPE_F16, 1, 2);
     qkv_case(be, plain, true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2);
-    qkv_case_x(be, plain, true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2);
-    qkv_case_x(be, plain, false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2);
+    qkv_case_x(be, plain, true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 0);
+    qkv_case_x(be, plain, false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 0);
     attn_replay_case(be, OB_TYPE_F16, 1, 700, 500);
     attn_replay_case(be, OB_TYPE_Q8_0, 2, 4096, 37);
+}
+
+/* ROPE with frequency factors and an mscale (YaRN, Llama 3's scaling) in every kernel that
+ * rotates: the plain rope, the fused norm+rope, the one-launch q/k/v tail and the tail
+ * folded into the decode attention. Its inputs come from a seed of their own, so the
+ * tests after it draw what they drew without it. */
+static void test_rope_factors(ob_backend *be, ob_backend *plain) {
+    const ob_rng saved = rng;
+    ob_rng_seed(&rng, 30011);
+    const int64_t hd = 64, H = 3, T = 4;
+    int32_t pos[4] = {0, 17, 1000, 30011};
+    int64_t nq[3] = {hd, H, T}, np[1] = {T}, nw[1] = {hd};
+    /* c: mode (adjacent, NeoX) x {factors + mscale at n_rot 48 and 64, factors alone,
+     * mscale alone}; a partial rotation's tail is copied unscaled */
+    for (int c = 0; c < 8; c++) {
+        const int mode = c % 2 ? 2 : 0, n_rot = c / 2 == 1 ? 64 : 48;
+        const bool with_ff = c / 2 != 3;
+        const float ms = c / 2 == 2 ? 1.0f : 1.1386f;
+        float *x = rand_f32(hd * H * T, 1.0f), *ff = rand_factors(n_rot / 2);
+        ob_graph *g = ob_graph_new(8);
+        int64_t nf[1] = {n_rot / 2};
+        ob_tensor *X = ob_leaf(g, "x", OB_TYPE_F32, 3, nq, x), *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, np, pos);
+        ob_tensor *F = with_ff ? ob_leaf(g, "ff", OB_TYPE_F32, 1, nf, ff) : NULL;
+        ob_tensor *y = ob_rope(g, X, P, F, n_rot, mode, 10000.0f, 0.5f, ms);
+        char what[96];
+        snprintf(what, sizeof(what), "rope %s n_rot %d%s mscale %.4g", mode ? "neox" : "adjacent", n_rot,
+                 with_ff ? " factors" : "", (double)ms);
+        CHECKF(be->iface->supports(be, y), "%s: supported", what);
+        run_both(be, g, y, NULL, 1e-6, what);
+        ob_graph_free(g);
+        free(x); free(ff);
+    }
+    /* RMS_NORM -> ROPE (q/k norm), fused and not, with factors and mscale */
+    for (int mode = 0; mode <= 2; mode += 2) {
+        float *xq = rand_f32(hd * H * T, 2.0f), *wq = rand_f32(hd, 1.0f), *ff = rand_factors(24), *got[2] = {NULL, NULL};
+        for (int pass = 0; pass < 2; pass++) {
+            ob_graph *g = ob_graph_new(8);
+            int64_t nf[1] = {24};
+            ob_tensor *X = ob_leaf(g, "x", OB_TYPE_F32, 3, nq, xq), *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, np, pos);
+            ob_tensor *F = ob_leaf(g, "ff", OB_TYPE_F32, 1, nf, ff);
+            ob_tensor *y = ob_rope(g, ob_rms_norm(g, X, ob_leaf(g, "w", OB_TYPE_F32, 1, nw, wq), 1e-6f), P, F, 48, mode,
+                                   10000.0f, 0.5f, 1.1386f);
+            run_both_keep(pass ? plain : be, g, y, NULL, 2e-6,
+                          mode ? "norm+rope neox factors+mscale" : "norm+rope adjacent factors+mscale", &got[pass]);
+            ob_graph_free(g);
+        }
+        if (got[0] && got[1])
+            CHECKF(rel_err(got[0], got[1], hd * H * T) <= 1e-6, "norm+rope factors+mscale mode %d: fused vs unfused", mode);
+        free(got[0]); free(got[1]); free(xq); free(wq); free(ff);
+    }
+    /* the q/k/v tail: folded into the attention (one token, f16 caches; NeoX with q/k norm,
+     * adjacent pairs without), as one launch (three tokens; a Q8_0 K cache), and refused
+     * the fold where q's and k's ropes differ in mscale or in factors */
+    qkv_case_x(be, plain, true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 1);
+    qkv_case_x(be, plain, false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 1);
+    qkv_case_x(be, plain, true, 128, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 1);
+    qkv_case_x(be, plain, false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 0, 0, 1);
+    qkv_case_x(be, plain, true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 2);
+    qkv_case_x(be, plain, false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 3);
+    rng = saved;
 }
 
 static void test_elementwise(ob_backend *be) {
@@ -884,7 +965,7 @@ static void test_elementwise(ob_backend *be) {
         ob_graph *g = ob_graph_new(8);
         int64_t nq[3] = {hd, H, T}, np[1] = {T};
         ob_tensor *X = ob_leaf(g, "x", OB_TYPE_F32, 3, nq, x), *P = ob_leaf(g, "pos", OB_TYPE_I32, 1, np, pos);
-        ob_tensor *y = ob_rope(g, X, P, 48, mode, 10000.0f, 0.5f);
+        ob_tensor *y = ob_rope(g, X, P, NULL, 48, mode, 10000.0f, 0.5f, 1.0f);
         run_both(be, g, y, NULL, 1e-6, mode ? "rope neox" : "rope adjacent");
         ob_graph_free(g);
         free(x);
@@ -1318,6 +1399,7 @@ int main(void) {
         if (plain) test_fused(be, plain);
         if (plain) test_fused_decode(be, plain);
         if (plain) test_fused_norm_sizes(be, plain);
+        if (plain) test_rope_factors(be, plain);
         ob_backend_free(plain);
         test_fallback();
         test_matmul_blas();

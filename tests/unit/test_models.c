@@ -1,11 +1,21 @@
 /* Golden end-to-end test: tiny random models of each architecture (made with
  * transformers by tests/fixtures/models/make_fixtures.py) give the same logits
- * (1e-4 relative, F32 weights and KV) and the same 32 greedy tokens as transformers. */
+ * (1e-4 relative, F32 weights and KV) and the same 32 greedy tokens as transformers.
+ *
+ * Far positions: each fixture again over a 2,048-token prompt and 32 more tokens fed one
+ * at a time (the decode kernels, fused ones included, at positions 2048-2079), on every
+ * backend this build has, and the RoPE variants (llama3 at factors 8 and 32, YaRN) in
+ * the GGUF llama.cpp's own converter wrote and in the one `1bit convert` writes from the
+ * same Hugging Face folder. Errors are printed by position range; a backend this build
+ * has but this machine lacks is reported SKIPPED. */
 #include "testutil.h"
 #include "onebit.h"
+#include "convert/convert.h"
+#include "backend/backend.h"
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FIX "tests/fixtures/models/"
 
@@ -145,7 +155,157 @@ static void check_batch_invariance(const char *arch) {
     ob_model_free(m);
 }
 
+typedef struct dev { ob_device_kind kind; const char *name; } dev;
+
+/* Positions [lo, hi) of the error table. */
+static const int g_ranges[][2] = {{0, 16}, {16, 128}, {128, 512}, {512, 1536}, {1536, 2048}, {2048, 2080}};
+#define N_RANGES ((int)(sizeof(g_ranges) / sizeof(g_ranges[0])))
+
+/* The long reference `ref` (json + logits: rows for the prompt then for each greedy token
+ * fed back) against the model file at path on device d: prefill in chunks of 512, then one
+ * token a step. Returns false when the device is missing. */
+static void run_long(const char *ref, const char *path, const dev *d, const char *what) {
+    char p[256], err[512];
+    snprintf(p, sizeof(p), FIX "%s.json", ref);
+    json_error_t je;
+    json_t *meta = json_load_file(p, 0, &je);
+    CHECKF(meta != NULL, "%s: %s", p, je.text);
+    if (!meta) return;
+    int V = (int)json_integer_value(json_object_get(meta, "vocab"));
+    json_t *jp = json_object_get(meta, "prompt"), *jg = json_object_get(meta, "greedy");
+    int np = (int)json_array_size(jp), ng = (int)json_array_size(jg), n = np + ng;
+    snprintf(p, sizeof(p), FIX "%s.logits.f32", ref);
+    size_t len = 0;
+    float *want = ob_test_read_file(p, &len);
+    CHECKF(want && len == sizeof(float) * (size_t)n * (size_t)V && np >= 2048, "%s: %zu bytes for %d rows", p, len, n);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * 3);
+    if (!want || len != sizeof(float) * (size_t)n * (size_t)V || !tok) {
+        free(want), free(tok), json_decref(meta);
+        return;
+    }
+    int32_t *pos = tok + n, *seq = pos + n;
+    for (int i = 0; i < n; i++) {
+        tok[i] = (int32_t)json_integer_value(json_array_get(i < np ? jp : jg, (size_t)(i < np ? i : i - np)));
+        pos[i] = i;
+        seq[i] = 0;
+    }
+    ob_model_params mp = ob_model_default_params();
+    mp.device = d->kind;
+    mp.n_threads = 2;
+    ob_model *m = NULL;
+    if (ob_model_load(path, &mp, &m, err, sizeof(err))) {
+        CHECKF(0, "%s on %s: %s", what, d->name, err);
+        free(want), free(tok), json_decref(meta);
+        return;
+    }
+    ob_context_params cp = ob_context_default_params();
+    cp.n_ctx = n;
+    cp.n_batch = 512;
+    cp.type_k = cp.type_v = OB_KV_F32;
+    ob_context *c = NULL;
+    double rerr[N_RANGES] = {0};
+    int top1[N_RANGES] = {0}, rows[N_RANGES] = {0};
+    ob_status st = ob_context_new(m, &cp, &c, err, sizeof(err));
+    CHECKF(st == OB_OK, "%s: %s", what, err);
+    int8_t *wantl = malloc((size_t)n);
+    for (int i = 0; i < n && !st; i++) wantl[i] = 1;
+    for (int at = 0; at < n && !st;) {
+        int k = at < np ? (np - at < 512 ? np - at : 512) : 1;
+        ob_batch b = {k, tok + at, pos + at, seq + at, wantl + at};
+        st = ob_decode(c, &b, err, sizeof(err));
+        CHECKF(st == OB_OK, "%s at %d: %s", what, at, err);
+        for (int j = 0; j < k && !st; j++) {
+            const float *got = ob_get_logits(c, j), *ref_row = want + (size_t)(at + j) * V;
+            double e = row_rel_err(got, ref_row, V);
+            int r = 0;
+            while (r + 1 < N_RANGES && at + j >= g_ranges[r][1]) r++;
+            if (e > rerr[r] || e != e) rerr[r] = e != e ? INFINITY : e;
+            int bg = 0, br = 0;
+            for (int v = 1; v < V; v++) {
+                if (got[v] > got[bg]) bg = v;
+                if (ref_row[v] > ref_row[br]) br = v;
+            }
+            top1[r] += bg == br;
+            rows[r]++;
+        }
+        at += k;
+    }
+    if (!st) {
+        printf("%-28s %-7s", what, d->name);
+        for (int r = 0; r < N_RANGES; r++)
+            printf(" [%d,%d) %.1e/%d%%", g_ranges[r][0], g_ranges[r][1], rerr[r], rows[r] ? 100 * top1[r] / rows[r] : 0);
+        printf("\n");
+        for (int r = 0; r < N_RANGES; r++)
+            CHECKF(rerr[r] <= 1e-4, "%s on %s: positions [%d,%d): logits rel err %.3g > 1e-4", what, d->name,
+                   g_ranges[r][0], g_ranges[r][1], rerr[r]);
+    }
+    free(wantl);
+    ob_context_free(c);
+    ob_model_free(m);
+    free(want), free(tok), json_decref(meta);
+}
+
+/* Whether this machine has the device (a GPU backend that is built but finds no device
+ * is reported SKIPPED, not passed). */
+static bool dev_present(const dev *d) {
+    char err[256] = "";
+    ob_backend *b = NULL;
+#ifdef ONEBIT_CUDA
+    if (d->kind == OB_DEVICE_CUDA) b = ob_backend_cuda_new(0, false, err, sizeof(err));
+#endif
+#ifdef ONEBIT_VULKAN
+    if (d->kind == OB_DEVICE_VULKAN) b = ob_backend_vulkan_new(0, false, err, sizeof(err));
+#endif
+    if (d->kind == OB_DEVICE_CPU) return true;
+    if (!b) printf("%s: SKIPPED (no device: %s)\n", d->name, err);
+    ob_backend_free(b);
+    return b != NULL;
+}
+
+static void run_long_all(const dev *devs, int n_dev) {
+    static const char *const plain[] = {"llama", "qwen2", "qwen3", "gemma3"};
+    static const char *const variants[] = {"llama3-f8", "llama3-f32", "qwen3-yarn"};
+    char ref[64], path[256], what[64], err[512];
+    printf("rel err by position range / top-1 agreement with transformers (F32 weights and KV):\n");
+    bool have[8];
+    for (int k = 0; k < n_dev; k++) have[k] = dev_present(&devs[k]);
+    for (int k = 0; k < n_dev; k++)
+        for (int i = 0; i < 4 && have[k]; i++) {
+            snprintf(ref, sizeof(ref), "%s.long", plain[i]);
+            snprintf(path, sizeof(path), FIX "%s.gguf", plain[i]);
+            run_long(ref, path, &devs[k], plain[i]);
+        }
+    for (int i = 0; i < 3; i++) {
+        /* `1bit convert` of the Hugging Face folder the reference was made from */
+        char hf[256], out[128];
+        snprintf(hf, sizeof(hf), FIX "%s-hf", variants[i]);
+        snprintf(out, sizeof(out), "/tmp/ob_models_%s_%d.gguf", variants[i], (int)getpid());
+        ob_convert_opts co = {OB_TYPE_F32, NULL};
+        ob_status cst = ob_convert_hf(hf, out, &co, err, sizeof(err));
+        CHECKF(cst == OB_OK, "convert %s: %s", hf, err);
+        for (int k = 0; k < n_dev; k++) {
+            if (!have[k]) continue;
+            snprintf(path, sizeof(path), FIX "%s.gguf", variants[i]);
+            snprintf(what, sizeof(what), "%s (llama.cpp's file)", variants[i]);
+            run_long(variants[i], path, &devs[k], what);
+            snprintf(what, sizeof(what), "%s (1bit convert)", variants[i]);
+            if (!cst) run_long(variants[i], out, &devs[k], what);
+        }
+        unlink(out);
+    }
+}
+
 int main(void) {
+    const dev devs[] = {
+        {OB_DEVICE_CPU, "cpu"},
+#ifdef ONEBIT_CUDA
+        {OB_DEVICE_CUDA, "cuda"},
+#endif
+#ifdef ONEBIT_VULKAN
+        {OB_DEVICE_VULKAN, "vulkan"},
+#endif
+    };
+    run_long_all(devs, (int)(sizeof(devs) / sizeof(devs[0])));
     const char *arches[] = {"llama", "qwen2", "qwen3", "gemma3"};
     for (int i = 0; i < 4; i++) {
         run_arch(arches[i], OB_KV_F32, 512, 1e-4, true);

@@ -174,8 +174,8 @@ static void test_rope(void) {
             ob_graph *g = ob_graph_new(4);
             float *x = rand_f32(n, 1.0f);
             int64_t nt[1] = {5};
-            ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
-                                   partial ? 32 : 64, mode, 10000.0f, partial ? 0.5f : 1.0f);
+            ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), NULL,
+                                   partial ? 32 : 64, mode, 10000.0f, partial ? 0.5f : 1.0f, 1.0f);
             char what[64];
             snprintf(what, sizeof(what), "rope mode %d n_rot %d", mode, partial ? 32 : 64);
             /* float angles at pos 511 lose ~3e-5 rad next to the reference's double */
@@ -183,6 +183,30 @@ static void test_rope(void) {
             ob_graph_free(g);
             free(x);
         }
+    /* with frequency factors (theta divided by them: up to 2x 30011 rad) and mscale, each
+     * alone and both; their own random stream, so the tests after keep their inputs */
+    const ob_rng keep_rng = g_rng;
+    ob_rng_seed(&g_rng, 0x7a7du);
+    for (int mode = 0; mode <= 2; mode += 2)
+        for (int partial = 0; partial < 2; partial++)
+            for (int var = 0; var < 3; var++) {
+                const int n_rot = partial ? 32 : 64;
+                const bool ff = var != 1;
+                const float ms = var ? VKT_MSCALE : 1.0f;
+                int64_t ne[3] = {64, 3, 5}, n = 64 * 3 * 5, nt[1] = {5}, nf[1] = {n_rot / 2};
+                int32_t pos[5] = {0, 1, 17, 30011, 511};
+                ob_graph *g = ob_graph_new(6);
+                float *x = rand_f32(n, 1.0f), *fac = rand_rope_factors(n_rot / 2);
+                ob_tensor *o = ob_rope(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                                       ff ? ob_leaf(g, "factors", OB_TYPE_F32, 1, nf, fac) : NULL, n_rot, mode, 10000.0f,
+                                       partial ? 0.5f : 1.0f, ms);
+                char what[96];
+                snprintf(what, sizeof(what), "rope mode %d n_rot %d factors %d mscale %g", mode, n_rot, ff, (double)ms);
+                check_graph(g, o, 2e-4, 1e-4, what);
+                ob_graph_free(g);
+                free(x); free(fac);
+            }
+    g_rng = keep_rng;
 }
 
 /* q/k norm then rope per head, fused into one dispatch (modes 0 and 2, whole and partial
@@ -200,8 +224,8 @@ static void test_norm_rope(void) {
                     ob_graph *g = ob_graph_new(8);
                     ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x),
                                                partial ? NULL : ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
-                    ob_tensor *o = ob_rope(g, h, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), partial ? hd / 2 : hd, mode,
-                                           10000.0f, partial ? 0.5f : 1.0f);
+                    ob_tensor *o = ob_rope(g, h, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos), NULL, partial ? hd / 2 : hd, mode,
+                                           10000.0f, partial ? 0.5f : 1.0f, 1.0f);
                     if (reader) o = ob_add(g, o, h);
                     char what[96];
                     snprintf(what, sizeof(what), "norm+rope hd %d mode %d partial %d reader %d", hd, mode, partial, reader);
@@ -227,7 +251,7 @@ static void test_norm_rope(void) {
         ob_graph *g = ob_graph_new(12);
         ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
         ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
-        ob_tensor *k = ob_rope(g, h, pos_t, (int)hd, 2, 10000.0f, 1.0f);
+        ob_tensor *k = ob_rope(g, h, pos_t, NULL, (int)hd, 2, 10000.0f, 1.0f, 1.0f);
         ob_tensor *tc = ob_leaf(g, "cache", kv[ti], 2, nc, cache);
         ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
         char what[96];
@@ -242,6 +266,59 @@ static void test_norm_rope(void) {
         ob_graph_free(g);
         free(x); free(w); free(cache);
     }
+    /* the same with the rope's frequency factors and mscale (norm_rope.comp takes them
+     * in the push constants' last slots): fused alone and with the KV_STORE, and unfused */
+    const ob_rng keep_rng = g_rng;
+    ob_rng_seed(&g_rng, 0x7a7eu);
+    for (int hd = 64; hd <= 128; hd += 64)
+        for (int mode = 0; mode <= 2; mode += 2)
+            for (int partial = 0; partial < 2; partial++) {
+                const int n_rot = partial ? hd / 2 : hd;
+                int64_t ne[3] = {hd, 3, 5}, n = hd * 15, nt[1] = {5}, nff[1] = {n_rot / 2};
+                float *x = rand_f32(n, 2.0f), *w = rand_f32(hd, 1.0f), *fac = rand_rope_factors(n_rot / 2);
+                ob_graph *g = ob_graph_new(8);
+                ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x),
+                                           partial ? NULL : ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
+                ob_tensor *o = ob_rope(g, h, ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, pos),
+                                       ob_leaf(g, "factors", OB_TYPE_F32, 1, nff, fac), n_rot, mode, 10000.0f,
+                                       partial ? 0.5f : 1.0f, VKT_MSCALE);
+                char what[96];
+                snprintf(what, sizeof(what), "norm+rope factors, mscale hd %d mode %d partial %d", hd, mode, partial);
+                check_graph(g, o, 2e-4, 1e-4, what);
+                ob_vk *vk = g_be[0]->ctx;
+                CHECKF(vk->n_prev == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
+                if (nf) {
+                    check_on(nf, g, o, 2e-4, 1e-4, what);
+                    CHECK(((ob_vk *)nf->ctx)->n_prev == 2);
+                }
+                ob_graph_free(g);
+                free(x); free(w); free(fac);
+            }
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) {
+        const int64_t hd = 64, heads = 2, T = 5, cps = 10, cells = 3 * cps;
+        int64_t ne[3] = {hd, heads, T}, nt[1] = {T}, nc[2] = {hd * heads, cells}, nff[1] = {hd / 2};
+        float *x = rand_f32(hd * heads * T, 2.0f), *w = rand_f32(hd, 1.0f), *fac = rand_rope_factors(hd / 2);
+        void *cache = rand_typed(kv[ti], hd * heads, cells, 1.0f);
+        ob_graph *g = ob_graph_new(12);
+        ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
+        ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
+        ob_tensor *k = ob_rope(g, h, pos_t, ob_leaf(g, "factors", OB_TYPE_F32, 1, nff, fac), (int)hd, 2, 10000.0f, 1.0f,
+                               VKT_MSCALE);
+        ob_tensor *tc = ob_leaf(g, "cache", kv[ti], 2, nc, cache);
+        ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
+        char what[96];
+        snprintf(what, sizeof(what), "norm+rope+kv_store factors, mscale %s", ob_type_name(kv[ti]));
+        check_graph(g, tc, kv[ti] == OB_TYPE_Q8_0 ? 0.03 : kv[ti] == OB_TYPE_F16 ? 2e-3 : 2e-4, 1e-4, what);
+        ob_vk *vk = g_be[0]->ctx;
+        CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[5] == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
+        if (nf && kv[ti] == OB_TYPE_F32) {
+            check_on(nf, g, tc, 2e-4, 1e-4, what);
+            CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
+        }
+        ob_graph_free(g);
+        free(x); free(w); free(fac); free(cache);
+    }
+    g_rng = keep_rng;
     if (nf) ob_backend_free(nf);
 }
 

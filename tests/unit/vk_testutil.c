@@ -32,6 +32,12 @@ float *rand_f32(int64_t n, float scale) {
     return x;
 }
 
+float *rand_rope_factors(int64_t n) {
+    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n; i++) f[i] = 0.5f + 39.5f * ob_rng_uniform(&g_rng);
+    return f;
+}
+
 bool is_iq(ob_type t) {
     return t == OB_TYPE_IQ2_XXS || t == OB_TYPE_IQ2_XS || t == OB_TYPE_IQ2_S || t == OB_TYPE_IQ3_XXS ||
            t == OB_TYPE_IQ3_S || t == OB_TYPE_IQ1_S || t == OB_TYPE_IQ1_M;

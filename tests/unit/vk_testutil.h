@@ -24,6 +24,10 @@ bool vkt_begin(const char *name);
 void vkt_end(void);
 
 float *rand_f32(int64_t n, float scale);
+/* A rope's frequency factors: n floats uniform in [0.5, 40], below and far above 1 (the
+ * angle is divided by them), and an mscale to pair them with. */
+float *rand_rope_factors(int64_t n);
+#define VKT_MSCALE 1.1386f
 bool is_iq(ob_type t);
 /* Rows of type t from N(0, scale) floats (lattice types: random valid blocks). */
 void *rand_typed(ob_type t, int64_t ne0, int64_t rows, float scale);

@@ -45,6 +45,8 @@ static void ref_rope(ob_tensor *dst) {
     const ob_tensor *src = dst->src[0];
     const int32_t *pos = dst->src[1]->data;
     int64_t hd = src->ne[0], n_head = src->ne[1], n_rot = dst->ip[0];
+    const float *ff = dst->src[2] ? dst->src[2]->data : NULL;
+    const double ms = dst->fp[2];
     for (int64_t r = 0; r < ob_nrows(src); r++) {
         const float *x = (const float *)src->data + r * hd;
         float *y = (float *)dst->data + r * hd;
@@ -52,10 +54,11 @@ static void ref_rope(ob_tensor *dst) {
         for (int64_t j = n_rot; j < hd; j++) y[j] = x[j];
         for (int64_t i = 0; i < n_rot / 2; i++) {
             double th = p * (double)dst->fp[1] * pow((double)dst->fp[0], -2.0 * (double)i / (double)n_rot);
+            if (ff) th /= (double)ff[i];
             int64_t a = dst->ip[1] == 2 ? i : 2 * i, b = dst->ip[1] == 2 ? i + n_rot / 2 : 2 * i + 1;
             double x0 = x[a], x1 = x[b];
-            y[a] = (float)(x0 * cos(th) - x1 * sin(th));
-            y[b] = (float)(x0 * sin(th) + x1 * cos(th));
+            y[a] = (float)((x0 * cos(th) - x1 * sin(th)) * ms);
+            y[b] = (float)((x0 * sin(th) + x1 * cos(th)) * ms);
         }
     }
 }

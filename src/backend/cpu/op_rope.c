@@ -13,12 +13,14 @@ void ob_cpu_op_rope(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int half = dst->ip[0] / 2;
     bool neox = dst->ip[1] == 2;
     double base = dst->fp[0], fs = dst->fp[1];
+    const float *ff = dst->src[2] ? dst->src[2]->data : NULL; /* frequency factors: divide */
+    const double ms = dst->fp[2];                               /* mscale: multiplies sin, cos */
     ob_cpu_split(ob_nrows(src), c->ith, c->nth, &r0, &r1);
     if (r0 >= r1) return;
 
     double inv_freq[OB_ROPE_MAX_PAIRS];
     float cs[OB_ROPE_MAX_PAIRS], sn[OB_ROPE_MAX_PAIRS];
-    for (int i = 0; i < half; i++) inv_freq[i] = fs * pow(base, -2.0 * i / (2.0 * half));
+    for (int i = 0; i < half; i++) inv_freq[i] = fs * pow(base, -2.0 * i / (2.0 * half)) / (ff ? (double)ff[i] : 1.0);
     int64_t cur_t = -1;
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r / n_head;
@@ -26,8 +28,8 @@ void ob_cpu_op_rope(ob_tensor *dst, const ob_cpu_op_ctx *c) {
             cur_t = t;
             for (int i = 0; i < half; i++) {
                 double th = (double)pos[t] * inv_freq[i];
-                cs[i] = (float)cos(th);
-                sn[i] = (float)sin(th);
+                cs[i] = (float)(cos(th) * ms);
+                sn[i] = (float)(sin(th) * ms);
             }
         }
         const float *x = (const float *)src->data + r * hd;

@@ -57,7 +57,7 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_GLU:
-    case OB_OP_ROPE:
+    case OB_OP_ROPE: /* with its factors (src2: NULL or F32 [n_rot/2]) and a finite mscale */
         return ob_node_f32_shapes_ok(n);
     case OB_OP_KV_STORE: {
         const ob_tensor *pos = n->src[2], *seq = n->src[3];
@@ -279,6 +279,18 @@ static void qx_now_holds(ob_cu_ctx *cx, const ob_tensor *x) {
     cx->qx_t = ob_nrows(x);
 }
 
+/* Whether ROPEs a and b turn alike: same rotation, angles and mscale, and factors that are
+ * the same bytes (two leaves of one weight count as one) or both none. */
+static bool same_rope(const ob_tensor *a, const ob_tensor *b) {
+    const ob_tensor *fa = a->src[2], *fb = b->src[2];
+    return a->ip[0] == b->ip[0] && a->ip[1] == b->ip[1] && a->fp[0] == b->fp[0] && a->fp[1] == b->fp[1] && a->fp[2] == b->fp[2] &&
+           (fa == fb || (fa && fb && fa->data == fb->data));
+}
+
+/* Factors the fold may read before its PDL wait: none, or a leaf (no kernel ahead makes
+ * them) apart from what the attention writes. */
+static bool fold_factors_ok(const ob_tensor *f, const ob_tensor *at) { return !f || (f->op == OB_OP_LEAF && !overlap(at, f)); }
+
 /* The q/k/v tail of a decode layer from node i: [RMS_NORM ->] ROPE (q), [RMS_NORM ->] ROPE
  * (k), KV_STORE of k's rope, KV_STORE (v) at the same positions, consecutive. Its blocks
  * run concurrently, so every output must be apart from every input and other output,
@@ -332,13 +344,13 @@ static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
                             g->nodes[at_i].src[5] == vs && vs->last_use == at_i);
     /* what the launch writes and what it reads */
     const ob_tensor *outs[8] = {NULL, qr, NULL, keep_kr ? kr : NULL, ks->src[1], vs->src[1], keep_tok ? ks : NULL, keep_tok ? vs : NULL};
-    const ob_tensor *ins[7] = {qn ? qn->src[0] : qx, qn ? qn->src[1] : NULL, kn ? kn->src[0] : kx, kn ? kn->src[1] : NULL,
-                               vs->src[0], pos, ks->src[3]};
+    const ob_tensor *ins[9] = {qn ? qn->src[0] : qx, qn ? qn->src[1] : NULL, kn ? kn->src[0] : kx, kn ? kn->src[1] : NULL,
+                               vs->src[0], pos, ks->src[3], qr->src[2], kr->src[2]};
     for (int o = 0; o < 8; o++) {
         if (!outs[o]) continue;
         for (int p = o + 1; p < 8; p++)
             if (outs[p] && overlap(outs[o], outs[p])) return -1;
-        for (int p = 0; p < 7; p++) {
+        for (int p = 0; p < 9; p++) {
             if (!ins[p] || !overlap(outs[o], ins[p])) continue;
             /* the rope over its own part's input, exactly */
             const bool own = (o == 1 && p == 0) || (o == 3 && p == 2);
@@ -349,13 +361,14 @@ static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
      * alone: q's rope (nothing else reads it), the two caches, the positions and sequences.
      * Its output may not overlap the raw k and v (other blocks may still read them when a
      * head's last split writes it), nor the raw q but in exactly its bytes (head h's output
-     * then takes head h's q, which every block of head h read before that write). */
+     * then takes head h's q, which every block of head h read before that write). q and k
+     * share the block's angles, so their ropes must match, factors and mscale included. */
     if (!keep_kr && !keep_tok && at_i < g->n) {
         ob_tensor *at = &g->nodes[at_i];
         if (at->src[0] == qr && qr->last_use == at_i && at->src[1] == ks->src[1] && at->src[2] == vs->src[1] &&
             at->src[3] == pos && at->src[4] == ks->src[3] && at->ip[0] == ks->ip[0] && at->ip[1] == Hk && T == 1 &&
-            supports_node(at) && qr->ip[0] == hd && kr->ip[0] == hd && qr->ip[1] == kr->ip[1] && qr->fp[0] == kr->fp[0] &&
-            qr->fp[1] == kr->fp[1] && ob_cu_attention_fold_ok(cx, at) &&
+            supports_node(at) && qr->ip[0] == hd && same_rope(qr, kr) && fold_factors_ok(qr->src[2], at) &&
+            fold_factors_ok(kr->src[2], at) && ob_cu_attention_fold_ok(cx, at) &&
             ((at->data == ins[0]->data && ob_nbytes(at) == ob_nbytes(ins[0])) || !overlap(at, ins[0])) && !overlap(at, ins[2]) &&
             !overlap(at, ins[4]) && !overlap(at, ks->src[1]) && !overlap(at, vs->src[1])) {
             const bool quant = (cx->fuse & OB_CU_FUSE_ATTN_Q) && feeds_mmvq(cx, g, next_op(g, at_i), at) && ob_cu_attention_merges(cx, at);

@@ -97,10 +97,12 @@ typedef struct ob_attn_args {
     float scale, cap, alibi; /* alibi: ALiBi max bias, 0 = none */
     /* The folded q/k/v tail (k_attn_h<..., true>, one token): q is the raw q projection, fk
      * and fv the raw k and v rows; fqw / fkw the q / k norm weights (fqnorm / fknorm: the
-     * norm is there); the rope has n_rot = hd, NeoX halves (fneox) or adjacent pairs. */
+     * norm is there); the rope (fr, one for q and k: their angles are shared) has n_rot = hd,
+     * NeoX halves or adjacent pairs, its factors and mscale. */
     const float *fk, *fv, *fqw, *fkw;
-    float fqeps, fkeps, fbase, fscale;
-    int fqnorm, fknorm, fneox;
+    float fqeps, fkeps;
+    ob_rope_p fr;
+    int fqnorm, fknorm;
 } ob_attn_args;
 
 /* Up to eight blocks per SM over (split, head, token) (a block walks its cells one per
@@ -539,8 +541,8 @@ template <int EPL> struct attn_lane<EPL, true> {
 
 /* One head row of the folded q/k tail in a warp's registers: lane l holds elements [EPL l,
  * EPL l + EPL) of the raw row; [RMS_NORM (weights w, shared memory) ->] ROPE with n_rot = hd
- * and the block's angles sn/cs (NeoX halves: the partner element sits in lane l ^ 16). The
- * float operations are k_qkv's except the norm's summation order. */
+ * and the block's angles sn/cs, mscale in them (NeoX halves: the partner element sits in lane
+ * l ^ 16). The float operations are k_qkv's except the norm's summation order. */
 template <int EPL>
 static __device__ __forceinline__ void fold_lane(float (&v)[EPL], const float *w, bool norm, float eps, int neox, const double *sn,
                                                  const double *cs, int lane) {
@@ -585,8 +587,9 @@ static __device__ __forceinline__ void fold_lane(float (&v)[EPL], const float *w
  * norms and rotates its block's q head from the raw projection, the warp whose cells include
  * p makes row p of K (normed, rotated, f16) and V (f16) in registers instead of loading them,
  * and in the first block of the kv head's split that holds p it also stores them to the
- * cache. The rope's angles and the norm weights are made before the PDL wait, and every raw
- * load is issued before any math. */
+ * cache. The rope's angles and the norm weights are made before the PDL wait (so try_qkv
+ * folds only where the rope's factors are a leaf), and every raw load is issued before any
+ * math. */
 template <int EPL, int U, bool KQ, bool VQ, bool F = false>
 __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args a) {
     typedef attn_lane<EPL, KQ> KL;
@@ -624,7 +627,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args
         __shared__ double s_sn[16 * OB_ATTN_MAX_NE], s_cs[16 * OB_ATTN_MAX_NE];
         __shared__ float s_w[2][32 * OB_ATTN_MAX_NE];
         const double pd = a.pos[t];
-        for (int64_t k = threadIdx.x; k < hd / 2; k += blockDim.x) rope_angle(pd, k, (int)hd, a.fbase, a.fscale, &s_sn[k], &s_cs[k]);
+        for (int64_t k = threadIdx.x; k < hd / 2; k += blockDim.x) rope_angle(pd, k, a.fr, &s_sn[k], &s_cs[k]);
         for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) {
             s_w[0][i] = a.fqw ? a.fqw[i] : 1.0f;
             s_w[1][i] = a.fkw ? a.fkw[i] : 1.0f;
@@ -641,11 +644,11 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args
             vz[e] = own ? vx[e] : 0.0f;
         }
         __syncthreads(); /* the angles and weights */
-        fold_lane<EPL>(qz, a.fqw ? s_w[0] : NULL, a.fqnorm != 0, a.fqeps, a.fneox, s_sn, s_cs, lane);
+        fold_lane<EPL>(qz, a.fqw ? s_w[0] : NULL, a.fqnorm != 0, a.fqeps, a.fr.neox, s_sn, s_cs, lane);
 #pragma unroll
         for (int e = 0; e < EPL; e++) { qv[e] = qz[e] * a.scale; acc[e] = 0.0f; }
         if (own) {
-            fold_lane<EPL>(kz, a.fkw ? s_w[1] : NULL, a.fknorm != 0, a.fkeps, a.fneox, s_sn, s_cs, lane);
+            fold_lane<EPL>(kz, a.fkw ? s_w[1] : NULL, a.fknorm != 0, a.fkeps, a.fr.neox, s_sn, s_cs, lane);
             uint32_t *kw = (uint32_t *)&kp, *vw = (uint32_t *)&vp;
 #pragma unroll
             for (int e = 0; e < EPL / 2; e++) {
@@ -894,9 +897,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
         a.fknorm = kn != NULL;
         a.fqeps = qn ? qn->fp[0] : 0.0f;
         a.fkeps = kn ? kn->fp[0] : 0.0f;
-        a.fbase = qr->fp[0];
-        a.fscale = qr->fp[1];
-        a.fneox = qr->ip[1] == 2;
+        a.fr = rope_p(qr);
         cx->stats[OB_CU_STAT_QKV]++;
         cx->stats[OB_CU_STAT_ATTN_FOLD]++;
     }

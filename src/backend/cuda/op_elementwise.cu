@@ -76,13 +76,13 @@ __global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, 
 
 /* One thread per rotated pair. */
 __global__ void k_rope(const float *__restrict__ x, const int32_t *__restrict__ pos, float *__restrict__ y, int64_t hd,
-                       int64_t n_head, int64_t rows, int n_rot, int neox, float base, float fscale) {
+                       int64_t n_head, int64_t rows, ob_rope_p rp) {
     OB_PDL_ENTRY();
     const int64_t half = (hd + 1) / 2;
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= rows * half) return;
     const int64_t r = i / half, k = i % half;
-    rope_pair(x + r * hd, y + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+    rope_pair(x + r * hd, y + r * hd, pos, r, k, hd, n_head, rp);
 }
 
 __global__ void k_softmax(const float *__restrict__ x, float *__restrict__ y, int64_t n) {
@@ -221,10 +221,10 @@ __global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n,
  * z (as k_rope): the per-head q/k norm before rotation. z may be x itself or apart from it
  * (the row is read before it is written), never y. */
 __global__ void k_rms_rope(const float *x, const float *__restrict__ w, float *y, float *z, const int32_t *__restrict__ pos,
-                           int64_t hd, int64_t n_head, float eps, int n_rot, int neox, float base, float fscale) {
+                           int64_t hd, int64_t n_head, float eps, ob_rope_p rp) {
     OB_PDL_ENTRY();
     __shared__ float sh[32];
-    norm_rope_row(x, w, y, z, pos, blockIdx.x, hd, n_head, eps, n_rot, neox, base, fscale, sh);
+    norm_rope_row(x, w, y, z, pos, blockIdx.x, hd, n_head, eps, rp, sh);
 }
 
 bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope) {
@@ -232,8 +232,7 @@ bool ob_cu_op_rms_rope(ob_cu_ctx *cx, ob_tensor *norm, ob_tensor *rope) {
     const int64_t hd = a->ne[0];
     return OB_CU_LAUNCH(cx, k_rms_rope, (unsigned)ob_nrows(a), row_threads(hd), 0,
         (const float *)a->data, norm->src[1] ? (const float *)norm->src[1]->data : NULL, (float *)norm->data,
-        (float *)rope->data, (const int32_t *)rope->src[1]->data, hd, rope->src[0]->ne[1], norm->fp[0], rope->ip[0],
-        rope->ip[1] == 2, rope->fp[0], rope->fp[1]);
+        (float *)rope->data, (const int32_t *)rope->src[1]->data, hd, rope->src[0]->ne[1], norm->fp[0], rope_p(rope));
 }
 
 bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bool quant) {
@@ -300,8 +299,7 @@ bool ob_cu_op_rope(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
     const int64_t hd = a->ne[0], rows = ob_nrows(a);
     return OB_CU_LAUNCH(cx, k_rope, ob_cu_blocks(rows * ((hd + 1) / 2), 256), 256, 0,
-        (const float *)a->data, (const int32_t *)n->src[1]->data, (float *)n->data, hd, a->ne[1], rows, n->ip[0],
-        n->ip[1] == 2, n->fp[0], n->fp[1]);
+        (const float *)a->data, (const int32_t *)n->src[1]->data, (float *)n->data, hd, a->ne[1], rows, rope_p(n));
 }
 
 bool ob_cu_op_softmax(ob_cu_ctx *cx, ob_tensor *n) {

@@ -17,8 +17,8 @@ typedef struct ob_qkv_part {
                          * shared memory); the norm's is never written (only the rope reads it) */
     int norm;
     int64_t rows, n_head;
-    float eps, base, fscale;
-    int n_rot, neox;
+    float eps;
+    ob_rope_p rp; /* the part's own rope: q and k may differ in factors and mscale */
 } ob_qkv_part;
 
 typedef struct ob_qkv_args {
@@ -51,7 +51,7 @@ static __device__ __forceinline__ void qkv_row(const ob_qkv_part &p, int64_t r, 
     }
     const int64_t half = (hd + 1) / 2;
     for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
-        rope_pair(src, zr, pos, r, k, hd, p.n_head, p.n_rot, p.neox, p.base, p.fscale);
+        rope_pair(src, zr, pos, r, k, hd, p.n_head, p.rp);
 }
 
 /* Item e (element, or Q8_0 block) of k head kh of token t into the K cache from the
@@ -105,10 +105,7 @@ static ob_qkv_part qkv_part(const ob_tensor *norm, const ob_tensor *rope, bool k
     p.rows = ob_nrows(x);
     p.n_head = rope->src[0]->ne[1];
     p.eps = norm ? norm->fp[0] : 0.0f;
-    p.n_rot = rope->ip[0];
-    p.neox = rope->ip[1] == 2;
-    p.base = rope->fp[0];
-    p.fscale = rope->fp[1];
+    p.rp = rope_p(rope);
     return p;
 }
 

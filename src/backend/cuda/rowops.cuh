@@ -19,15 +19,39 @@ static __device__ __forceinline__ float block_sum(float v, float *sh) {
     return s;
 }
 
-/* The angle of pair k of ROPE at position p, in double as the reference does it, so long
- * positions keep their precision. */
-static __device__ __forceinline__ void rope_angle(double p, int64_t k, int n_rot, float base, float fscale, double *sn, double *cs) {
-    const double th = p * (double)fscale * pow((double)base, -2.0 * (double)k / (double)n_rot);
-    sincos(th, sn, cs);
+/* One ROPE node's parameters (graph.h OB_OP_ROPE) as its kernels take them. */
+typedef struct ob_rope_p {
+    const float *ff; /* frequency factors [n_rot / 2] dividing the angles, or NULL */
+    float base, fscale, ms; /* ms: mscale, multiplies both rotated elements */
+    int n_rot, neox;
+} ob_rope_p;
+
+/* ROPE node r's parameters (host side). */
+static inline ob_rope_p rope_p(const ob_tensor *r) {
+    ob_rope_p p;
+    p.ff = r->src[2] ? (const float *)r->src[2]->data : NULL;
+    p.base = r->fp[0];
+    p.fscale = r->fp[1];
+    p.ms = r->fp[2];
+    p.n_rot = r->ip[0];
+    p.neox = r->ip[1] == 2;
+    return p;
 }
 
-/* Pair k of one row of ROPE (xr -> yr) with its angle's sine and cosine; pairs past n_rot / 2
- * copy the pass-through tail: elements n_rot + 2(k - n_rot/2) and the one after. */
+/* The angle of pair k of ROPE at position p, in double as the reference does it, so long
+ * positions keep their precision. The sine and cosine come back times mscale, which then
+ * scales both rotated elements without another multiply per element (1: exact, as none). */
+static __device__ __forceinline__ void rope_angle(double p, int64_t k, const ob_rope_p &rp, double *sn, double *cs) {
+    double th = p * (double)rp.fscale * pow((double)rp.base, -2.0 * (double)k / (double)rp.n_rot);
+    if (rp.ff) th /= (double)rp.ff[k];
+    sincos(th, sn, cs);
+    *sn *= (double)rp.ms;
+    *cs *= (double)rp.ms;
+}
+
+/* Pair k of one row of ROPE (xr -> yr) with its angle's sine and cosine (mscale in them);
+ * pairs past n_rot / 2 copy the pass-through tail, unscaled: elements n_rot + 2(k - n_rot/2)
+ * and the one after. */
 static __device__ __forceinline__ void rope_apply(const float *xr, float *yr, int64_t k, int64_t hd, int n_rot, int neox,
                                                   double sn, double cs) {
     if (k < n_rot / 2) {
@@ -44,11 +68,10 @@ static __device__ __forceinline__ void rope_apply(const float *xr, float *yr, in
 
 /* Pair k of one row of ROPE (xr -> yr, row r of the input). */
 static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, const int32_t *__restrict__ pos, int64_t r,
-                                                 int64_t k, int64_t hd, int64_t n_head, int n_rot, int neox, float base,
-                                                 float fscale) {
+                                                 int64_t k, int64_t hd, int64_t n_head, const ob_rope_p &rp) {
     double sn = 0.0, cs = 1.0;
-    if (k < n_rot / 2) rope_angle(pos[r / n_head], k, n_rot, base, fscale, &sn, &cs);
-    rope_apply(xr, yr, k, hd, n_rot, neox, sn, cs);
+    if (k < rp.n_rot / 2) rope_angle(pos[r / n_head], k, rp, &sn, &cs);
+    rope_apply(xr, yr, k, hd, rp.n_rot, rp.neox, sn, cs);
 }
 
 static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
@@ -102,7 +125,7 @@ static __device__ __forceinline__ void kv_store_one(const ob_kv_job j, int64_t t
  * or apart from it, never y. */
 static __device__ __forceinline__ void norm_rope_row(const float *x, const float *__restrict__ w, float *y, float *z,
                                                      const int32_t *__restrict__ pos, int64_t r, int64_t hd, int64_t n_head,
-                                                     float eps, int n_rot, int neox, float base, float fscale, float *sh) {
+                                                     float eps, const ob_rope_p &rp, float *sh) {
     const float *xr = x + r * hd;
     float *yr = y + r * hd;
     const float mean = 0.0f;
@@ -120,7 +143,7 @@ static __device__ __forceinline__ void norm_rope_row(const float *x, const float
     __syncthreads(); /* pairs read elements other threads normed */
     const int64_t half = (hd + 1) / 2;
     for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
-        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, n_rot, neox, base, fscale);
+        rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, rp);
 }
 
 #endif

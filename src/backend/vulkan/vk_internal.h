@@ -83,13 +83,15 @@ extern const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT];
 extern const ob_vk_spv ob_vk_spv_matmul_coop_khr;
 
 /* The push-constant block of every shader (shaders/common.glsl). u[10] is set by the
- * dispatcher to the number of workgroups, u[11] to the x extent of the 2D grid. */
+ * dispatcher to the number of workgroups, u[11] to the x extent of the 2D grid. p and
+ * f[4..5] are for the shaders whose other slots are taken (the rope's frequency factors
+ * and mscale in norm_rope.comp). 128 bytes: every device takes that many. */
 typedef struct ob_vk_pc {
-    uint64_t a, b, c, d, e, o;
+    uint64_t a, b, c, d, e, o, p;
     uint32_t u[12];
-    float f[4];
+    float f[6];
 } ob_vk_pc;
-_Static_assert(sizeof(ob_vk_pc) == 112, "push constants");
+_Static_assert(sizeof(ob_vk_pc) == 128, "push constants");
 
 typedef struct ob_vk_alloc {
     uint64_t addr;     /* device address: what alloc() returned */
@@ -492,9 +494,10 @@ typedef struct ob_vk_fold {
                      output is not written */
 } ob_vk_fold;
 /* Can they run as one attn_fold.comp dispatch (a graph being listed, one token, attn_dec's
- * plan with one query head a workgroup, heads of whole 32-element blocks, no ALiBi or
- * soft-cap, each folded output read only by the next folded node, and the attention's
- * output either never written or apart from the raw k and v)? Fills *f. */
+ * plan with one query head a workgroup, heads of whole 32-element blocks, one rope for q
+ * and k (factors and mscale too), no ALiBi or soft-cap, each folded output read only by
+ * the next folded node, and the attention's output either never written or apart from
+ * the raw k and v)? Fills *f. */
 bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f);
 ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size_t err_len);
 /* After a graph is listed: its folds' parameters into fold_par, where they changed. */

@@ -69,7 +69,7 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
     case OB_OP_GLU:
-    case OB_OP_ROPE:
+    case OB_OP_ROPE: /* with or without its F32 [n_rot/2] frequency factors */
         return ob_node_f32_shapes_ok(n);
     case OB_OP_KV_STORE: {
         const ob_tensor *pos = n->src[2], *seq = n->src[3];
@@ -849,6 +849,8 @@ ob_status ob_vk_record_norm_rope(ob_vk *vk, ob_tensor *norm, ob_tensor *rope, ob
     pc.f[0] = norm->fp[0];
     rope_ratio(rope->fp[0], rope->ip[0], &pc.f[1], &pc.f[3]);
     pc.f[2] = rope->fp[1];
+    pc.p = addr(rope->src[2]); /* a..e and f[0..3] are taken */
+    pc.f[4] = rope->fp[2];
     if (store) {
         const ob_tensor *c = store->src[1];
         pc.d = addr(c);
@@ -921,8 +923,10 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     if (!is_f32(rq) || !is_f32(rk) || !is_f32(rv) || (wq && (!is_f32(wq) || ob_nelements(wq) != hd)) ||
         (wk && (!is_f32(wk) || ob_nelements(wk) != hd)))
         return false;
-    /* the same rope for q and k, adjacent pairs or NeoX halves */
+    /* the same rope for q and k (one parameter block holds it: factors and mscale too),
+     * adjacent pairs or NeoX halves */
     if (qr->ip[0] != kr->ip[0] || qr->ip[1] != kr->ip[1] || qr->fp[0] != kr->fp[0] || qr->fp[1] != kr->fp[1] ||
+        qr->fp[2] != kr->fp[2] || !qr->src[2] != !kr->src[2] || addr(qr->src[2]) != addr(kr->src[2]) ||
         (qr->ip[1] != 0 && qr->ip[1] != 2) || qr->ip[0] <= 0 || qr->ip[0] > hd || qr->ip[0] % 2 != 0)
         return false;
     if (at->fp[1] != 0.0f || at->fp[2] != 0.0f) return false;
@@ -952,11 +956,12 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
         ob_status st = ob_vk_buffer_new(vk, sizeof(vk->fold_host), false, &vk->fold_par, err, err_len);
         if (st) return st;
     }
-    /* reads: the raw q, k, v, positions, sequences and both caches; writes: the caches (the
-     * token's cell), the output and its int8 form */
-    const ob_tensor *rds[] = {rq, rk, rv, at->src[3], at->src[4], kc, vc};
+    /* reads: the raw q, k, v, positions, sequences, both caches and the rope's factors (if
+     * any, last); writes: the caches (the token's cell), the output and its int8 form */
+    const ob_tensor *rds[] = {rq, rk, rv, at->src[3], at->src[4], kc, vc, qr->src[2]};
     ob_vk_range rd[OB_ARRAY_LEN(rds)], wr[4];
-    for (size_t k = 0; k < OB_ARRAY_LEN(rds); k++) rd[k] = (ob_vk_range){addr(rds[k]), addr(rds[k]) + ob_nbytes(rds[k]), false};
+    const int nrd = (int)OB_ARRAY_LEN(rds) - (qr->src[2] ? 0 : 1);
+    for (int k = 0; k < nrd; k++) rd[k] = (ob_vk_range){addr(rds[k]), addr(rds[k]) + ob_nbytes(rds[k]), false};
     int nwr = 0;
     wr[nwr++] = rd[5];
     wr[nwr++] = rd[6];
@@ -967,7 +972,7 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     if (q8r.hi > q8r.lo) wr[nwr++] = q8r;
     else if (f->q8_only)
         return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: no int8 output for the attention fold", at->name);
-    ob_vk_hz(vk, rd, (int)OB_ARRAY_LEN(rd), wr, nwr);
+    ob_vk_hz(vk, rd, nrd, wr, nwr);
 
     uint64_t S = f->S;
     const uint64_t hd = (uint64_t)qr->ne[0], H = (uint64_t)qr->ne[1], n_kv = (uint64_t)at->ip[1];
@@ -993,6 +998,10 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     memcpy(&w[10], &qr->fp[1], 4);
     w[11] = (uint32_t)ob_nrows(kc);
     w[12] = (uint32_t)at->ip[2];
+    const uint64_t ff = addr(qr->src[2]);
+    w[13] = (uint32_t)ff;
+    w[14] = (uint32_t)(ff >> 32);
+    memcpy(&w[15], &qr->fp[2], 4);
     const uint64_t par = vk->fold_par.addr + (uint64_t)slot * sizeof(vk->fold_host[0]);
 
     ob_vk_pc pc;
@@ -1160,6 +1169,8 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[4] = (uint32_t)ob_nrows(a);
         rope_ratio(n->fp[0], n->ip[0], &pc.f[0], &pc.f[2]);
         pc.f[1] = n->fp[1];
+        pc.p = addr(n->src[2]); /* as norm_rope.comp takes them */
+        pc.f[4] = n->fp[2];
         return ob_vk_dispatch(vk, OB_VK_SH_ROPE, OB_TYPE_F32, &pc, cdiv(ne, 256), err, err_len);
     case OB_OP_KV_STORE: {
         int64_t row = b->ne[0], T = ob_nelements(a) / row;

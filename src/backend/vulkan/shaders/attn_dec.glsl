@@ -85,18 +85,23 @@ void q8_group(uint ng, uint hd, uint g0, uint64_t qx, uint64_t qbytes) {
 // The folded token's key (normalised, roped) and value as the cache gives them back.
 shared float kcs[256], vcs[256];
 #define sh_row red // the staging rows: q heads at 0, k at 1024
-// the fold's parameter block (host: ob_vk_fold_par)
+// the fold's parameter block (host: ob_vk_record_attn_fold)
 uint par_u(uint64_t par, uint i) { return BTK(par + 4 * i).v[0]; }
 
+// The fold's rope factors (0: none) and mscale.
+uint64_t par_ff(uint64_t par) { return uint64_t(par_u(par, 13)) | (uint64_t(par_u(par, 14)) << 32); }
+float par_ms(uint64_t par) { return uintBitsToFloat(par_u(par, 15)); }
+
 // The ROPE of element e of a head (its partner from the head's row at sh[base ..]).
-float fold_rope(uint e, uint base, float pf, uint half_rot, bool neox, float fs, float rh, float rlo) {
+float fold_rope(uint e, uint base, float pf, uint half_rot, bool neox, float fs, uint64_t ff, float ms, float rh,
+                float rlo) {
     float x = sh_row[base + e];
     if (e >= 2 * half_rot) return x;
     uint i = neox ? e % half_rot : e / 2;
     bool first = neox ? e < half_rot : (e % 2u) == 0u;
     uint ia = neox ? i : 2 * i, ib = neox ? i + half_rot : 2 * i + 1;
     float cs, sn;
-    rope_cos_sin(pf, i, fs, rh, rlo, cs, sn);
+    rope_cos_sin(pf, i, fs, ff, ms, rh, rlo, cs, sn);
     float x0 = sh_row[base + ia], x1 = sh_row[base + ib];
     return first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
 }
@@ -168,8 +173,8 @@ void fold_prep1(uint hb, uint kh, uint dc, uint64_t par, float pf, uint64_t crow
                                                                        : (first ? tid + 1 : tid - 1);
     float cs = 1.0, sn = 0.0;
     if (rotd)
-        rope_cos_sin(pf, ri, uintBitsToFloat(par_u(par, 10)), uintBitsToFloat(par_u(par, 8)),
-                     uintBitsToFloat(par_u(par, 9)), cs, sn);
+        rope_cos_sin(pf, ri, uintBitsToFloat(par_u(par, 10)), par_ff(par), par_ms(par),
+                     uintBitsToFloat(par_u(par, 8)), uintBitsToFloat(par_u(par, 9)), cs, sn);
     // the sums of squares of q and k (wg_sum's order)
     float sq = subgroupAdd(xq * xq), sk = subgroupAdd(xk * xk);
     if (subgroupElect()) {
@@ -280,15 +285,16 @@ void fold_prep(uint hb, uint gn, uint kh, uint hd, uint dc, uint64_t par, float 
     uint half_rot = (rot & 0xffffu) / 2;
     bool neox = (rot >> 16) == 2u;
     float rh = uintBitsToFloat(par_u(par, 8)), rlo = uintBitsToFloat(par_u(par, 9));
-    float fs = uintBitsToFloat(par_u(par, 10));
+    float fs = uintBitsToFloat(par_u(par, 10)), ms = par_ms(par);
+    uint64_t ff = par_ff(par);
     for (uint r = 0; r < 8; r++) {
         uint e = tid + r * WG;
-        if (e < nq) lgs[e] = fold_rope(e % hd, e / hd * hd, pf, half_rot, neox, fs, rh, rlo);
+        if (e < nq) lgs[e] = fold_rope(e % hd, e / hd * hd, pf, half_rot, neox, fs, ff, ms, rh, rlo);
     }
     for (uint r = 0; r < 2; r++) {
         uint e = tid + r * WG;
         if (e >= hd) continue;
-        kcs[e] = fold_rope(e, 1024u, pf, half_rot, neox, fs, rh, rlo);
+        kcs[e] = fold_rope(e, 1024u, pf, half_rot, neox, fs, ff, ms, rh, rlo);
         vcs[e] = xv[r];
     }
     barrier();

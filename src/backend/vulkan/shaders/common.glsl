@@ -14,12 +14,12 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer BU16 { uint1
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer BU8 { uint8_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer BI8 { int8_t v[]; };
 
-// a..e: source addresses, o: destination; u/f: per-op integer and float parameters.
-// Mirrors ob_vk_pc in vk_internal.h (112 bytes).
+// a..e, p: source addresses, o: destination; u/f: per-op integer and float parameters.
+// Mirrors ob_vk_pc in vk_internal.h (128 bytes, the least every device takes).
 layout(push_constant) uniform PC {
-    uint64_t a, b, c, d, e, o;
+    uint64_t a, b, c, d, e, o, p;
     uint u[12];
-    float f[4];
+    float f[6];
 } pc;
 
 // Workgroups beyond 65535 are laid out in 2D; u[11] is always the x extent.
@@ -56,7 +56,7 @@ float wg_max(float v) {
 }
 
 // Rope angles to double-like precision in float arithmetic. The reference computes
-// theta = pos * fs * base^(-2i/n_rot) in double; float theta alone is off by up to an ulp
+// theta = pos * fs * base^(-2i/n_rot) / ff[i] in double (ff: frequency factors, or none); float theta alone is off by up to an ulp
 // of theta (3e-5 at 500 rad, 4e-3 at 40k) and the GPU's exp2/log2 add ~1e-7 relative,
 // which on the H200 put outputs 1e-3 off at 511 positions. So: r = base^(-2/n_rot) comes
 // from the host as a float pair (hi + lo, computed in double), r^i by squaring in
@@ -79,18 +79,32 @@ vec2 ff_mul(vec2 a, vec2 b) {
     precise float l = e - (s - t.x);
     return vec2(s, l);
 }
-void rope_cos_sin(float pos, uint i, float fs, float r_hi, float r_lo, out float cs, out float sn) {
+// The scale of pair i, fs / ff[i] (ff: the rope's frequency factors, 0 for none), as a
+// float pair: the quotient alone would put theta an ulp off again. Its remainder
+// fs - q * ff[i] is exact (two_prod, and q * ff[i] lies within a few ulps of fs), so the
+// pair holds where the division is not correctly rounded too.
+vec2 rope_scale(float fs, uint64_t ff, uint i) {
+    if (ff == 0ul) return vec2(fs, 0.0);
+    float d = BF32(ff).v[i];
+    precise float q = fs / d;
+    vec2 m = two_prod(q, d);
+    precise float r = (fs - m.x) - m.y;
+    return vec2(q, r / d);
+}
+// cos and sin of pair i's angle, both times ms (the rope's mscale).
+void rope_cos_sin(float pos, uint i, float fs, uint64_t ff, float ms, float r_hi, float r_lo, out float cs,
+                  out float sn) {
     vec2 f = vec2(1.0, 0.0), b = vec2(r_hi, r_lo);
     for (uint e = i; e != 0u; e >>= 1) {
         if ((e & 1u) != 0u) f = ff_mul(f, b);
         b = ff_mul(b, b);
     }
-    vec2 th = ff_mul(ff_mul(f, vec2(fs, 0.0)), vec2(pos, 0.0));
+    vec2 th = ff_mul(ff_mul(f, rope_scale(fs, ff, i)), vec2(pos, 0.0));
     float k = round(th.x * 0.15915494309189535);
     precise float t = th.x - k * 6.28125; // exact: 6.28125 has 8 significant bits, k < 2^16
     t = t + th.y;
     t = t - k * 0.0019353071693331003;
     t = t - k * 1.0253131677018246e-11;
-    cs = cos(t);
-    sn = sin(t);
+    cs = cos(t) * ms;
+    sn = sin(t) * ms;
 }

@@ -6,7 +6,8 @@
 // a x F32 [hd, n_head, T], b norm weight [hd] (u[4]), c pos I32 [T], o y F32 like x;
 // u[0] hd (<= MAXD * WG), u[1] n_head, u[2] n_rot, u[3] rope mode (0 adjacent pairs,
 // 2 NeoX halves), u[10] rows; f[0] eps, f[2] freq_scale, f[1] + f[3] the ratio
-// base^(-2/n_rot) as a float pair (common.glsl: rope_cos_sin).
+// base^(-2/n_rot) as a float pair (common.glsl: rope_cos_sin); p the frequency factors
+// F32 [n_rot/2] (0: none), f[4] mscale.
 // u[5] 1: the KV_STORE after the rope (k of a cache) is fused in: row r = (token t, head h)
 // is also written to cache d (type u[6]: 0 F32, 1 F16, 8 Q8_0; hd a multiple of 32 for
 // Q8_0) at cell seq[t] * cps + pos[t], elements h * hd .., with e seq I32 [T], u[7] cells
@@ -56,7 +57,8 @@ void main() {
             bool first = neox ? j < half_rot : (j % 2u) == 0u;
             uint ia = neox ? i : 2 * i, ib = neox ? i + half_rot : 2 * i + 1;
             float cs, sn;
-            rope_cos_sin(p, i, pc.f[2], pc.f[1], pc.f[3], cs, sn); // theta = p * fs * base^(-2i/n_rot)
+            // theta = p * fs * base^(-2i/n_rot) / ff[i]
+            rope_cos_sin(p, i, pc.f[2], pc.p, pc.f[4], pc.f[1], pc.f[3], cs, sn);
             float x0 = rs[ia], x1 = rs[ib];
             o = first ? x0 * cs - x1 * sn : x0 * sn + x1 * cs;
         }

@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Every GPU check in one call on the GPU machine: the unit tests of a CUDA + Vulkan build
+# (as ctest runs them: from the repository root, exit 77 = skipped), the CUDA op test and a
+# short decode and server run under compute-sanitizer (memcheck, racecheck, initcheck,
+# synccheck), and the Vulkan op tests, a decode and a server run under the Khronos
+# validation layer with synchronization validation. The device image has no compiler for
+# our C dependencies, so everything is built here and carried.
+#
+#   scripts/device_check.sh prep   here: build (build-gpu), pack the binaries, the runtime
+#                                  libraries the image lacks, the Vulkan loader (.gl) and
+#                                  Debian's validation layer into .dev/gpu
+#   scripts/device_check.sh run    there (run tool, carry [".dev/gpu", ".gl"]): the checks;
+#                                  a summary last, logs in $OUT
+#   ONEBIT_CHECKS="unit cuda-san vk-val fixtures"  which parts of run (default: all)
+#   ONEBIT_FIXTURES=DIR            fixtures: regenerate the model fixtures with
+#                                  tests/fixtures/models/make_fixtures.py (llama.cpp's
+#                                  converter from DIR, e.g. .dev/llamacpp, carried) into
+#                                  tests/fixtures/models first, and pack them into $OUT
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+G=.dev/gpu
+case "$mode" in
+prep)
+  set -e
+  cmake -B build-gpu -S . -DONEBIT_CUDA=ON -DONEBIT_VULKAN=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build build-gpu -j"$(nproc)"
+  rm -rf "$G" && mkdir -p "$G/lib" "$G/vvl" .gl /tmp/amd64/partial
+  # one archive: the binaries share the CUDA fat binary, which a large window packs once
+  (cd build-gpu && tar cf - 1bit test_*[!.]*) | xz -T0 --lzma2=preset=6,dict=192MiB >"$G/bin.tar.xz"
+  o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+  apt-get $o update -qq
+  (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2 >/dev/null)
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get $o download libjansson4 libutf8proc2 libpcre2-8-0 libsqlite3-0 libmicrohttpd12 libgnutls30 \
+      libp11-kit0 libidn2-0 libunistring2 libtasn1-6 libnettle8 libhogweed6 libgmp10 libffi8 \
+      vulkan-validationlayers >/dev/null)
+  for f in "$tmp"/*.deb; do dpkg -x "$f" "$tmp/x"; done
+  cp -a "$tmp"/x/usr/lib/x86_64-linux-gnu/*.so* "$G/lib/"
+  mv "$G"/lib/libVkLayer_khronos_validation.so "$G/vvl/"
+  # the layer manifest names the library by bare name: it is found in $G/vvl via the path
+  sed 's|"library_path": *"[^"]*"|"library_path": "./libVkLayer_khronos_validation.so"|' \
+      "$tmp"/x/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >"$G/vvl/VkLayer_khronos_validation.json"
+  rm -rf "$tmp"
+  du -sh "$G" .gl
+  ;;
+run)
+  OUT=${OUT:-/tmp/onebit-out}
+  mkdir -p "$OUT" /tmp/gpu
+  CHECKS=${ONEBIT_CHECKS:-unit cuda-san vk-val fixtures}
+  xz -dc "$G/bin.tar.xz" | tar xf - -C /tmp/gpu
+  B=/tmp/gpu
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+  export LD_LIBRARY_PATH="$PWD/$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+  if [ -z "${VK_DRIVER_FILES:-}" ]; then
+    for j in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
+             /etc/vulkan/icd.d/nvidia_icd.json; do
+      [ -f "$j" ] && { export VK_DRIVER_FILES=$j; break; }
+    done
+  fi
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+  date -u '+%F %T UTC' | tee -a "$OUT/gpu.txt"
+  summary=()
+  # 4 concurrent greedy requests to the server on port $1, answers in $2-N.json
+  requests() {
+    local pids=()
+    for _ in $(seq 120); do curl -s "localhost:$1/health" >/dev/null 2>&1 && break; sleep 1; done
+    for i in 1 2 3 4; do
+      curl -s "localhost:$1/completion" -d "{\"prompt\":\"request $i says\",\"n_predict\":16,\"temperature\":0}" \
+          >"$2-$i.json" &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+  }
+  if [[ " $CHECKS " == *" fixtures "* && -n "${ONEBIT_FIXTURES:-}" ]]; then
+    # on this machine's torch and transformers; the GGUFs through llama.cpp's converter
+    if PYTHONUNBUFFERED=1 python3 tests/fixtures/models/make_fixtures.py tests/fixtures/models \
+        --llamacpp "$ONEBIT_FIXTURES" >"$OUT/fixtures.log" 2>&1; then
+      (cd tests/fixtures/models && tar cf - *.long.* llama3-f8* llama3-f32* qwen3-yarn*) | xz -T0 >/tmp/fix.tar.xz
+      split -b 15m /tmp/fix.tar.xz "$OUT/fixtures.tar.xz."
+      summary+=("fixtures: made ($(du -h /tmp/fix.tar.xz | cut -f1) packed)")
+    else
+      summary+=("fixtures: FAILED (fixtures.log)"); tail -n 20 "$OUT/fixtures.log"
+    fi
+  fi
+  if [[ " $CHECKS " == *" unit "* ]]; then
+    # ctest's unit label: every test binary from the repository root
+    pass=0 fail=0 skip=0 failed=""
+    for t in "$B"/test_*; do
+      n=$(basename "$t")
+      timeout 900 "$t" >"$OUT/$n.log" 2>&1
+      rc=$?
+      if [ $rc = 0 ]; then pass=$((pass + 1)); elif [ $rc = 77 ]; then skip=$((skip + 1)); else fail=$((fail + 1)); failed+=" $n($rc)"; fi
+      echo "$n rc=$rc $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
+    done
+    summary+=("unit: $pass passed, $fail failed, $skip skipped${failed:+ -$failed}")
+    grep -E "^(llama|qwen|gemma)" "$OUT/test_models.log" >"$OUT/models-table.txt" 2>/dev/null
+  fi
+  if [[ " $CHECKS " == *" cuda-san "* ]] && command -v compute-sanitizer >/dev/null; then
+    F=tests/fixtures/models/qwen3.gguf
+    for tool in memcheck racecheck initcheck synccheck; do
+      for what in ops decode serve; do
+        log="$OUT/san-$tool-$what.log"
+        case $what in
+        ops) timeout 1200 compute-sanitizer --tool $tool --error-exitcode 99 "$B/test_cuda_ops" >"$log" 2>&1 ;;
+        decode) timeout 300 compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" run -m $F --device cuda \
+                    -p "the quick brown fox" -n 24 --temp 0 >"$log" 2>&1 ;;
+        serve)
+          compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" serve -m $F --device cuda --port 18080 -np 4 \
+              >"$log" 2>&1 &
+          sp=$!
+          requests 18080 "$OUT/serve-$tool"
+          kill -INT $sp 2>/dev/null; wait $sp ;;
+        esac
+        rc=$?
+        errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -n 1)
+        summary+=("compute-sanitizer $tool $what: rc=$rc ${errs:-no summary}")
+      done
+    done
+  fi
+  if [[ " $CHECKS " == *" vk-val "* ]]; then
+    export VK_LAYER_PATH="$PWD/$G/vvl" VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
+    export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
+    for t in test_vulkan_ops test_vulkan_fold test_vulkan_repack test_vulkan_sample; do
+      timeout 1200 "$B/$t" >"$OUT/vval-$t.log" 2>&1
+      summary+=("validation $t: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-$t.log") messages")
+    done
+    F=tests/fixtures/models/qwen3.gguf
+    timeout 300 "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 >"$OUT/vval-decode.log" 2>&1
+    summary+=("validation decode: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-decode.log") messages")
+    "$B/1bit" serve -m $F --device vulkan --port 18081 -np 4 >"$OUT/vval-serve.log" 2>&1 &
+    sp=$!
+    requests 18081 "$OUT/vserve"
+    kill -INT $sp 2>/dev/null; wait $sp
+    summary+=("validation serve: $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-serve.log") messages, $(cat "$OUT"/vserve-*.json | grep -c '"content"') answers")
+    unset VK_LAYER_PATH VK_INSTANCE_LAYERS VK_LAYER_ENABLES
+  fi
+  echo "== summary =="
+  printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+  ;;
+*)
+  echo "usage: $0 prep|run" >&2
+  exit 2
+  ;;
+esac
