@@ -11,7 +11,11 @@
 #                                  Debian's validation layer into .dev/gpu
 #   scripts/device_check.sh run    there (run tool, carry [".dev/gpu", ".gl"]): the checks;
 #                                  a summary last, logs in $OUT
-#   ONEBIT_CHECKS="unit cuda-san vk-val fixtures"  which parts of run (default: all)
+#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val"  which parts of run, in that order (default: all)
+#   ONEBIT_SAN_TOOLS="memcheck racecheck initcheck synccheck"  compute-sanitizer tools
+#   ONEBIT_DEADLINE=S              stop starting steps S seconds after the start (default
+#                                  570, inside the run tool's 600), each step capped to
+#                                  what is left; steps not reached say so in the summary
 #   ONEBIT_FIXTURES=DIR            fixtures: regenerate the model fixtures with
 #                                  tests/fixtures/models/make_fixtures.py (llama.cpp's
 #                                  converter from DIR, e.g. .dev/llamacpp, carried) into
@@ -43,17 +47,20 @@ prep)
   sed 's|"library_path": *"[^"]*"|"library_path": "./libVkLayer_khronos_validation.so"|' \
       "$tmp"/x/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >"$G/vvl/VkLayer_khronos_validation.json"
   rm -rf "$tmp"
+  # the carry is 64 MiB with the tree: the libraries and the 22 MB layer travel packed
+  tar cf - -C "$G" lib vvl | xz -T0 >"$G/rt.tar.xz" && rm -rf "$G/lib" "$G/vvl"
   du -sh "$G" .gl
   ;;
 run)
   OUT=${OUT:-/tmp/onebit-out}
   mkdir -p "$OUT" /tmp/gpu
-  CHECKS=${ONEBIT_CHECKS:-unit cuda-san vk-val fixtures}
+  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val}
   xz -dc "$G/bin.tar.xz" | tar xf - -C /tmp/gpu
+  xz -dc "$G/rt.tar.xz" | tar xf - -C /tmp/gpu
   B=/tmp/gpu
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
-  export LD_LIBRARY_PATH="$PWD/$G/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
   if [ -z "${VK_DRIVER_FILES:-}" ]; then
     for j in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
@@ -64,6 +71,8 @@ run)
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
   date -u '+%F %T UTC' | tee -a "$OUT/gpu.txt"
   summary=()
+  deadline=${ONEBIT_DEADLINE:-570}
+  left() { local l=$((deadline - SECONDS)); echo $((l > 0 ? l : 0)); }
   # 4 concurrent greedy requests to the server on port $1, answers in $2-N.json
   requests() {
     local pids=()
@@ -91,7 +100,7 @@ run)
     pass=0 fail=0 skip=0 failed=""
     for t in "$B"/test_*; do
       n=$(basename "$t")
-      timeout 900 "$t" >"$OUT/$n.log" 2>&1
+      timeout "$(left)" "$t" >"$OUT/$n.log" 2>&1
       rc=$?
       if [ $rc = 0 ]; then pass=$((pass + 1)); elif [ $rc = 77 ]; then skip=$((skip + 1)); else fail=$((fail + 1)); failed+=" $n($rc)"; fi
       echo "$n rc=$rc $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
@@ -101,15 +110,16 @@ run)
   fi
   if [[ " $CHECKS " == *" cuda-san "* ]] && command -v compute-sanitizer >/dev/null; then
     F=tests/fixtures/models/qwen3.gguf
-    for tool in memcheck racecheck initcheck synccheck; do
+    for tool in ${ONEBIT_SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
       for what in ops decode serve; do
         log="$OUT/san-$tool-$what.log"
+        if [ "$(left)" -lt 20 ]; then summary+=("compute-sanitizer $tool $what: not run (time)"); continue; fi
         case $what in
-        ops) timeout 1200 compute-sanitizer --tool $tool --error-exitcode 99 "$B/test_cuda_ops" >"$log" 2>&1 ;;
-        decode) timeout 300 compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" run -m $F --device cuda \
+        ops) timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/test_cuda_ops" >"$log" 2>&1 ;;
+        decode) timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" run -m $F --device cuda \
                     -p "the quick brown fox" -n 24 --temp 0 >"$log" 2>&1 ;;
         serve)
-          compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" serve -m $F --device cuda --port 18080 -np 4 \
+          timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" serve -m $F --device cuda --port 18080 -np 4 \
               >"$log" 2>&1 &
           sp=$!
           requests 18080 "$OUT/serve-$tool"
@@ -122,16 +132,17 @@ run)
     done
   fi
   if [[ " $CHECKS " == *" vk-val "* ]]; then
-    export VK_LAYER_PATH="$PWD/$G/vvl" VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
+    export VK_LAYER_PATH="$B/vvl" VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
     export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
     for t in test_vulkan_ops test_vulkan_fold test_vulkan_repack test_vulkan_sample; do
-      timeout 1200 "$B/$t" >"$OUT/vval-$t.log" 2>&1
+      if [ "$(left)" -lt 20 ]; then summary+=("validation $t: not run (time)"); continue; fi
+      timeout "$(left)" "$B/$t" >"$OUT/vval-$t.log" 2>&1
       summary+=("validation $t: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-$t.log") messages")
     done
     F=tests/fixtures/models/qwen3.gguf
-    timeout 300 "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 >"$OUT/vval-decode.log" 2>&1
+    timeout "$(left)" "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 >"$OUT/vval-decode.log" 2>&1
     summary+=("validation decode: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-decode.log") messages")
-    "$B/1bit" serve -m $F --device vulkan --port 18081 -np 4 >"$OUT/vval-serve.log" 2>&1 &
+    timeout "$(left)" "$B/1bit" serve -m $F --device vulkan --port 18081 -np 4 >"$OUT/vval-serve.log" 2>&1 &
     sp=$!
     requests 18081 "$OUT/vserve"
     kill -INT $sp 2>/dev/null; wait $sp

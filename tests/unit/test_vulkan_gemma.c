@@ -71,8 +71,8 @@ int main(void) {
     char err[512] = "";
     ob_backend *probe = ob_backend_vulkan_new(0, false, err, sizeof(err));
     if (!probe) {
-        printf("test_vulkan_gemma: skipped (no Vulkan device: %s)\n", err);
-        return 0;
+        printf("test_vulkan_gemma: SKIPPED (no Vulkan device: %s)\n", err);
+        return 77; /* SKIP_RETURN_CODE */
     }
     ob_backend_free(probe);
     char *path = model_path();

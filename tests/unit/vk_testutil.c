@@ -230,7 +230,7 @@ bool vkt_begin(const char *name) {
     char err[512] = "";
     g_be[0] = ob_backend_vulkan_new(0, false, err, sizeof(err));
     if (!g_be[0]) {
-        printf("%s: skipped (no Vulkan device: %s)\n", name, err);
+        printf("%s: SKIPPED (no Vulkan device: %s)\n", name, err);
         return false;
     }
     setenv("ONEBIT_VULKAN_STAGING", "1", 1);

@@ -94,11 +94,20 @@ static bool cu_supports(ob_backend *be, const ob_tensor *node) { return supports
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* Bytes every buffer of alloc gets past its end (never read as data). Kernels that fetch
+ * a row's tail as a whole 16-byte piece rely on it: MMQ's cp.async ring (op_mmq.cu,
+ * `issue`) copies the piece covering a row's last bytes with src-size = the bytes left,
+ * which reads no further, but the instruction's 16-byte access may pass the end of the
+ * tensor, and compute-sanitizer memcheck counts it. Tensors (model weights, KV cache,
+ * scratch, a test's leaves) all come from alloc, so the pad covers every last row. */
+#define OB_CU_ALLOC_PAD 256
+
 static void *cu_alloc(ob_backend *be, size_t size) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     void *p = NULL;
     if (cx->faulted) return NULL;
-    cudaError_t e = cudaMalloc(&p, size ? size : 256);
+    if (size > SIZE_MAX - OB_CU_ALLOC_PAD) return NULL;
+    cudaError_t e = cudaMalloc(&p, size + OB_CU_ALLOC_PAD);
     if (e != cudaSuccess) {
         cudaGetLastError(); /* out of memory is not sticky; clear it so later calls work */
         ob_log(OB_LOG_WARN, "cuda: cannot allocate %zu bytes: %s", size, cudaGetErrorString(e));

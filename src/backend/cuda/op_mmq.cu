@@ -561,7 +561,9 @@ __global__ void __launch_bounds__(8 * OB_WARP)
             const int64_t row = n0 + r < N ? n0 + r : N - 1;
             const uint8_t *a = W + (size_t)row * rb + (size_t)st * tr::BPS;
             const uint8_t *al = (const uint8_t *)((uintptr_t)a & ~(uintptr_t)15), *piece = al + 16 * p;
-            const int64_t left = (a + tr::BPS) - piece; /* bytes of the stage from this piece on */
+            /* bytes of the stage from this piece on; a last piece shorter than 16 reads only
+             * those, but its 16-byte access may pass the tensor's end (OB_CU_ALLOC_PAD) */
+            const int64_t left = (a + tr::BPS) - piece;
             if (left > 0) mmq_cp16(dst + r * tr::RB + 16 * p, piece, left < 16 ? (int)left : 16);
         }
     };

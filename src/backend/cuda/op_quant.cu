@@ -9,7 +9,12 @@
  *   Larger T: the int8 tensor-core MMQ (op_mmq.cu) for its types, up to
  *   ONEBIT_CUDA_MMQ_MAX_T columns. Otherwise W is dequantized slab by slab into f16
  *   (cx->tmp; k_deq16 for the hot types), x is converted to f16, and cuBLAS multiplies them
- *   on tensor cores with f32 accumulation. F32 weights use plain SGEMM. */
+ *   on tensor cores with f32 accumulation. F32 weights use plain SGEMM.
+ *
+ * The plain types (F32, F16, BF16) take any row length: rows that are not whole 32-element
+ * chunks (small encoders: jina-bert-v2's test model has 72) go through element kernels
+ * (k_mmv_plain for every column count, k_get_rows_plain, k_cpy_plain). Block types keep
+ * whole-chunk rows. */
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/cuda_mmq.h"
 #include "format/quant_iq_grids.h"
@@ -289,6 +294,12 @@ __global__ void k_get_rows(const uint8_t *__restrict__ tab, size_t rb, int64_t r
     for (int j = 0; j < 32; j++) o[j] = v[j];
 }
 
+/* f32 -> bf16, round to nearest even; a NaN stays a (quiet) NaN. */
+static __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
+}
+
 /* CPY of a contiguous tensor seen as one flat row: 32 elements per thread. */
 template <int T>
 __global__ void k_cpy_deq(const uint8_t *__restrict__ src, void *__restrict__ dst, int dtype, int64_t nc) {
@@ -304,32 +315,110 @@ __global__ void k_cpy_deq(const uint8_t *__restrict__ src, void *__restrict__ ds
         for (int j = 0; j < 32; j++) o[j] = __float2half_rn(v[j]);
     } else if (dtype == OB_TYPE_BF16) {
         uint16_t *o = (uint16_t *)dst + c * 32;
-        for (int j = 0; j < 32; j++) {
-            const uint32_t u = __float_as_uint(v[j]);
-            o[j] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 64) : (uint16_t)((u + (0x7fff + ((u >> 16) & 1))) >> 16);
-        }
+        for (int j = 0; j < 32; j++) o[j] = f32_to_bf16(v[j]);
     } else { /* Q8_0 */
         ob_cu_quant_q8_0(v, (uint8_t *)dst + c * 34);
     }
+}
+
+/* ---- plain types at any row length --------------------------------------------------------- */
+
+static bool plain_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_BF16; }
+
+/* Rows the 32-element chunk kernels cannot take: those go to the element kernels below. */
+static bool plain_odd(ob_type t, int64_t ne0) { return plain_type(t) && ne0 % 32 != 0; }
+
+/* Element i of a plain-typed array at p (p only element-aligned). */
+template <int T> static __device__ __forceinline__ float plain_at(const uint8_t *p, int64_t i) {
+    if constexpr (T == OB_TYPE_F32) return ((const float *)p)[i];
+    else if constexpr (T == OB_TYPE_F16) return h2f(((const uint16_t *)p)[i]);
+    else return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+}
+
+/* k_mmv for plain rows of any K: the warp's lanes take elements lane, lane + 32, ... */
+template <int T, int NT>
+__global__ void k_mmv_plain(const uint8_t *__restrict__ W, size_t rb, const float *__restrict__ x, float *__restrict__ y,
+                            int64_t K, int64_t N, int nt) {
+    const int lane = threadIdx.x % OB_WARP;
+    const int64_t row = (int64_t)blockIdx.x * (blockDim.x / OB_WARP) + threadIdx.x / OB_WARP;
+    if (row >= N) return;
+    const uint8_t *wr = W + row * rb;
+    float acc[NT];
+#pragma unroll
+    for (int t = 0; t < NT; t++) acc[t] = 0.0f;
+    for (int64_t k = lane; k < K; k += OB_WARP) {
+        const float w = plain_at<T>(wr, k);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            acc[t] += w * x[t * K + k];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float s = acc[t];
+        for (int o = OB_WARP / 2; o > 0; o /= 2) s += OB_SHFL_XOR(s, o);
+        if (lane == 0 && t < nt) y[t * N + row] = s;
+    }
+}
+
+/* k_get_rows for plain rows of any length: one thread per output element. */
+template <int T>
+__global__ void k_get_rows_plain(const uint8_t *__restrict__ tab, size_t rb, int64_t rows, const int32_t *__restrict__ ids,
+                                 float *__restrict__ y, int64_t ne0, int64_t nt) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= ne0 * nt) return;
+    const int64_t t = i / ne0, j = i % ne0;
+    const int32_t id = ids[t];
+    y[i] = id >= 0 && id < rows ? plain_at<T>(tab + (size_t)id * rb, j) : 0.0f;
+}
+
+/* CPY (also weight staging to f16) of ne plain elements of any count: one thread each. */
+template <int T>
+__global__ void k_cpy_plain(const uint8_t *__restrict__ src, void *__restrict__ dst, int dtype, int64_t ne) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= ne) return;
+    const float v = plain_at<T>(src, i);
+    if (dtype == OB_TYPE_F32) ((float *)dst)[i] = v;
+    else if (dtype == OB_TYPE_F16) ((__half *)dst)[i] = __float2half_rn(v);
+    else ((uint16_t *)dst)[i] = f32_to_bf16(v);
+}
+
+static bool launch_cpy_plain(ob_cu_ctx *cx, ob_type t, const void *src, void *dst, ob_type dtype, int64_t ne) {
+    const unsigned grid = ob_cu_blocks(ne, 256);
+    const uint8_t *s = (const uint8_t *)src;
+    switch (t) {
+    case OB_TYPE_F32: k_cpy_plain<OB_TYPE_F32><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
+    case OB_TYPE_F16: k_cpy_plain<OB_TYPE_F16><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
+    case OB_TYPE_BF16: k_cpy_plain<OB_TYPE_BF16><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
+    default: return false;
+    }
+    return OB_CU_LAUNCHED(cx);
 }
 
 /* ---- support ------------------------------------------------------------------------------ */
 
 static bool f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
 
+/* Rows the kernels take: plain types any length, block types whole 32-element chunks. */
+static bool whole_rows(const ob_tensor *a) {
+    return plain_type(a->type) || (a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0);
+}
+
 bool ob_cu_supports_quant_op(const ob_tensor *n) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
     if (!a) return false;
     switch (n->op) {
     case OB_OP_GET_ROWS:
-        return ob_cu_type_has_deq(a->type) && a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0 &&
-               b && b->type == OB_TYPE_I32 && f32(n) && n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
+        return ob_cu_type_has_deq(a->type) && whole_rows(a) && b && b->type == OB_TYPE_I32 && f32(n) &&
+               n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
     case OB_OP_MATMUL:
-        return ob_cu_type_has_deq(a->type) && a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0 &&
-               f32(b) && f32(n) && b->ne[0] == a->ne[0] && n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
+        return ob_cu_type_has_deq(a->type) && whole_rows(a) && f32(b) && f32(n) && b->ne[0] == a->ne[0] &&
+               n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
     case OB_OP_CPY: {
         const int64_t ne = ob_nelements(a);
         if (ne != ob_nelements(n) || !ob_cu_type_has_deq(a->type) || a->ne[0] % ob_type_block_size(a->type) != 0) return false;
+        if (plain_type(a->type) && plain_type(n->type)) return true; /* any count: k_cpy_plain */
         if (ne % 32 != 0 || ne % ob_type_block_size(a->type) != 0) return false;
         if (n->type == OB_TYPE_Q8_0) return n->ne[0] % 32 == 0;
         return n->type == OB_TYPE_F32 || n->type == OB_TYPE_F16 || n->type == OB_TYPE_BF16;
@@ -339,7 +428,8 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
 }
 
 bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n) {
-    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n);
+    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n) &&
+           !plain_odd(n->src[0]->type, n->src[0]->ne[0]);
 }
 
 static int64_t slab_rows(const ob_cu_ctx *cx, int64_t K, int64_t N) {
@@ -364,6 +454,18 @@ template <int T> static void launch_mmv(ob_cu_ctx *cx, const ob_tensor *n, int n
     const int rows_per_block = 4;
     const unsigned grid = ob_cu_blocks(N, rows_per_block);
     const float *x = (const float *)n->src[1]->data;
+    if constexpr (T == OB_TYPE_F32 || T == OB_TYPE_F16 || T == OB_TYPE_BF16) {
+        if (K % 32 != 0) { /* any column count, OB_MMV_MAX_T at a time (cuBLAS is not used here) */
+            const uint8_t *W = (const uint8_t *)w->data;
+            float *y = (float *)n->data;
+            for (int t0 = 0; t0 < nt; t0 += OB_MMV_MAX_T) {
+                const int c = nt - t0 < OB_MMV_MAX_T ? nt - t0 : OB_MMV_MAX_T;
+                if (c == 1) k_mmv_plain<T, 1><<<grid, 32 * rows_per_block, 0, cx->stream>>>(W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, 1);
+                else k_mmv_plain<T, OB_MMV_MAX_T><<<grid, 32 * rows_per_block, 0, cx->stream>>>(W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, c);
+            }
+            return;
+        }
+    }
     if (nt == 1)
         k_mmv<T, 1><<<grid, 32 * rows_per_block, 0, cx->stream>>>((const uint8_t *)w->data, rb, x, (float *)n->data, K, N, 1);
     else
@@ -435,7 +537,7 @@ bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
     if (mmq_takes(cx, n)) return ob_cu_op_mmq(cx, n);
     if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
-    if (T > OB_MMV_MAX_T) return matmul_blas(cx, n);
+    if (T > OB_MMV_MAX_T && !plain_odd(n->src[0]->type, n->src[0]->ne[0])) return matmul_blas(cx, n);
     switch (n->src[0]->type) {
 #define X(tt) case tt: launch_mmv<tt>(cx, n, (int)T); break;
         OB_CU_FOR_EACH_TYPE(X)
@@ -448,6 +550,13 @@ bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
 template <int T> static void launch_get_rows(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0], *ids = n->src[1];
     const int64_t ne0 = a->ne[0], nt = ob_nelements(ids);
+    if constexpr (T == OB_TYPE_F32 || T == OB_TYPE_F16 || T == OB_TYPE_BF16) {
+        if (ne0 % 32 != 0) {
+            k_get_rows_plain<T><<<ob_cu_blocks(nt * ne0, 256), 256, 0, cx->stream>>>((const uint8_t *)a->data,
+                ob_row_size(a->type, ne0), ob_nrows(a), (const int32_t *)ids->data, (float *)n->data, ne0, nt);
+            return;
+        }
+    }
     k_get_rows<T><<<ob_cu_blocks(nt * (ne0 / 32), 128), 128, 0, cx->stream>>>(
         (const uint8_t *)a->data, ob_row_size(a->type, ne0), ob_nrows(a), (const int32_t *)ids->data, (float *)n->data, ne0, nt);
 }
@@ -464,6 +573,7 @@ bool ob_cu_op_get_rows(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
+    if (plain_odd(a->type, ob_nelements(a))) return launch_cpy_plain(cx, a->type, a->data, n->data, n->type, ob_nelements(a));
     const int64_t nc = ob_nelements(a) / 32;
     const unsigned grid = ob_cu_blocks(nc, 128);
     if (n->type == OB_TYPE_F16 && deq16(cx, a->type, (const uint8_t *)a->data, (__half *)n->data, ob_nelements(a)))
