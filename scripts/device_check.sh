@@ -123,7 +123,8 @@ run)
               >"$log" 2>&1 &
           sp=$!
           requests 18080 "$OUT/serve-$tool"
-          kill -INT $sp 2>/dev/null; wait $sp ;;
+          # stop the server, not the sanitizer, so the sanitizer prints its summary
+          pkill -INT -x 1bit 2>/dev/null; wait $sp ;;
         esac
         rc=$?
         errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -n 1)
@@ -140,13 +141,15 @@ run)
       summary+=("validation $t: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-$t.log") messages")
     done
     F=tests/fixtures/models/qwen3.gguf
-    timeout "$(left)" "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 >"$OUT/vval-decode.log" 2>&1
-    summary+=("validation decode: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-decode.log") messages")
+    # the loader's own word that the layer is in (0 messages mean nothing without it)
+    VK_LOADER_DEBUG=layer timeout "$(left)" "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 \
+        >"$OUT/vval-decode.log" 2>&1
+    summary+=("validation decode: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-decode.log") messages, layer loaded: $(grep -q -i 'Insert instance layer.*KHRONOS_validation' "$OUT/vval-decode.log" && echo yes || echo NO)")
     timeout "$(left)" "$B/1bit" serve -m $F --device vulkan --port 18081 -np 4 >"$OUT/vval-serve.log" 2>&1 &
     sp=$!
     requests 18081 "$OUT/vserve"
     kill -INT $sp 2>/dev/null; wait $sp
-    summary+=("validation serve: $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-serve.log") messages, $(cat "$OUT"/vserve-*.json | grep -c '"content"') answers")
+    summary+=("validation serve: $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-serve.log") messages, $(grep -l '"content"' "$OUT"/vserve-*.json | wc -l) of 4 answers")
     unset VK_LAYER_PATH VK_INSTANCE_LAYERS VK_LAYER_ENABLES
   fi
   echo "== summary =="
