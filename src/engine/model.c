@@ -73,8 +73,7 @@ const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const flo
     w->ne[0] = n;
     w->ne[1] = w->ne[2] = w->ne[3] = 1;
     w->data = buf;
-    m->made[m->n_made] = w;
-    m->made_buf[m->n_made++] = buf;
+    m->made[m->n_made++] = w;
     return w;
 }
 
@@ -149,7 +148,7 @@ void ob_model_free(ob_model *m) {
     if (!m) return;
     if (m->arch && m->arch_priv) m->arch->free_priv(m->arch_priv);
     for (int i = 0; i < m->n_made; i++) {
-        if (m->backend) m->backend->iface->free_buf(m->backend, m->made_buf[i]);
+        if (m->backend) m->backend->iface->free_buf(m->backend, m->made[i]->data);
         free(m->made[i]);
     }
     if (m->backend) {

@@ -17,9 +17,8 @@ struct ob_model {
     ob_weight *weights;      /* [n_weights], one per GGUF tensor */
     int64_t n_weights;
     bool *bound;             /* [n_weights]: looked up by the family (or the rope setup) */
-    /* weights the file does not hold (ob_mv_new_weight), each in a buffer of its own */
+    /* weights the file does not hold (ob_mv_new_weight), each in a buffer of its own (data) */
     ob_weight *made[OB_MODEL_MAX_MADE];
-    void *made_buf[OB_MODEL_MAX_MADE];
     int n_made;
     void *weight_buf;        /* device copy of all weights (NULL when borrowed from the mmap) */
     ob_tokenizer *tok;
