@@ -28,6 +28,8 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->draft_min = 0;
     c->draft_p_min = 0.75f;
     c->mp = ob_model_default_params();
+    c->sp = ob_sampler_default_params();
+    c->n_predict = -1;
 }
 
 void ob_srv_print_usage(const char *prog) {
@@ -58,6 +60,10 @@ void ob_srv_print_usage(const char *prog) {
            "  --embeddings              embedding mode: /v1/embeddings, /embedding (no generation)\n"
            "  --reranking               rerank mode: /v1/rerank, /rerank (a cross-encoder model)\n"
            "                            (encoder models such as BERT are always served this way)\n"
+           "  --temp X, --top-k N, --top-p X, --min-p X, -s/--seed N (-1: random), --repeat-penalty X,\n"
+           "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, -n/--n-predict N\n"
+           "                            defaults for requests that do not set them\n"
+           "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
@@ -120,6 +126,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         } \
         dst = iv; } while (0)
         int rr = ob_parse_rope_flag(a, v, &c->mp, err, err_len);
+        if (!rr) rr = ob_parse_sampling_flag(a, v, &c->sp, &c->seed_set, err, err_len);
         if (rr < 0) return OB_ERR_ARG;
         if (rr) { i++; continue; }
         if (is_flag(a, "-h", "--help")) { *help = true; return OB_OK; }
@@ -176,7 +183,10 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "-dev", "--device")) {
             NEED_VALUE();
             if (!parse_device(v, &c->mp)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown device '%s' (cpu, cuda[N], vulkan[N], CUDA0, Vulkan0, none)", a, v);
-        } else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
+        } else if (is_flag(a, "-n", "--n-predict") || is_flag(a, "--predict", NULL)) INT_VALUE(-1, 1 << 30, c->n_predict);
+        else if (is_flag(a, "--no-slots", NULL)) c->no_slots = true;
+        else if (is_flag(a, "--slots", NULL)) c->no_slots = false;
+        else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
         else if (is_flag(a, "-to", "--timeout")) INT_VALUE(1, 86400, c->timeout_s);
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }

@@ -143,11 +143,51 @@ int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *
     return 2;
 }
 
+int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set, char *err,
+                           size_t err_len) {
+    static const char *const names[] = {"--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                        "--presence-penalty", "--frequency-penalty", "--repeat-last-n", "-s", "--seed"};
+    int k = 0;
+    while (k < (int)OB_ARRAY_LEN(names) && strcmp(a, names[k])) k++;
+    if (k == (int)OB_ARRAY_LEN(names)) return 0;
+    if (!v) {
+        ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a);
+        return -1;
+    }
+    bool ok;
+    switch (k) {
+    case 0: case 1: ok = parse_float(v, &sp->temperature); break;
+    case 2: ok = parse_int(v, 0, 1 << 30, &sp->top_k); break;
+    case 3: ok = parse_float(v, &sp->top_p); break;
+    case 4: ok = parse_float(v, &sp->min_p); break;
+    case 5: ok = parse_float(v, &sp->repeat_penalty); break;
+    case 6: ok = parse_float(v, &sp->presence_penalty); break;
+    case 7: ok = parse_float(v, &sp->frequency_penalty); break;
+    case 8: ok = parse_int(v, -1, 1 << 20, &sp->penalty_last_n); break;
+    default: {
+        /* llama.cpp's -1 (its default): a new seed each time */
+        char *end;
+        long long sv = strtoll(v, &end, 10);
+        ok = end != v && !*end && sv >= -1;
+        if (ok) {
+            if (sv >= 0) sp->seed = (uint64_t)sv;
+            if (seed_set) *seed_set = sv >= 0;
+        }
+    }
+    }
+    if (!ok) {
+        ob_fail(err, err_len, OB_ERR_ARG, "bad value for %s: '%s'", a, v);
+        return -1;
+    }
+    return 2;
+}
+
 int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     char rerr[160];
     int rr = ob_parse_rope_flag(a, v, &o->mp, rerr, sizeof(rerr));
+    if (!rr) rr = ob_parse_sampling_flag(a, v, &o->sp, NULL, rerr, sizeof(rerr));
     if (rr < 0) {
         fprintf(stderr, "1bit: %s\n", rerr);
         return -1;
@@ -168,22 +208,6 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     if (IS("--mem-budget")) { NEED(); if (!ob_parse_size(v, &o->mp.mem_budget)) BAD(); return 1; }
     if (IS("-ctk") || IS("--cache-type-k")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_k)) BAD(); return 1; }
     if (IS("-ctv") || IS("--cache-type-v")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_v)) BAD(); return 1; }
-    if (IS("--temp") || IS("--temperature")) { NEED(); if (!parse_float(v, &o->sp.temperature)) BAD(); return 1; }
-    if (IS("--top-k")) { NEED(); if (!parse_int(v, 0, 1 << 30, &o->sp.top_k)) BAD(); return 1; }
-    if (IS("--top-p")) { NEED(); if (!parse_float(v, &o->sp.top_p)) BAD(); return 1; }
-    if (IS("--min-p")) { NEED(); if (!parse_float(v, &o->sp.min_p)) BAD(); return 1; }
-    if (IS("--repeat-penalty")) { NEED(); if (!parse_float(v, &o->sp.repeat_penalty)) BAD(); return 1; }
-    if (IS("--presence-penalty")) { NEED(); if (!parse_float(v, &o->sp.presence_penalty)) BAD(); return 1; }
-    if (IS("--frequency-penalty")) { NEED(); if (!parse_float(v, &o->sp.frequency_penalty)) BAD(); return 1; }
-    if (IS("--repeat-last-n")) { NEED(); if (!parse_int(v, -1, 1 << 20, &o->sp.penalty_last_n)) BAD(); return 1; }
-    if (IS("-s") || IS("--seed")) {
-        NEED();
-        char *end;
-        unsigned long long s = strtoull(v, &end, 10);
-        if (end == v || *end) BAD();
-        o->sp.seed = s;
-        return 1;
-    }
 #undef IS
 #undef NEED
 #undef BAD

@@ -26,7 +26,12 @@ bool ob_parse_size(const char *s, size_t *out);
  * --rope-freq-scale, --yarn-*): if a is one, takes its value v into mp and returns 2 (flag
  * and value consumed); 0 if a is not one; -1 (err written) if v is missing or bad. */
 int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *err, size_t err_len);
-/* Usage lines of those flags. */
+/* The sampling flags (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --presence-penalty, --frequency-penalty, --repeat-last-n, -s/--seed), the same way;
+ * seed -1 leaves the seed as it is and *seed_set (if given) false. */
+int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set, char *err,
+                           size_t err_len);
+/* Usage lines of the RoPE flags. */
 extern const char *ob_rope_help;
 
 /* Loads the model named by o->model (or the default one, saying where it is). */

@@ -76,20 +76,21 @@ static bool parse_bias(ob_server_state *s, json_t *v, ob_gen_req *g, ob_resp *r)
 
 bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g, ob_resp *r) {
     memset(g, 0, sizeof *g);
-    g->sp = ob_sampler_default_params();
-    g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)g << 16) ^ (uint64_t)(ob_time_s() * 1e9);
-    g->n_predict = -1;
+    g->sp = s->cfg->sp; /* the server's --temp, --seed, ... */
+    if (!s->cfg->seed_set)
+        g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)g << 16) ^ (uint64_t)(ob_time_s() * 1e9);
+    g->n_predict = s->cfg->n_predict;
     g->n = 1;
     long long ll;
     double d;
-    ll = -1;
+    ll = g->n_predict;
     if (fl == OB_GEN_LLAMA) {
         if (!ob_srv_get_int(o, "n_predict", -1, 1 << 30, &ll, r)) return false;
         if (!ob_srv_get_int(o, "max_tokens", -1, 1 << 30, &ll, r)) return false;
     } else {
         if (!ob_srv_get_int(o, "max_tokens", 0, 1 << 30, &ll, r)) return false;
         if (!ob_srv_get_int(o, "max_completion_tokens", 0, 1 << 30, &ll, r)) return false;
-        if (fl == OB_GEN_ANTHROPIC && ll < 0) {
+        if (fl == OB_GEN_ANTHROPIC && !json_is_integer(json_object_get(o, "max_tokens"))) {
             ob_srv_error(r, 400, NULL, "'max_tokens' is required");
             return false;
         }

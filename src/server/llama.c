@@ -205,7 +205,10 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     if (!ob_oai_ready(s, r)) return true;
     switch (gi) {
     case 0: props(s, r); return true;
-    case 1: ob_srv_json(r, 200, s->sched ? ob_sched_slots_json(s->sched) : json_array()); return true;
+    case 1:
+        if (s->cfg->no_slots) ob_srv_error(r, 501, NULL, "This server does not support slots endpoint. Start it with `--slots`");
+        else ob_srv_json(r, 200, s->sched ? ob_sched_slots_json(s->sched) : json_array());
+        return true;
     case 2:
         if (!s->cfg->metrics) {
             ob_srv_error(r, 501, NULL, "This server does not support metrics endpoint. Start it with `--metrics`");

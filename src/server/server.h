@@ -34,6 +34,11 @@ typedef struct ob_srv_config {
     int draft_max, draft_min;  /* speculative decoding with draft_path (llama-server's names) */
     float draft_p_min;
     ob_model_params mp;
+    /* llama-server's sampling flags: the defaults of every request that does not set them */
+    ob_sampler_params sp;
+    bool seed_set;             /* -s N (N >= 0): requests without a seed use it; else random */
+    int n_predict;             /* -n: default token limit (-1: none) */
+    bool no_slots;             /* --no-slots: GET /slots answers 501 */
 } ob_srv_config;
 
 void ob_srv_config_default(ob_srv_config *c);

@@ -1,0 +1,59 @@
+"""llama-server's sampling and slot flags on `1bit serve`, the way llama.cpp's own server
+tests start it (`--temp`, `--seed`, `-n`, `--no-slots`): they set the defaults of requests
+that do not carry their own, and a request's own values still win."""
+import requests
+
+from serverutil import Server
+
+PROMPT = "The capital of France is"
+
+
+def completion(srv, **body):
+    r = requests.post(srv.url + "/completion", json={"prompt": PROMPT, **body}, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_server_defaults_apply_and_requests_override():
+    srv = Server(["--temp", "0", "-n", "6", "--no-slots"])
+    try:
+        a, b = completion(srv), completion(srv)
+        # -n 6 bounds a request without n_predict; --temp 0 makes it greedy (same text twice)
+        assert a["tokens_predicted"] == 6 and a["content"] == b["content"]
+        assert completion(srv, n_predict=3)["tokens_predicted"] == 3
+        # a request's own temperature wins: with a seed, a hot sample differs from greedy
+        hot = {completion(srv, temperature=5.0, seed=s, n_predict=6)["content"] for s in range(4)}
+        assert hot != {a["content"]}
+        r = requests.get(srv.url + "/slots", timeout=10)
+        assert r.status_code == 501 and "slots" in r.json()["error"]["message"]
+        # Anthropic's API still requires max_tokens although the server has -n
+        r = requests.post(srv.url + "/v1/messages", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                          timeout=60)
+        assert r.status_code == 400 and "max_tokens" in r.text
+    finally:
+        srv.stop()
+
+
+def test_server_seed_makes_sampling_repeatable():
+    srv = Server(["--temp", "1.5", "--seed", "42", "-n", "8", "--slots"])
+    try:
+        first = completion(srv)["content"]
+        assert all(completion(srv)["content"] == first for _ in range(2))
+        assert requests.get(srv.url + "/slots", timeout=10).status_code == 200
+    finally:
+        srv.stop()
+    srv = Server(["--temp", "1.5", "--seed", "-1", "-n", "8"])  # -1: a new seed per request
+    try:
+        assert len({completion(srv)["content"] for _ in range(5)}) > 1
+    finally:
+        srv.stop()
+
+
+def test_bad_sampling_flag_is_one_line():
+    import subprocess
+    from serverutil import BIN, default_model
+    r = subprocess.run([BIN, "serve", "-m", default_model(), "--temp", "warm"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--temp" in lines[0], r.stderr
