@@ -64,6 +64,7 @@ void ob_srv_print_usage(const char *prog) {
            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, -n/--n-predict N\n"
            "                            defaults for requests that do not set them\n"
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
+           "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
@@ -190,7 +191,8 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
         else if (is_flag(a, "-to", "--timeout")) INT_VALUE(1, 86400, c->timeout_s);
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
-        else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; }
+        else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
+        else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
         else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
                  is_flag(a, "-v", "--verbose") || is_flag(a, "--cont-batching", "-cb")) {
             /* llama-server switches with nothing to change here */
@@ -247,7 +249,34 @@ int ob_cmd_serve(int argc, char **argv) {
         }
         cfg.model_path = def;
     }
+    char *tmpl = NULL;
+    if (cfg.chat_template_file) {
+        /* a Jinja template file, as llama-server takes it; read once, kept for the run */
+        FILE *f = fopen(cfg.chat_template_file, "rb");
+        size_t n = 0, cap = 1 << 16;
+        tmpl = f ? malloc(cap + 1) : NULL;
+        for (size_t k; tmpl && (k = fread(tmpl + n, 1, cap - n, f)) > 0;) {
+            n += k;
+            if (n == cap) {
+                char *t = cap < (16u << 20) ? realloc(tmpl, cap * 2 + 1) : NULL;
+                if (!t) { free(tmpl); tmpl = NULL; break; }
+                tmpl = t;
+                cap *= 2;
+            }
+        }
+        if (f) fclose(f);
+        if (!tmpl || memchr(tmpl, 0, n)) {
+            fprintf(stderr, "1bit serve: --chat-template-file: cannot read '%s' as a template (16 MiB of text at most)\n",
+                    cfg.chat_template_file);
+            free(tmpl);
+            free(def);
+            return 2;
+        }
+        tmpl[n] = 0;
+        cfg.chat_template = tmpl;
+    }
     int rc = ob_server_run(&cfg);
+    free(tmpl);
     free(def);
     return rc;
 }

@@ -39,6 +39,7 @@ typedef struct ob_srv_config {
     bool seed_set;             /* -s N (N >= 0): requests without a seed use it; else random */
     int n_predict;             /* -n: default token limit (-1: none) */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
+    const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
 } ob_srv_config;
 
 void ob_srv_config_default(ob_srv_config *c);

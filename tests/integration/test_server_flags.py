@@ -57,3 +57,21 @@ def test_bad_sampling_flag_is_one_line():
     assert r.returncode != 0
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "--temp" in lines[0], r.stderr
+
+
+def test_chat_template_file(tmp_path):
+    t = tmp_path / "t.jinja"
+    t.write_text("{% for m in messages %}<<{{ m.role }}|{{ m.content }}>>{% endfor %}"
+                 "{% if add_generation_prompt %}<<assistant|{% endif %}")
+    srv = Server(["--chat-template-file", str(t)])
+    try:
+        r = requests.post(srv.url + "/apply-template", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+        assert r.status_code == 200 and r.json()["prompt"] == "<<user|hi>><<assistant|", r.text
+        assert "<<assistant|" in requests.get(srv.url + "/props", timeout=10).json()["chat_template"]
+    finally:
+        srv.stop()
+    import subprocess
+    from serverutil import BIN, default_model
+    r = subprocess.run([BIN, "serve", "-m", default_model(), "--chat-template-file", str(tmp_path / "missing.jinja")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "--chat-template-file" in r.stderr
