@@ -30,6 +30,7 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->mp = ob_model_default_params();
     c->sp = ob_sampler_default_params();
     c->n_predict = -1;
+    c->pooling = OB_POOLING_DEFAULT;
 }
 
 void ob_srv_print_usage(const char *prog) {
@@ -65,6 +66,7 @@ void ob_srv_print_usage(const char *prog) {
            "                            defaults for requests that do not set them\n"
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
+           "  --pooling P               embeddings: mean, cls, last or rank (default: the model's)\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
@@ -185,6 +187,15 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             NEED_VALUE();
             if (!parse_device(v, &c->mp)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown device '%s' (cpu, cuda[N], vulkan[N], CUDA0, Vulkan0, none)", a, v);
         } else if (is_flag(a, "-n", "--n-predict") || is_flag(a, "--predict", NULL)) INT_VALUE(-1, 1 << 30, c->n_predict);
+        else if (is_flag(a, "--pooling", NULL)) {
+            NEED_VALUE();
+            static const char *const pools[] = {"none", "mean", "cls", "last", "rank"}; /* ob_pooling's order */
+            int k = 0;
+            while (k < 5 && strcmp(v, pools[k])) k++;
+            if (k == 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--pooling none (per-token embeddings) is not supported");
+            if (k == 5) return ob_fail(err, err_len, OB_ERR_ARG, "--pooling: '%s' is not none, mean, cls, last or rank", v);
+            c->pooling = k;
+        }
         else if (is_flag(a, "--no-slots", NULL)) c->no_slots = true;
         else if (is_flag(a, "--slots", NULL)) c->no_slots = false;
         else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;

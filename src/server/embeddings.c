@@ -70,7 +70,8 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
     pthread_mutex_init(&e->mu, NULL);
     e->m = m;
     e->tok = ob_model_tokenizer(m);
-    e->rank = cfg->reranking || ob_model_pooling(m) == OB_POOLING_RANK;
+    e->rank = cfg->reranking || cfg->pooling == OB_POOLING_RANK ||
+              (cfg->pooling == OB_POOLING_DEFAULT && ob_model_pooling(m) == OB_POOLING_RANK);
     ob_model_info info;
     ob_model_get_info(m, &info);
     e->n_ctx = info.n_ctx_train > 0 ? info.n_ctx_train : 2048;
@@ -83,7 +84,7 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
     cp.n_batch = e->n_ctx; /* one whole input always fits one pass */
     cp.type_k = cp.type_v = OB_KV_F32;
     cp.embeddings = true;
-    cp.pooling = e->rank ? OB_POOLING_RANK : OB_POOLING_DEFAULT;
+    cp.pooling = e->rank ? OB_POOLING_RANK : cfg->pooling;
     cp.normalize = true;
     ob_status st = ob_context_new(m, &cp, &e->c, err, err_len);
     if (st) { ob_srv_embd_free(e); return st; }

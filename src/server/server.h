@@ -40,6 +40,7 @@ typedef struct ob_srv_config {
     int n_predict;             /* -n: default token limit (-1: none) */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
+    int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
 } ob_srv_config;
 
 void ob_srv_config_default(ob_srv_config *c);

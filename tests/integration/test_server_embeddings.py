@@ -287,3 +287,20 @@ def test_rerank_top_n_and_routes(rsrv):
 ])
 def test_hostile_rerank(rsrv, body):
     check_error(rsrv.post("/v1/rerank", body), 400)
+
+
+def test_pooling_flag(minilm, srv, ref):
+    """--pooling picks the pooling (llama-server's flag); the model's own is mean, so cls
+    gives other vectors and mean the same ones; none is refused in one line."""
+    body = {"input": ["The quick brown fox jumps over the lazy dog."]}
+    mean = srv.post("/v1/embeddings", body).json()["data"][0]["embedding"]
+    for pool, same in (("mean", True), ("cls", False)):
+        s = Server(minilm, ["--embeddings", "--pooling", pool])
+        try:
+            got = s.post("/v1/embeddings", body).json()["data"][0]["embedding"]
+            assert (float(np.abs(np.array(got) - np.array(mean)).max()) < 1e-5) == same, pool
+        finally:
+            s.stop()
+    r = subprocess.run([BIN, "serve", "-m", minilm, "--embeddings", "--pooling", "none"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "--pooling" in r.stderr
