@@ -97,17 +97,25 @@ static bool parse_float(const char *s, float *out) {
     return true;
 }
 
+/* Index of flag a in names[n] when it has its value v; -1 if a is not one of them, -2
+ * (err written) if its value is missing. */
+static int flag_index(const char *a, const char *v, const char *const *names, int n, char *err, size_t err_len) {
+    int k = 0;
+    while (k < n && strcmp(a, names[k])) k++;
+    if (k == n) return -1;
+    if (!v) {
+        ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a);
+        return -2;
+    }
+    return k;
+}
+
 int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *err, size_t err_len) {
     static const char *const names[] = {"--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale",
                                         "--yarn-orig-ctx", "--yarn-ext-factor", "--yarn-attn-factor",
                                         "--yarn-beta-slow", "--yarn-beta-fast"};
-    int k = 0;
-    while (k < (int)OB_ARRAY_LEN(names) && strcmp(a, names[k])) k++;
-    if (k == (int)OB_ARRAY_LEN(names)) return 0;
-    if (!v) {
-        ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a);
-        return -1;
-    }
+    int k = flag_index(a, v, names, (int)OB_ARRAY_LEN(names), err, err_len);
+    if (k < 0) return k == -1 ? 0 : -1;
     if (k == 0) {
         if (!strcmp(v, "none")) mp->rope_scaling = OB_ROPE_SCALING_NONE;
         else if (!strcmp(v, "linear")) mp->rope_scaling = OB_ROPE_SCALING_LINEAR;
@@ -147,13 +155,8 @@ int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, 
                            size_t err_len) {
     static const char *const names[] = {"--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
                                         "--presence-penalty", "--frequency-penalty", "--repeat-last-n", "-s", "--seed"};
-    int k = 0;
-    while (k < (int)OB_ARRAY_LEN(names) && strcmp(a, names[k])) k++;
-    if (k == (int)OB_ARRAY_LEN(names)) return 0;
-    if (!v) {
-        ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a);
-        return -1;
-    }
+    int k = flag_index(a, v, names, (int)OB_ARRAY_LEN(names), err, err_len);
+    if (k < 0) return k == -1 ? 0 : -1;
     bool ok;
     switch (k) {
     case 0: case 1: ok = parse_float(v, &sp->temperature); break;
