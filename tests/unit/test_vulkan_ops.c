@@ -209,6 +209,35 @@ static void test_rope(void) {
     g_rng = keep_rng;
 }
 
+/* The k norm + rope + KV_STORE of qwen3-style attention in one dispatch, into a cache of
+ * type kt, checked on the cache rows; with factors, the rope has frequency factors and an
+ * mscale. nf: the backend with fusion off (or NULL). */
+static void norm_rope_store_case(ob_backend *nf, ob_type kt, bool factors) {
+    int32_t kpos[5] = {0, 3, 8, 7, 9}, kseq[5] = {0, 0, 1, 2, 1};
+    const int64_t hd = 64, heads = 2, T = 5, cps = 10, cells = 3 * cps;
+    int64_t ne[3] = {hd, heads, T}, nt[1] = {T}, nc[2] = {hd * heads, cells}, nff[1] = {hd / 2};
+    float *x = rand_f32(hd * heads * T, 2.0f), *w = rand_f32(hd, 1.0f), *fac = factors ? rand_rope_factors(hd / 2) : NULL;
+    void *cache = rand_typed(kt, hd * heads, cells, 1.0f);
+    ob_graph *g = ob_graph_new(12);
+    ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
+    ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
+    ob_tensor *k = ob_rope(g, h, pos_t, factors ? ob_leaf(g, "factors", OB_TYPE_F32, 1, nff, fac) : NULL, (int)hd, 2,
+                           10000.0f, 1.0f, factors ? VKT_MSCALE : 1.0f);
+    ob_tensor *tc = ob_leaf(g, "cache", kt, 2, nc, cache);
+    ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
+    char what[96];
+    snprintf(what, sizeof(what), "norm+rope+kv_store%s %s", factors ? " factors, mscale" : "", ob_type_name(kt));
+    check_graph(g, tc, kt == OB_TYPE_Q8_0 ? 0.03 : kt == OB_TYPE_F16 ? 2e-3 : 2e-4, 1e-4, what);
+    ob_vk *vk = g_be[0]->ctx;
+    CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[5] == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
+    if (nf && kt == OB_TYPE_F32) { /* check_on compares F32 results */
+        check_on(nf, g, tc, 2e-4, 1e-4, what);
+        CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
+    }
+    ob_graph_free(g);
+    free(x); free(w); free(fac); free(cache);
+}
+
 /* q/k norm then rope per head, fused into one dispatch (modes 0 and 2, whole and partial
  * rotation, with and without a norm weight, head dims 64 and 128 over 3 heads x 5
  * tokens), also on ONEBIT_VK_NO_FUSE=1; and a norm with a second reader, which is not fused. */
@@ -242,30 +271,7 @@ static void test_norm_rope(void) {
     /* the k norm + rope + KV_STORE of qwen3-style attention in one dispatch: the cache rows
      * against the reference, for each cache type */
     static const ob_type kv[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
-    int32_t kpos[5] = {0, 3, 8, 7, 9}, kseq[5] = {0, 0, 1, 2, 1};
-    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) {
-        const int64_t hd = 64, heads = 2, T = 5, cps = 10, cells = 3 * cps;
-        int64_t ne[3] = {hd, heads, T}, nt[1] = {T}, nc[2] = {hd * heads, cells};
-        float *x = rand_f32(hd * heads * T, 2.0f), *w = rand_f32(hd, 1.0f);
-        void *cache = rand_typed(kv[ti], hd * heads, cells, 1.0f);
-        ob_graph *g = ob_graph_new(12);
-        ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
-        ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
-        ob_tensor *k = ob_rope(g, h, pos_t, NULL, (int)hd, 2, 10000.0f, 1.0f, 1.0f);
-        ob_tensor *tc = ob_leaf(g, "cache", kv[ti], 2, nc, cache);
-        ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
-        char what[96];
-        snprintf(what, sizeof(what), "norm+rope+kv_store %s", ob_type_name(kv[ti]));
-        check_graph(g, tc, kv[ti] == OB_TYPE_Q8_0 ? 0.03 : kv[ti] == OB_TYPE_F16 ? 2e-3 : 2e-4, 1e-4, what);
-        ob_vk *vk = g_be[0]->ctx;
-        CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[5] == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
-        if (nf && kv[ti] == OB_TYPE_F32) { /* check_on compares F32 results */
-            check_on(nf, g, tc, 2e-4, 1e-4, what);
-            CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
-        }
-        ob_graph_free(g);
-        free(x); free(w); free(cache);
-    }
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) norm_rope_store_case(nf, kv[ti], false);
     /* the same with the rope's frequency factors and mscale (norm_rope.comp takes them
      * in the push constants' last slots): fused alone and with the KV_STORE, and unfused */
     const ob_rng keep_rng = g_rng;
@@ -294,30 +300,7 @@ static void test_norm_rope(void) {
                 ob_graph_free(g);
                 free(x); free(w); free(fac);
             }
-    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) {
-        const int64_t hd = 64, heads = 2, T = 5, cps = 10, cells = 3 * cps;
-        int64_t ne[3] = {hd, heads, T}, nt[1] = {T}, nc[2] = {hd * heads, cells}, nff[1] = {hd / 2};
-        float *x = rand_f32(hd * heads * T, 2.0f), *w = rand_f32(hd, 1.0f), *fac = rand_rope_factors(hd / 2);
-        void *cache = rand_typed(kv[ti], hd * heads, cells, 1.0f);
-        ob_graph *g = ob_graph_new(12);
-        ob_tensor *pos_t = ob_leaf(g, "pos", OB_TYPE_I32, 1, nt, kpos);
-        ob_tensor *h = ob_rms_norm(g, ob_leaf(g, "x", OB_TYPE_F32, 3, ne, x), ob_leaf(g, "w", OB_TYPE_F32, 1, ne, w), 1e-6f);
-        ob_tensor *k = ob_rope(g, h, pos_t, ob_leaf(g, "factors", OB_TYPE_F32, 1, nff, fac), (int)hd, 2, 10000.0f, 1.0f,
-                               VKT_MSCALE);
-        ob_tensor *tc = ob_leaf(g, "cache", kv[ti], 2, nc, cache);
-        ob_kv_store(g, k, tc, pos_t, ob_leaf(g, "seq", OB_TYPE_I32, 1, nt, kseq), (int)cps);
-        char what[96];
-        snprintf(what, sizeof(what), "norm+rope+kv_store factors, mscale %s", ob_type_name(kv[ti]));
-        check_graph(g, tc, kv[ti] == OB_TYPE_Q8_0 ? 0.03 : kv[ti] == OB_TYPE_F16 ? 2e-3 : 2e-4, 1e-4, what);
-        ob_vk *vk = g_be[0]->ctx;
-        CHECKF(vk->n_prev == 1 && vk->prev[0].pc.u[5] == 1, "%s: %lld dispatches", what, (long long)vk->n_prev);
-        if (nf && kv[ti] == OB_TYPE_F32) {
-            check_on(nf, g, tc, 2e-4, 1e-4, what);
-            CHECK(((ob_vk *)nf->ctx)->n_prev == 3);
-        }
-        ob_graph_free(g);
-        free(x); free(w); free(fac); free(cache);
-    }
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(kv); ti++) norm_rope_store_case(nf, kv[ti], true);
     g_rng = keep_rng;
     if (nf) ob_backend_free(nf);
 }
