@@ -87,6 +87,11 @@ typedef struct ob_model_params {
     float yarn_attn_factor;  /* < 0: the file's, else YaRN's 0.1 ln(factor) + 1 */
     float yarn_beta_fast;    /* < 0: the file's, else 32 */
     float yarn_beta_slow;    /* < 0: the file's, else 1 */
+    /* Batch-invariant kernels (--deterministic): a token's logits are bitwise the same
+     * whatever else shares its batch and however the batch was formed, on every backend
+     * (the CPU always is; the GPU backends then take one reduction order for every batch
+     * size, at some cost in speed). */
+    bool deterministic;
 } ob_model_params;
 
 ob_model_params ob_model_default_params(void);

@@ -11,8 +11,16 @@
 #                                  Debian's validation layer into .dev/gpu
 #   scripts/device_check.sh run    there (run tool, carry [".dev/gpu", ".gl"]): the checks;
 #                                  a summary last, logs in $OUT
-#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val"  which parts of run, in that order (default: all)
+#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val det"  which parts of run, in that order (default: all)
+#                                  det: batch invariance as a client sees it
+#                                  (scripts/concurrency.py: 64 requests alone and at once,
+#                                  serve -np 16, synth qwen3-0.6b Q4_K_M) on CUDA and Vulkan
+#                                  with and without --deterministic, and the 16-stream
+#                                  decode cost of the flag (`bench -np 16`, synth qwen3-8b)
+#   ONEBIT_UNIT="test_a test_b"    unit: only these test binaries (default: all)
 #   ONEBIT_SAN_TOOLS="memcheck racecheck initcheck synccheck"  compute-sanitizer tools
+#   ONEBIT_SAN_WHAT="ops decode serve"  what runs under each tool
+#   ONEBIT_SAN_SHARDS=4            test_cuda_ops under a sanitizer as that many processes
 #   ONEBIT_DEADLINE=S              stop starting steps S seconds after the start (default
 #                                  570, inside the run tool's 600), each step capped to
 #                                  what is left; steps not reached say so in the summary
@@ -47,16 +55,20 @@ prep)
   sed 's|"library_path": *"[^"]*"|"library_path": "./libVkLayer_khronos_validation.so"|' \
       "$tmp"/x/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json >"$G/vvl/VkLayer_khronos_validation.json"
   rm -rf "$tmp"
-  # the carry is 64 MiB with the tree: the libraries and the 22 MB layer travel packed
-  tar cf - -C "$G" lib vvl | xz -T0 >"$G/rt.tar.xz" && rm -rf "$G/lib" "$G/vvl"
+  # the Qwen3 tokenizer for `1bit synth` (det)
+  xz -9 -c ../shared/data/tokenizers/qwen3/tokenizer.json >"$G/tokenizer.json.xz"
+  # the carry is 64 MiB with the tree: the libraries and the 22 MB layer travel packed, the
+  # layer apart (a call without vk-val may leave vvl.tar.xz behind)
+  tar cf - -C "$G" lib | xz -T0 >"$G/rt.tar.xz" && tar cf - -C "$G" vvl | xz -T0 >"$G/vvl.tar.xz" && rm -rf "$G/lib" "$G/vvl"
   du -sh "$G" .gl
   ;;
 run)
   OUT=${OUT:-/tmp/onebit-out}
   mkdir -p "$OUT" /tmp/gpu
-  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val}
+  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val det}
   xz -dc "$G/bin.tar.xz" | tar xf - -C /tmp/gpu
   xz -dc "$G/rt.tar.xz" | tar xf - -C /tmp/gpu
+  [ -f "$G/vvl.tar.xz" ] && xz -dc "$G/vvl.tar.xz" | tar xf - -C /tmp/gpu
   B=/tmp/gpu
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
@@ -73,10 +85,24 @@ run)
   summary=()
   deadline=${ONEBIT_DEADLINE:-570}
   left() { local l=$((deadline - SECONDS)); echo $((l > 0 ? l : 0)); }
+  # A sanitizer log's totals over its summaries (several processes may share one log):
+  # memcheck/initcheck/synccheck "ERROR SUMMARY: N errors"; racecheck "RACECHECK SUMMARY: N
+  # hazards displayed (E errors, W warnings)", with the errors reported in NVIDIA's own
+  # cuBLAS kernels (nvjet*, *gemm*) counted apart: racecheck does not follow the
+  # mbarrier/bulk-copy synchronization those Hopper kernels (and k_mmvq_tma) use.
+  san_count() {
+    local n e w c
+    n=$(grep -cE "(ERROR|RACECHECK) SUMMARY" "$1")
+    e=$(grep -oE "ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors" "$1" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
+    w=$(grep -oE "[0-9]+ warnings\)" "$1" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
+    c=$(grep -cE "Error: Race reported .* at (nvjet|[a-z_0-9]*gemm)" "$1")
+    echo "$e errors ($c in cuBLAS kernels), $w racecheck warnings, $n summaries"
+  }
   # 4 concurrent greedy requests to the server on port $1, answers in $2-N.json
   requests() {
     local pids=()
-    for _ in $(seq 120); do curl -s "localhost:$1/health" >/dev/null 2>&1 && break; sleep 1; done
+    # -f: /health answers 503 while the model loads
+    for _ in $(seq 120); do curl -sf "localhost:$1/health" >/dev/null 2>&1 && break; sleep 1; done
     for i in 1 2 3 4; do
       curl -s "localhost:$1/completion" -d "{\"prompt\":\"request $i says\",\"n_predict\":16,\"temperature\":0}" \
           >"$2-$i.json" &
@@ -99,6 +125,7 @@ run)
     # ctest's unit label: every test binary from the repository root
     pass=0 fail=0 skip=0 failed=""
     for t in "$B"/test_*; do
+      [ -n "${ONEBIT_UNIT:-}" ] && [[ " $ONEBIT_UNIT " != *" $(basename "$t") "* ]] && continue
       n=$(basename "$t")
       timeout "$(left)" "$t" >"$OUT/$n.log" 2>&1
       rc=$?
@@ -106,16 +133,31 @@ run)
       echo "$n rc=$rc $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
     done
     summary+=("unit: $pass passed, $fail failed, $skip skipped${failed:+ -$failed}")
-    grep -E "^(llama|qwen|gemma)" "$OUT/test_models.log" >"$OUT/models-table.txt" 2>/dev/null
+    grep -E "^(llama|qwen|gemma)|^batch invariance|deterministic matmul" "$OUT"/test_models.log "$OUT"/test_cuda_ops.log \
+        >"$OUT/models-table.txt" 2>/dev/null
   fi
   if [[ " $CHECKS " == *" cuda-san "* ]] && command -v compute-sanitizer >/dev/null; then
     F=tests/fixtures/models/qwen3.gguf
     for tool in ${ONEBIT_SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
-      for what in ops decode serve; do
+      for what in ${ONEBIT_SAN_WHAT:-ops decode serve}; do
         log="$OUT/san-$tool-$what.log"
         if [ "$(left)" -lt 20 ]; then summary+=("compute-sanitizer $tool $what: not run (time)"); continue; fi
         case $what in
-        ops) timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/test_cuda_ops" >"$log" 2>&1 ;;
+        ops)
+          # the groups of test_cuda_ops spread over $shards processes on the one GPU
+          # (ONEBIT_TEST_SHARD, testutil.h); their logs one after another in $log
+          shards=${ONEBIT_SAN_SHARDS:-4} pids=() rc=0
+          for i in $(seq 0 $((shards - 1))); do
+            ONEBIT_TEST_SHARD=$i/$shards timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 \
+                "$B/test_cuda_ops" >"$log.$i" 2>&1 &
+            pids+=($!)
+          done
+          for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+          : >"$log"
+          for i in $(seq 0 $((shards - 1))); do cat "$log.$i" >>"$log"; rm -f "$log.$i"; done
+          summary+=("compute-sanitizer $tool ops: $shards shards, checks: $(grep -oE '[0-9]+ checks, [0-9]+ failed' "$log" | tr '\n' ' ')")
+          summary+=("compute-sanitizer $tool ops: rc=$rc $(san_count "$log")")
+          continue ;;
         decode) timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" run -m $F --device cuda \
                     -p "the quick brown fox" -n 24 --temp 0 >"$log" 2>&1 ;;
         serve)
@@ -127,8 +169,9 @@ run)
           pkill -INT -x 1bit 2>/dev/null; wait $sp ;;
         esac
         rc=$?
-        errs=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -n 1)
-        summary+=("compute-sanitizer $tool $what: rc=$rc ${errs:-no summary}")
+        summary+=("compute-sanitizer $tool $what: rc=$rc $(san_count "$log")$([ $what = serve ] &&
+            echo ", $(grep -l '"content"' "$OUT"/serve-$tool-*.json 2>/dev/null | wc -l) of 4 answers")")
+        rm -f "$OUT"/serve-$tool-*.json
       done
     done
   fi
@@ -150,7 +193,36 @@ run)
     requests 18081 "$OUT/vserve"
     kill -INT $sp 2>/dev/null; wait $sp
     summary+=("validation serve: $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-serve.log") messages, $(grep -l '"content"' "$OUT"/vserve-*.json | wc -l) of 4 answers")
+    rm -f "$OUT"/vserve-*.json
     unset VK_LAYER_PATH VK_INSTANCE_LAYERS VK_LAYER_ENABLES
+  fi
+  if [[ " $CHECKS " == *" det "* ]]; then
+    xz -dc "$G/tokenizer.json.xz" >/tmp/tokenizer.json
+    S=/tmp/q06.gguf S8=/tmp/q8b.gguf
+    timeout "$(left)" "$B/1bit" synth --shape qwen3-0.6b --type Q4_K_M --tokenizer /tmp/tokenizer.json -t "$(nproc)" -o $S \
+        >"$OUT/det.log" 2>&1 || summary+=("det: synth qwen3-0.6b failed")
+    port=18100
+    for dev in ${ONEBIT_DET_DEVICES:-cuda vulkan}; do
+      for flag in "" --deterministic; do
+        if [ "$(left)" -lt 60 ]; then summary+=("det $dev ${flag:-default}: not run (time)"); continue; fi
+        port=$((port + 1))
+        timeout "$(left)" "$B/1bit" serve -m $S --device $dev -np 16 --port $port $flag >>"$OUT/det.log" 2>&1 &
+        sp=$!
+        r=$(timeout "$(left)" python3 scripts/concurrency.py --port $port --n 64 --predict 32 --label "$dev ${flag:-default}" 2>&1 | tail -n 1)
+        kill -INT $sp 2>/dev/null; wait $sp
+        summary+=("det: $r")
+      done
+    done
+    if [ "$(left)" -gt 90 ] && timeout "$(left)" "$B/1bit" synth --fast --shape qwen3-8b --type Q4_K_M --tokenizer /tmp/tokenizer.json \
+        -t "$(nproc)" -o $S8 >>"$OUT/det.log" 2>&1; then
+      for dev in ${ONEBIT_DET_DEVICES:-cuda vulkan}; do
+        for flag in "" --deterministic; do
+          if [ "$(left)" -lt 40 ]; then summary+=("det bench $dev ${flag:-default}: not run (time)"); continue; fi
+          t=$(timeout "$(left)" "$B/1bit" bench -m $S8 -p 0 -n 64 -r 2 -np 16 --device $dev $flag 2>&1 | grep "^|" | tail -n 1)
+          summary+=("det bench qwen3-8b Q4_K_M -np 16 $dev ${flag:-default}: $t")
+        done
+      done
+    fi
   fi
   echo "== summary =="
   printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

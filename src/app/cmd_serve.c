@@ -50,6 +50,8 @@ void ob_srv_print_usage(const char *prog) {
            "  -t, --threads N           CPU threads (default: all cores)\n"
            "  --device D                cpu, cuda[N], vulkan[N] (also CUDA0, Vulkan0, none)\n"
            "  --no-strict-device        allow nodes to fall back to the CPU\n"
+           "  --deterministic           batch-invariant kernels: an answer does not depend on\n"
+           "                            what else is in the batch (some GPU speed)\n"
            "  --alias NAME              model id reported by the API\n"
            "  --timeout N               idle connection timeout in seconds (default 600)\n"
            "  --max-body BYTES          request body limit (default 16 MiB)\n"
@@ -200,6 +202,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--slots", NULL)) c->no_slots = false;
         else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
+        else if (is_flag(a, "--deterministic", NULL)) c->mp.deterministic = true;
         else if (is_flag(a, "-to", "--timeout")) INT_VALUE(1, 86400, c->timeout_s);
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }

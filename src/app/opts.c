@@ -25,6 +25,7 @@ const char *ob_opts_help =
     "  -b, --batch-size N       tokens per forward pass (default 512)\n"
     "  --device D               auto, cpu, cuda[:N], vulkan[:N] (also CUDA0, Vulkan0, none)\n"
     "  --no-strict-device       allow nodes to fall back to the CPU\n"
+    "  --deterministic          batch-invariant kernels: the same logits whatever the batch\n"
     "  --mem-budget SIZE        memory budget for weights + KV + scratch (e.g. 8G)\n"
     "  -ctk, --cache-type-k T   f16, q8_0 or f32\n"
     "  -ctv, --cache-type-v T   f16, q8_0 or f32\n"
@@ -208,6 +209,7 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) { NEED(); if (!parse_int(v, 1, 1 << 16, &o->cp.n_batch)) BAD(); return 1; }
     if (IS("--device") || IS("-dev")) { NEED(); if (!ob_parse_device(v, &o->mp.device, &o->mp.device_index)) BAD(); return 1; }
     if (IS("--no-strict-device")) { o->mp.strict_device = false; return 1; }
+    if (IS("--deterministic")) { o->mp.deterministic = true; return 1; }
     if (IS("--mem-budget")) { NEED(); if (!ob_parse_size(v, &o->mp.mem_budget)) BAD(); return 1; }
     if (IS("-ctk") || IS("--cache-type-k")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_k)) BAD(); return 1; }
     if (IS("-ctv") || IS("--cache-type-v")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_v)) BAD(); return 1; }

@@ -31,6 +31,11 @@ typedef struct ob_backend_iface {
 struct ob_backend {
     const ob_backend_iface *iface;
     void *ctx;
+    /* Batch-invariant mode (ob_model_params.deterministic), set by the engine before the
+     * first compute: every output element is reduced in one order whatever the batch size
+     * (kernel choice, split sizes and fusions that depend only on shapes other than the
+     * token count). The CPU backend always is. */
+    bool deterministic;
 };
 
 /* CPU backend; n_threads 0 = number of online cores. */

@@ -251,6 +251,7 @@ ob_status ob_model_load(const char *path, const ob_model_params *params, ob_mode
         goto fail;
     }
     m->backend = make_backend(&m->params, err, err_len);
+    if (m->backend) m->backend->deterministic = m->params.deterministic;
     if (!m->backend) { st = OB_ERR_UNSUPPORTED; goto fail; }
     st = load_weights(m, err, err_len);
     if (st) goto fail;

@@ -32,7 +32,7 @@ class ModelParams(C.Structure):
                 ("n_threads", C.c_int), ("mem_budget", C.c_size_t), ("rope_scaling", C.c_int),
                 ("rope_freq_base", C.c_float), ("rope_freq_scale", C.c_float), ("yarn_orig_ctx", C.c_int),
                 ("yarn_ext_factor", C.c_float), ("yarn_attn_factor", C.c_float), ("yarn_beta_fast", C.c_float),
-                ("yarn_beta_slow", C.c_float)]
+                ("yarn_beta_slow", C.c_float), ("deterministic", C.c_bool)]
 
 
 class ContextParams(C.Structure):

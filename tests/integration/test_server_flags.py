@@ -75,3 +75,24 @@ def test_chat_template_file(tmp_path):
     r = subprocess.run([BIN, "serve", "-m", default_model(), "--chat-template-file", str(tmp_path / "missing.jinja")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--chat-template-file" in r.stderr
+
+
+def test_deterministic_batched_equals_solo():
+    """--deterministic (batch-invariant kernels): the same greedy request gives the same text
+    alone and among others decoded at once (scripts/concurrency.py does this at 64 requests
+    on the GPU backends)."""
+    from concurrent.futures import ThreadPoolExecutor
+    prompts = [f"Item {i}: the {w} of the" for i, w in enumerate(["river", "city", "song", "law", "sky", "road"])]
+    srv = Server(["--deterministic", "-np", "4", "--temp", "0", "-n", "8"])
+    try:
+        def one(p):
+            r = requests.post(srv.url + "/completion", json={"prompt": p, "cache_prompt": False}, timeout=120)
+            assert r.status_code == 200, r.text
+            return r.json()["content"]
+        solo = [one(p) for p in prompts]
+        with ThreadPoolExecutor(len(prompts)) as ex:
+            together = list(ex.map(one, prompts))
+        assert together == solo
+        assert len(set(solo)) > 1  # the prompts lead to different texts
+    finally:
+        srv.stop()

@@ -199,6 +199,60 @@ static void test_matmul_get_rows(ob_backend *be) {
     }
 }
 
+/* Batch-invariant mode (backend.h's deterministic): a MATMUL column must come out bitwise
+ * the same whatever the column count, k_mmq_dec's fixed plan (Q4_K, Q6_K, Q8_0: chunks of
+ * 16 or 8 columns, K split into partial sums at N = 300) and a column at a time for the
+ * rest (the TMA matvec for TQ2_0 at K = 4096, the int8 matvec, the plain one). Each
+ * product at T = 40 is also checked against the CPU reference. */
+static void test_det_matmul(void) {
+    char err[256] = {0};
+    ob_backend *be = ob_backend_cuda_new(0, false, err, sizeof(err));
+    CHECKF(be != NULL, "det backend: %s", err);
+    if (!be) return;
+    be->deterministic = true;
+    const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q5_K, OB_TYPE_Q4_0, OB_TYPE_TQ2_0, OB_TYPE_F16,
+                             OB_TYPE_F32};
+    const int64_t K = 4096, N = 300, TT = 40;
+    const int subs[][2] = {{0, 1}, {7, 1}, {39, 1}, {0, 3}, {5, 17}, {16, 16}, {23, 17}};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
+        const ob_type t = types[ti];
+        void *w = rand_typed(t, K * N, 0.5f);
+        float *x = rand_f32(K * TT, 1.0f), *full = NULL;
+        char what[96];
+        {
+            ob_graph *g = ob_graph_new(8);
+            int64_t new[2] = {K, N}, nex[2] = {K, TT};
+            ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x);
+            ob_tensor *y = ob_matmul(g, W, X);
+            snprintf(what, sizeof(what), "deterministic matmul %s T=%d", ob_type_name(t), (int)TT);
+            run_both_keep(be, g, y, NULL, int8_act_type(t) ? 5e-2 : 2e-5, what, &full);
+            ob_graph_free(g);
+        }
+        int bad = 0;
+        for (size_t si = 0; si < OB_ARRAY_LEN(subs) && full; si++) {
+            const int c0 = subs[si][0], c = subs[si][1];
+            ob_graph *g = ob_graph_new(8);
+            int64_t new[2] = {K, N}, nex[2] = {K, c};
+            ob_tensor *W = ob_leaf(g, "w", t, 2, new, w), *X = ob_leaf(g, "x", OB_TYPE_F32, 2, nex, x + (int64_t)c0 * K);
+            ob_tensor *y = ob_matmul(g, W, X);
+            float *part = NULL;
+            snprintf(what, sizeof(what), "deterministic matmul %s columns %d..%d", ob_type_name(t), c0, c0 + c - 1);
+            run_both_keep(be, g, y, NULL, int8_act_type(t) ? 5e-2 : 2e-5, what, &part);
+            if (part && memcmp(part, full + (int64_t)c0 * N, sizeof(float) * (size_t)(c * N))) bad++;
+            free(part);
+            ob_graph_free(g);
+        }
+        CHECKF(bad == 0, "deterministic matmul %s: %d of %d column ranges differ from the T=40 product", ob_type_name(t), bad,
+               (int)OB_ARRAY_LEN(subs));
+        printf("deterministic matmul %s: %d of %d column ranges differ bitwise from T=40\n", ob_type_name(t), bad,
+               (int)OB_ARRAY_LEN(subs));
+        free(full);
+        free(x);
+        free(w);
+    }
+    ob_backend_free(be);
+}
+
 /* Plain tables (F32, F16, BF16) whose rows are not whole 32-element chunks (jina-bert-v2's
  * test model has hidden size 72): MATMUL on the element matvec (T <= 8) and on cuBLAS
  * (T > 8), GET_ROWS, and CPY to each plain type (exact). */
@@ -1422,44 +1476,53 @@ int main(void) {
         return 77; /* SKIP_RETURN_CODE */
     }
     CHECK(!strcmp(be->iface->name, "cuda"));
-    /* ONEBIT_TEST_FIXTURES_ONLY=1: only the model fixtures (bisecting on a device). */
+    /* ONEBIT_TEST_FIXTURES_ONLY=1: only the model fixtures (bisecting on a device).
+     * ONEBIT_TEST_SHARD=i/n: every n-th group from the i-th (testutil.h). */
     const char *fo = getenv("ONEBIT_TEST_FIXTURES_ONLY");
-    if (!(fo && fo[0] == '1')) {
-        test_matmul_get_rows(be);
-        test_plain_rows(be);
-        test_matmul_int8(be);
-        test_matmul_mmvq_run();
-        {
-            /* MMQ at every T it takes (by default T > 32 goes to cuBLAS: test_matmul_blas) */
-            char e2[256] = {0};
-            ob_backend *mq = cuda_backend_with("ONEBIT_CUDA_MMQ_MAX_T", "1000000", e2, sizeof(e2));
-            CHECKF(mq != NULL, "mmq backend: %s", e2);
-            if (mq) {
-                test_matmul_mmq(mq);
-                test_matmul_mmq_stream(mq);
-                ob_backend_free(mq);
-            }
+    int ops = !(fo && fo[0] == '1'), k = 0;
+    if (ops && ob_test_shard(k++)) test_matmul_get_rows(be);
+    if (ops && ob_test_shard(k++)) test_plain_rows(be);
+    if (ops && ob_test_shard(k++)) test_matmul_int8(be);
+    if (ops && ob_test_shard(k++)) test_matmul_mmvq_run();
+    if (ops && ob_test_shard(k++)) {
+        /* MMQ at every T it takes (by default T > 32 goes to cuBLAS: test_matmul_blas) */
+        char e2[256] = {0};
+        ob_backend *mq = cuda_backend_with("ONEBIT_CUDA_MMQ_MAX_T", "1000000", e2, sizeof(e2));
+        CHECKF(mq != NULL, "mmq backend: %s", e2);
+        if (mq) {
+            test_matmul_mmq(mq);
+            test_matmul_mmq_stream(mq);
+            ob_backend_free(mq);
         }
-        test_elementwise(be);
-        test_attention(be);
-        test_attention_fa(be);
-        test_encoder_ops(be);
-        test_sample_op(be);
+    }
+    if (ops && ob_test_shard(k++)) test_elementwise(be);
+    if (ops && ob_test_shard(k++)) test_attention(be);
+    if (ops && ob_test_shard(k++)) test_attention_fa(be);
+    if (ops && ob_test_shard(k++)) test_encoder_ops(be);
+    if (ops && ob_test_shard(k++)) test_sample_op(be);
+    if (ops && ob_test_shard(k++)) {
         ob_backend *plain = cuda_backend_with("ONEBIT_CUDA_FUSE", "0", err, sizeof(err));
         CHECKF(plain != NULL, "second backend: %s", err);
         if (plain) test_fused(be, plain);
         if (plain) test_fused_decode(be, plain);
         if (plain) test_fused_norm_sizes(be, plain);
+        ob_backend_free(plain);
+    }
+    if (ops && ob_test_shard(k++)) {
+        ob_backend *plain = cuda_backend_with("ONEBIT_CUDA_FUSE", "0", err, sizeof(err));
+        CHECKF(plain != NULL, "second backend: %s", err);
         if (plain) test_rope_factors(be, plain);
         ob_backend_free(plain);
-        test_fallback();
-        test_matmul_blas();
     }
+    if (ops && ob_test_shard(k++)) test_fallback();
+    if (ops && ob_test_shard(k++)) test_det_matmul();
+    if (ops && ob_test_shard(k++)) test_matmul_blas();
     ob_backend_free(be);
     /* every encoder fixture strictly on the device (jina-bert-v2: rows of 72, test_plain_rows) */
-    ob_test_encoders_on(OB_DEVICE_CUDA, "cuda", NULL);
+    if (ob_test_shard(k++)) ob_test_encoders_on(OB_DEVICE_CUDA, "cuda", NULL);
     const char *arches[] = {"llama", "qwen2", "qwen3", "gemma3"};
     for (int i = 0; i < 4; i++) {
+        if (!ob_test_shard(k++)) continue;
         test_fixture(arches[i], OB_KV_F32);
         test_fixture(arches[i], OB_KV_F16);
         test_fixture(arches[i], OB_KV_Q8_0);

@@ -9,6 +9,17 @@ int ob_test_done(const char *name) {
     return ob_test_failures ? 1 : 0;
 }
 
+int ob_test_shard(int k) {
+    const char *e = getenv("ONEBIT_TEST_SHARD");
+    int i = 0, n = 1;
+    if (!e || !*e) return 1;
+    if (sscanf(e, "%d/%d", &i, &n) != 2 || n < 1 || i < 0 || i >= n) {
+        fprintf(stderr, "ONEBIT_TEST_SHARD=%s: want i/n with 0 <= i < n\n", e);
+        exit(2);
+    }
+    return k % n == i;
+}
+
 void ob_rng_seed(ob_rng *r, uint64_t seed) {
     r->s[0] = seed * 0x9E3779B97F4A7C15ull + 1;
     r->s[1] = (seed ^ 0xD1B54A32D192ED03ull) * 0xBF58476D1CE4E5B9ull + 3;

@@ -17,6 +17,11 @@ extern int ob_test_checks;
 /* Prints a summary line and returns the process exit code. */
 int ob_test_done(const char *name);
 
+/* ONEBIT_TEST_SHARD=i/n (0 <= i < n): true when the test's k-th group of checks belongs to
+ * shard i (k mod n == i), so a slow run (a sanitizer) can be spread over n processes that
+ * together run every group once; unset: every group. */
+int ob_test_shard(int k);
+
 /* xoshiro-style PRNG: deterministic for a seed. */
 typedef struct { uint64_t s[2]; } ob_rng;
 void ob_rng_seed(ob_rng *r, uint64_t seed);

@@ -113,6 +113,12 @@ static void *cu_alloc(ob_backend *be, size_t size) {
         ob_log(OB_LOG_WARN, "cuda: cannot allocate %zu bytes: %s", size, cudaGetErrorString(e));
         return NULL;
     }
+    /* the pad zeroed, so the whole-vector reads that pass a row end read defined bytes
+     * (compute-sanitizer initcheck) */
+    if (!OB_CU(cx, cudaMemsetAsync((char *)p + size, 0, OB_CU_ALLOC_PAD, cx->stream))) {
+        cudaFree(p);
+        return NULL;
+    }
     return p;
 }
 
@@ -660,6 +666,11 @@ static void timing_print(const ob_cu_ctx *cx) {
 static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
+    if (be->deterministic && !cx->det) { /* set once, before the first step (backend.h) */
+        cx->det = true;
+        cx->fuse &= cx->det_fuse;
+        cx->pass_g = NULL;
+    }
     /* One pass on the host: support, scratch size, and whether the step can be captured. */
     size_t need = 0, qneed = 0, cneed = 0;
     bool capturable = cx->use_graphs, any_fallback = false;
@@ -690,6 +701,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             (ob_cu_mmvq_applies(n) || (ob_cu_mmq_applies(n) && ob_nrows(n->src[1]) <= OB_CU_MMVQ_MAX_T)) &&
             ob_cu_mmvq_qx_size(n) > qneed)
             qneed = ob_cu_mmvq_qx_size(n);
+        if (n->op == OB_OP_MATMUL && ob_cu_matmul_det_qx_size(cx, n) > qneed) qneed = ob_cu_matmul_det_qx_size(cx, n);
     }
     if (any_fallback) capturable = false;
     if (!same) {
@@ -929,6 +941,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->use_graphs = !(ng && ng[0] == '0');
     const char *nf = getenv("ONEBIT_CUDA_FUSE");
     cx->fuse = nf && nf[0] ? (unsigned)strtoul(nf, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_ALL;
+    const char *df = getenv("ONEBIT_CUDA_DET_FUSE");
+    cx->det_fuse = df && df[0] ? (unsigned)strtoul(df, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_KV_PAIR;
     const char *pf = getenv("ONEBIT_CUDA_PROFILE");
     cx->prof = pf && pf[0] == '1';
     bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx);

@@ -66,6 +66,14 @@ typedef struct ob_cu_ctx {
     /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
+    /* Batch-invariant mode (ob_backend.deterministic, taken at the first compute): MATMUL
+     * through one plan for every T (op_quant.cu, op_mmq.cu), attention through the split
+     * kernels with a split count of the cache size alone (op_attention.cu), and of the
+     * fusions only those in det_fuse (ONEBIT_CUDA_DET_FUSE=MASK, default OB_CU_FUSE_KV_PAIR:
+     * the others apply at some batch sizes only, and their reductions or roundings are not
+     * the unfused kernels'). */
+    bool det;
+    unsigned det_fuse;
     int attn_split;            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
     bool fa_off;               /* ONEBIT_CUDA_FA=0 or below sm_80: no tensor-core prefill attention (op_flash_attn.cu) */
     bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */
@@ -125,6 +133,8 @@ bool ob_cu_type_has_deq(ob_type t);
 bool ob_cu_supports_quant_op(const ob_tensor *n);   /* GET_ROWS, MATMUL, CPY */
 size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n);
+/* Batch-invariant mode: bytes of cx->qx a MATMUL run a column at a time needs (0: none). */
+size_t ob_cu_matmul_det_qx_size(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_get_rows(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n);

@@ -20,4 +20,11 @@ size_t ob_cu_mmq_tmp_size(const ob_tensor *n);
 /* Enqueues the quantization of x and the matmul on cx->stream; false on a launch error. */
 bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n);
 
+/* Batch-invariant mode (cx->det): whether k_mmq_dec takes node n at every T (Q4_K, Q6_K,
+ * Q8_0; K % 256 == 0; 16-aligned x and weights; int8 MMA on the device), its scratch in
+ * cx->tmp, and the launch (columns in fixed chunks, one plan for every T). */
+bool ob_cu_mmq_det_applies(const ob_tensor *n);
+size_t ob_cu_mmq_det_tmp_size(const ob_tensor *n);
+bool ob_cu_op_mmq_det(ob_cu_ctx *cx, ob_tensor *n);
+
 #endif

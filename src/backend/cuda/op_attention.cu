@@ -115,12 +115,14 @@ typedef struct ob_attn_args {
 static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     const int64_t T = q->ne[2] * q->ne[3], H = q->ne[1];
-    if (T > OB_ATTN_SPLIT_T) return 1;
+    if (T > OB_ATTN_SPLIT_T && !cx->det) return 1;
     if (cx->attn_split > 0) return OB_MIN(cx->attn_split, OB_ATTN_MAX_SPLIT);
     const int64_t want = (8 * (int64_t)OB_MAX(cx->sm_count, 1) + H * T - 1) / (H * T);
     const int64_t cells = n->ip[0];
     const int64_t most = OB_MIN((cells + OB_ATTN_CELLS_PER_SPLIT - 1) / OB_ATTN_CELLS_PER_SPLIT,
                                 OB_MAX((int64_t)8, (cells + 511) / 512));
+    /* batch-invariant mode: a count from the cache size alone, for every T */
+    if (cx->det) return (int)OB_MAX(1, OB_MIN(most, OB_ATTN_MAX_SPLIT));
     return (int)OB_MAX(1, OB_MIN(OB_MIN(want, most), OB_ATTN_MAX_SPLIT));
 }
 
@@ -845,7 +847,7 @@ static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16;
     return (kq || kc->type == OB_TYPE_F16) && (vq || vc->type == OB_TYPE_F16) && (hd == 64 || hd == 128 || hd == 256) &&
            ((uintptr_t)kc->data % kal) == 0 && ((uintptr_t)vc->data % val) == 0 && ob_row_size(kc->type, kc->ne[0]) % kal == 0 &&
-           ob_row_size(vc->type, vc->ne[0]) % val == 0 && (cx->attn_h >= 2 || (cx->attn_h == 1 && T == 1));
+           ob_row_size(vc->type, vc->ne[0]) % val == 0 && (cx->attn_h >= 2 || (cx->attn_h == 1 && (T == 1 || cx->det)));
 }
 
 /* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
@@ -901,8 +903,10 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
         cx->stats[OB_CU_STAT_QKV]++;
         cx->stats[OB_CU_STAT_ATTN_FOLD]++;
     }
-    if (a.T > OB_ATTN_SPLIT_T && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
-    if (a.T > OB_ATTN_SPLIT_T && !cx->attn_old_pf) {
+    /* batch-invariant mode: the split kernels at every T (their per-token sums do not
+     * depend on T: each (split, head, token) block walks that token's own cells) */
+    if (a.T > OB_ATTN_SPLIT_T && !cx->det && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
+    if (a.T > OB_ATTN_SPLIT_T && !cx->det && !cx->attn_old_pf) {
         k_attn_pf<<<ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, cx->stream>>>(a);
         return OB_CU_LAUNCHED(cx);
     }

@@ -23,6 +23,7 @@
  * comment; knobs ONEBIT_CUDA_MMQ_DEC / _WARPS / _STAGES / _BLOCKS at mmq_dec_cfg). */
 #include "backend/cuda/cuda_mmq.h"
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- weight unpacking ---------------------------------------------------------------------- */
 
@@ -758,6 +759,23 @@ static int mmq_dec_stb(ob_type t) {
          : t == OB_TYPE_Q8_0 ? 16 * mmq_dec_tr<OB_TYPE_Q8_0>::RB : 0;
 }
 
+/* k_mmq_dec's ring depth and K split for W [K, N] of type t: from the weight shape, the
+ * knobs and the GPU alone (never T, which batch-invariant mode relies on). */
+static void mmq_dec_split(mmq_plan *p, ob_type t, int64_t K, int64_t N) {
+    const mmq_dec_knobs *kn = mmq_dec_cfg();
+    /* ring depth within 100 KB a block (at least two blocks an SM) */
+    while (p->nst > 2 && (int64_t)p->nw * p->nst * mmq_dec_stb(t) > 100 * 1024) p->nst--;
+    p->cfg = 0;
+    p->kc = 256;
+    const int64_t blocks = (N + 15) / 16, stages = K / 256;
+    int64_t S = (kn->blocks + blocks - 1) / blocks;
+    if (S > 8) S = 8;
+    if (S > stages) S = stages;
+    if (S < 1) S = 1;
+    p->ksplit = (stages + S - 1) / S * 256;
+    p->S = (int)((K + p->ksplit - 1) / p->ksplit);
+}
+
 /* aligned: whether the weights are 16-aligned (a k_mmq_dec condition); the scratch size
  * takes both answers, so it does not depend on where the weights were at planning. */
 static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
@@ -777,17 +795,7 @@ static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
      * 2 against 1,069-1,072 with 4. */
     p.nst = kn->nst > 0 ? kn->nst : w->type == OB_TYPE_Q8_0 ? 4 : 2;
     if (p.dec) {
-        /* ring depth within 100 KB a block (at least two blocks an SM) */
-        while (p.nst > 2 && (int64_t)p.nw * p.nst * mmq_dec_stb(w->type) > 100 * 1024) p.nst--;
-        p.cfg = 0;
-        p.kc = 256;
-        const int64_t blocks = (N + 15) / 16, stages = K / 256;
-        int64_t S = (kn->blocks + blocks - 1) / blocks;
-        if (S > 8) S = 8;
-        if (S > stages) S = stages;
-        if (S < 1) S = 1;
-        p.ksplit = (stages + S - 1) / S * 256;
-        p.S = (int)((K + p.ksplit - 1) / p.ksplit);
+        mmq_dec_split(&p, w->type, K, N);
         return p;
     }
     p.cfg = T <= 8 ? 0 : T <= 16 ? 1 : T <= 32 ? 2 : 3;
@@ -909,4 +917,79 @@ bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
                             p.S);
     }
     return true;
+}
+
+/* ---- batch-invariant mode (cx->det) ---------------------------------------------------------
+ * Every column count goes through k_mmq_dec with one plan: NF = 2 column tiles (Q8_0: 1), the
+ * ring depth and K split of mmq_dec_split (weight shape only), columns in chunks of 16 (Q8_0:
+ * 8). An output element is then the same sum in the same order for any T: each (row,
+ * column) accumulator walks its K split's stages in order, the int8 products of a stage are
+ * exact integers, the warps of a block meet in a fixed order and k_mmq_reduce adds the
+ * splits in order; a padded column slot only feeds its own (unwritten) output. One token
+ * alone pays for the 15 idle columns of its tile; a 16-sequence decode step runs as in the
+ * default mode. */
+
+static int det_chunk(ob_type t) { return t == OB_TYPE_Q8_0 ? 8 : 16; }
+
+bool ob_cu_mmq_det_applies(const ob_tensor *n) {
+    if (n->op != OB_OP_MATMUL || !n->src[0] || !n->src[1]) return false;
+    const ob_tensor *w = n->src[0], *x = n->src[1];
+    const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(x);
+    if (mmq_dec_stb(w->type) == 0 || x->type != OB_TYPE_F32 || n->type != OB_TYPE_F32) return false;
+    if (K % 256 != 0 || K > 0x3fffffff || N < 1 || T < 1 || T > 0x3fffffff) return false;
+    if (mmq_min_t() == 0x7fffffff) return false; /* no int8 MMA here (HIP, below sm_80, ONEBIT_CUDA_MMQ=0) */
+    return ((uintptr_t)x->data & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
+}
+
+static mmq_plan det_plan(const ob_tensor *n) {
+    const ob_tensor *w = n->src[0];
+    mmq_plan p;
+    memset(&p, 0, sizeof(p));
+    p.dec = 1;
+    p.nw = mmq_dec_cfg()->nw;
+    p.nst = mmq_dec_cfg()->nst > 0 ? mmq_dec_cfg()->nst : w->type == OB_TYPE_Q8_0 ? 4 : 2;
+    mmq_dec_split(&p, w->type, w->ne[0], w->ne[1]);
+    return p;
+}
+
+size_t ob_cu_mmq_det_tmp_size(const ob_tensor *n) {
+    const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
+    const mmq_plan p = det_plan(n);
+    const int64_t c = OB_MIN(T, (int64_t)det_chunk(n->src[0]->type));
+    return mmq_part_offset(K, T) + (p.S > 1 ? (size_t)p.S * (size_t)(c * N) * sizeof(float) : 0);
+}
+
+bool ob_cu_op_mmq_det(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_type t = n->src[0]->type;
+    const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
+    const mmq_plan p = det_plan(n);
+    int8_t *qx = (int8_t *)cx->tmp;
+    float2 *dx = (float2 *)((char *)cx->tmp + ob_cu_qx_dx_offset(K, T));
+    float *part = (float *)((char *)cx->tmp + mmq_part_offset(K, T));
+    if (!ob_cu_quant_act(cx, (const float *)n->src[1]->data, qx, dx, K * T)) return false;
+    cx->qx_src = NULL; /* cx->qx is not what it holds now */
+    const int C = det_chunk(t);
+    for (int64_t c0 = 0; c0 < T; c0 += C) {
+        ob_tensor sub = *n;
+        const int64_t c = OB_MIN((int64_t)C, T - c0);
+        float *y = (float *)n->data + c0 * N;
+        /* the launch reads nt from the node's x: a view of c columns */
+        ob_tensor xs = *n->src[1];
+        xs.ne[1] = c, xs.ne[2] = 1, xs.ne[3] = 1;
+        sub.src[1] = &xs;
+        float *dst = p.S > 1 ? part : y;
+        const int8_t *q = qx + c0 * K;
+        const float2 *d = dx + c0 * (K / 32);
+        switch (t) {
+        case OB_TYPE_Q4_K: mmq_go_dec<OB_TYPE_Q4_K, 2>(cx, &sub, q, d, dst, &p); break;
+        case OB_TYPE_Q6_K: mmq_go_dec<OB_TYPE_Q6_K, 2>(cx, &sub, q, d, dst, &p); break;
+        case OB_TYPE_Q8_0: mmq_go_dec<OB_TYPE_Q8_0, 1>(cx, &sub, q, d, dst, &p); break;
+        default: return false;
+        }
+        if (cx->faulted) return false;
+        if (p.S > 1 && !OB_CU_LAUNCH(cx, k_mmq_reduce, ob_cu_blocks(c * N, 256), 256, 0, (const float *)part, y, c * N,
+                                     p.S))
+            return false;
+    }
+    return !cx->faulted;
 }

@@ -428,7 +428,7 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
 }
 
 bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n) {
-    return ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n) &&
+    return !cx->det && ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n) &&
            !plain_odd(n->src[0]->type, n->src[0]->ne[0]);
 }
 
@@ -438,6 +438,7 @@ static int64_t slab_rows(const ob_cu_ctx *cx, int64_t K, int64_t N) {
 }
 
 size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
+    if (cx->det) return ob_cu_mmq_det_applies(n) ? ob_cu_mmq_det_tmp_size(n) : 0; /* else a column at a time */
     if (mmq_takes(cx, n)) return ob_cu_mmq_tmp_size(n);
     if (!ob_cu_matmul_uses_blas(cx, n) || n->src[0]->type == OB_TYPE_F32) return 0;
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
@@ -533,7 +534,37 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
     return true;
 }
 
-bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) {
+/* The one-column path of the default mode (its kernel depends only on the weights). */
+static bool matmul_by_size(ob_cu_ctx *cx, ob_tensor *n);
+
+size_t ob_cu_matmul_det_qx_size(const ob_cu_ctx *cx, const ob_tensor *n) {
+    if (!cx->det || ob_cu_mmq_det_applies(n)) return 0;
+    const int64_t K = n->src[0]->ne[0];
+    return ob_cu_qx_dx_offset(K, 1) + (size_t)(K / 32) * sizeof(float2);
+}
+
+/* Batch-invariant MATMUL (cx->det): k_mmq_dec with one plan for every T where it applies
+ * (op_mmq.cu), otherwise each column alone through the path a single token takes, so a
+ * column's sum never depends on how many came with it. */
+static bool matmul_det(ob_cu_ctx *cx, ob_tensor *n) {
+    if (ob_cu_mmq_det_applies(n)) return ob_cu_op_mmq_det(cx, n);
+    const int64_t T = ob_nrows(n->src[1]), K = n->src[1]->ne[0], N = n->ne[0];
+    if (T == 1) return matmul_by_size(cx, n);
+    ob_tensor col = *n, xc = *n->src[1];
+    xc.ne[1] = xc.ne[2] = xc.ne[3] = 1;
+    col.ne[1] = col.ne[2] = col.ne[3] = 1;
+    col.src[1] = &xc;
+    for (int64_t t = 0; t < T; t++) {
+        xc.data = (float *)n->src[1]->data + t * K;
+        col.data = (float *)n->data + t * N;
+        if (!matmul_by_size(cx, &col)) return false;
+    }
+    return true;
+}
+
+bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) { return cx->det ? matmul_det(cx, n) : matmul_by_size(cx, n); }
+
+static bool matmul_by_size(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
     if (mmq_takes(cx, n)) return ob_cu_op_mmq(cx, n);
     if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);

@@ -3,7 +3,9 @@
  * reference when fallback is allowed. A barrier goes only before a dispatch that touches
  * bytes an earlier one since the last barrier wrote (or writes bytes one read). A graph
  * whose nodes all run on the device is listed first and its command buffer re-submitted
- * as is while the list repeats (decode steps): no recording per step. */
+ * as is while the list repeats (decode steps): no recording per step. The backend's
+ * deterministic flag (batch-invariant kernels, vk_ops.c's header) is read at each compute
+ * and built into every pipeline. */
 #include "backend/vulkan/vk_internal.h"
 #include "backend/cpu/cpu.h"
 #include <stdio.h>
@@ -320,19 +322,20 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
                             : 8u;
     /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size (the
      * X16 gate/up/GLU consumer: 8 subgroups), 7: the weights repacked (dequant.glsl's RP),
-     * 8: the int8 x X16 (matvec_q8.glsl), attn_fold.comp's HD128 */
-    uint32_t spec[9] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
-                        !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
-                        sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u
-                        : png                        ? (x16 ? 8u * vk->info.subgroup : 512u)
-                        : sh == OB_VK_SH_SAMPLE      ? ob_vk_sample_wg(vk)
-                                                     : 128u,
-                        rp, x16};
-    VkSpecializationMapEntry me[9];
-    for (uint32_t i = 0; i < 9; i++)
+     * 8: the int8 x X16 (matvec_q8.glsl), attn_fold.comp's HD128, 9: batch-invariant mode
+     * (matvec.comp's and matvec_q8.glsl's DET: any token count, in chunks) */
+    uint32_t spec[10] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
+                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
+                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
+                         sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u
+                         : png                        ? (x16 ? 8u * vk->info.subgroup : 512u)
+                         : sh == OB_VK_SH_SAMPLE      ? ob_vk_sample_wg(vk)
+                                                      : 128u,
+                         rp, x16, vk->det};
+    VkSpecializationMapEntry me[10];
+    for (uint32_t i = 0; i < 10; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 9, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    VkSpecializationInfo si = {.mapEntryCount = 10, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -733,10 +736,31 @@ static ob_status cpu_fallback(ob_vk *vk, ob_tensor *n, char *err, size_t err_len
     return st;
 }
 
+/* The backend's deterministic flag into vk->det. The pipelines were built for the old
+ * value (specialisation constant 9), so they go, and with them the recorded graph that
+ * names them; the engine sets the flag before its first graph, so this runs at most once
+ * a model (tests switch it back and forth). */
+static ob_status set_det(ob_vk *vk, bool det, char *err, size_t err_len) {
+    ob_status st = ob_vk_submit_wait(vk, err, err_len);
+    if (st) return st;
+    OB_VK_CHECK(vkDeviceWaitIdle(vk->dev));
+    for (int s = 0; s < OB_VK_SH_COUNT; s++)
+        for (int t = 0; t < OB_VK_PIPE_SLOTS; t++)
+            if (vk->pipes[s][t]) {
+                vkDestroyPipeline(vk->dev, vk->pipes[s][t], NULL);
+                vk->pipes[s][t] = VK_NULL_HANDLE;
+            }
+    vk->prev_valid = false;
+    vk->list_g = NULL;
+    vk->det = det;
+    return OB_OK;
+}
+
 static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_vk *vk = be->ctx;
     if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s was lost", vk->info.name);
-    ob_status st = OB_OK;
+    ob_status st = be->deterministic != vk->det ? set_det(vk, be->deterministic, err, err_len) : OB_OK;
+    if (st) return st;
     ob_vk_prof *pr = &vk->prof;
     /* Anything recorded before this graph (none today) is finished first, so the pool
      * can grow and the step's times are the graph's alone. */

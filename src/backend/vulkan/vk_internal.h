@@ -294,6 +294,10 @@ typedef struct ob_vk {
     bool reuse;            /* re-submit the last graph's command buffer while the graph's
                               commands repeat (ONEBIT_VK_NO_REUSE=1: off) */
     bool no_fuse;          /* ONEBIT_VK_NO_FUSE=1: every node its own dispatch */
+    /* Batch-invariant mode: the backend's deterministic flag, taken at each compute (the
+     * engine sets it before the first). Every pipeline is built with it (specialisation
+     * constant 9, DET), so a change rebuilds them. vk_ops.c's header says what it picks. */
+    bool det;
     uint32_t spin_us;      /* a submission's fence polled up to this long before the blocking
                               wait (ONEBIT_VK_SPIN_US; unset: 20,000 on a GPU, 0 on a CPU
                               device) */

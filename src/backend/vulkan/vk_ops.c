@@ -1,6 +1,33 @@
 /* What the Vulkan kernels accept, and how each node becomes a dispatch (split decode
  * attention: two) or a fused pair of nodes one: which shader, which push constants, how
- * many workgroups. Shapes follow src/graph/graph.h. */
+ * many workgroups. Shapes follow src/graph/graph.h.
+ *
+ * Batch-invariant mode (vk->det, the backend's deterministic flag): a token's outputs must
+ * be bitwise the same whatever else shares its batch, so every choice below that looks at
+ * the token count T is made as it would be for any T, from the weight, head and cache
+ * shapes and the device alone, on one pipeline each (a driver may contract multiplies and
+ * adds into FMAs differently in other code, so two kernels that sum in the same order are
+ * not trusted to round alike):
+ *  - MATMUL: matvec_q8.comp's multi-token pipeline on its per-row path where the int8 path
+ *    applies (x quantized by the quantizer dispatch, per 32-element block, so a token's
+ *    int8 x does not depend on its batch), else matvec.comp (streaming or chunk path,
+ *    never staged, never split-K); both with DET, which takes any T in chunks of their
+ *    token width, each chunk summed as a batch of its own. Never the one-token pipelines,
+ *    the tiled shader (unless ONEBIT_VK_NO_MATVEC=1, then it for every T: an output's sum
+ *    runs over k in order wherever its tile lies) or cooperative matrices.
+ *  - ATTENTION: attn_dec.comp wherever its shape fits (causal, head size, cache types),
+ *    at its split count from the cells a sequence holds (the solo walk hangs on the
+ *    token's position only), the tokens in chunks as many as have tickets, a barrier
+ *    between chunks; else attention.comp with one workgroup per (token, head), no splits.
+ *    The splits' partials are merged in split order by whichever finishes last: the
+ *    ticket's atomic picks who merges, not the order of the sum.
+ *  - Fusions that apply only to some T are off: the one-token matmul + residual ADD (and
+ *    the norm's partial sums, tails and prenorm), gate/up/GLU, the attention fold, and the
+ *    int8 outputs of norms, GLUs and attentions (the quantizer writes the same bytes from
+ *    the same floats, but the norm that writes them is other code). RMS_NORM + ROPE (+ K
+ *    store) is off too: norm_rope.comp sums a head's squares in its own order, and its
+ *    address test may pass for one graph and not another. ADD + norm stays: one norm.comp
+ *    pipeline either way, and the fused sum is the ADD's own a + b. */
 #include <math.h>
 #include <string.h>
 
@@ -192,7 +219,8 @@ static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
  * to fill the device; else one per attn_cells cells a sequence can hold, up to
  * attn_splits. */
 static uint64_t attn_splits(const ob_vk *vk, uint64_t pairs, uint64_t cps) {
-    if (vk->attn_splits <= 1 || pairs >= 512) return 1;
+    /* batch-invariant: one workgroup walks a (token, head)'s cells, whatever the pairs */
+    if (vk->attn_splits <= 1 || pairs >= 512 || vk->det) return 1;
     uint64_t s = cdiv(cps, vk->attn_cells);
     return s < vk->attn_splits ? s : vk->attn_splits;
 }
@@ -206,15 +234,16 @@ static bool attn_dec_plan(const ob_vk *vk, const ob_tensor *n, uint32_t *cpi, ui
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     if (!vk->attn_dec || n->op != OB_OP_ATTENTION || !q || !kc || !vc || n->ip[3] == 0 || n->ip[1] <= 0) return false;
     const int64_t hd = q->ne[0], H = q->ne[1], T = q->ne[2] * q->ne[3], n_kv = n->ip[1];
-    if (T > 8 || H % n_kv != 0 || H > 65535 || hd % 8 != 0 || hd < 32 || hd > 256 || kc->type != vc->type ||
-        vk->info.shared_bytes < 24 * 1024)
+    /* batch-invariant: any T, in chunks of tokens whose tickets fit (the header) */
+    if ((T > 8 && !vk->det) || H % n_kv != 0 || H > 65535 || hd % 8 != 0 || hd < 32 || hd > 256 ||
+        kc->type != vc->type || vk->info.shared_bytes < 24 * 1024)
         return false;
     if (kc->type != OB_TYPE_F32 && kc->type != OB_TYPE_F16 && !(kc->type == OB_TYPE_Q8_0 && hd % 32 == 0)) return false;
     if (kc->type != OB_TYPE_Q8_0 && (addr(kc) | addr(vc)) % 16 != 0) return false;
     const uint64_t G = (uint64_t)(H / n_kv), ncl = 128 / (uint64_t)(hd / 8);
     /* heads per workgroup: attn_gw, or the one or two there are */
     *gw = G == 1 ? 1 : G == 2 && vk->attn_gw > 2 ? 2 : vk->attn_gw;
-    if ((uint64_t)T * (uint64_t)n_kv * cdiv(G, *gw) > OB_VK_TICKET_BYTES / 4) return false;
+    if ((uint64_t)(vk->det ? 1 : T) * (uint64_t)n_kv * cdiv(G, *gw) > OB_VK_TICKET_BYTES / 4) return false;
     *cpi = 8; /* the shader's CPI */
     uint64_t S = cdiv((uint64_t)n->ip[0], *cpi * ncl);
     if (S > vk->attn_splits) S = vk->attn_splits;
@@ -240,6 +269,8 @@ static bool attn_q8_ok(const ob_vk *vk, const ob_tensor *n) {
 ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add) {
     ob_vk_range r = {0, 0, false};
     vk->q8_next = r;
+    /* batch-invariant: only the quantizer writes int8 x (these producers take T <= 8) */
+    if (vk->det) return r;
     if (!norm_q8_ok(vk, n, add) && !glu_q8_ok(vk, n) && !attn_q8_ok(vk, n)) return r;
     uint64_t qb, db;
     q8_sizes((uint64_t)n->ne[0], (uint64_t)ob_nrows(n), &qb, &db);
@@ -353,7 +384,8 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     /* no room for x's int8 form (the retired list is full): the f32 matvec instead */
     char e2[128];
     *taken = !fresh || scratch_buffer(vk, &vk->q8_buf, qbytes + dbytes, e2, sizeof(e2)) == OB_OK;
-    if (!*taken) return OB_OK;
+    /* (batch-invariant: the f32 matvec would round otherwise, so the step fails instead) */
+    if (!*taken) return vk->det ? ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: %s", n->name, e2) : OB_OK;
     if (fresh) {
         ob_vk_pc q;
         memset(&q, 0, sizeof(q));
@@ -382,9 +414,12 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     pc->b = q0;
     pc->c = q0 + qbytes;
     pc->e = 0;
-    const bool one = T == 1 && vk->q8_rows1 > 0;
+    /* batch-invariant: every T on the multi-token pipeline's per-row path (DET) */
+    const bool one = T == 1 && vk->q8_rows1 > 0 && !vk->det;
     uint32_t rps;
-    ob_vk_shader sh = one ? one_token_rows(vk, w->type, N, &rps) : T == 1 ? OB_VK_SH_MATVEC_Q8_1 : OB_VK_SH_MATVEC_Q8;
+    ob_vk_shader sh = one                    ? one_token_rows(vk, w->type, N, &rps)
+                      : T == 1 && !vk->det ? OB_VK_SH_MATVEC_Q8_1
+                                           : OB_VK_SH_MATVEC_Q8;
     if (pn) {
         if (!one) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s: a prenorm consumer off its path", n->name);
         sh = tail_rows(OB_VK_SH_MATVEC_Q8_PNC, rps);
@@ -399,7 +434,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     }
     pc->u[4] = q8_sgs(vk) * rps;
     pc->u[6] = one;
-    pc->u[5] = vk->q8_stage && !x16 && (uint64_t)T * K <= 768 * 16;
+    pc->u[5] = vk->q8_stage && !x16 && !vk->det && (uint64_t)T * K <= 768 * 16;
     return ob_vk_dispatch(vk, sh, pn ? ob_vk_wtype(vk, w) : q8_wtype(vk, w), pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
@@ -412,8 +447,9 @@ static void tail_pc(ob_vk_pc *pc, uint64_t g, uint64_t h) {
 
 bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *add, const ob_tensor *norm,
                               int64_t add_index) {
-    if (!vk->res_fuse || !vk->q8_rows1 || mm->op != OB_OP_MATMUL || add->op != OB_OP_ADD || norm->op != OB_OP_RMS_NORM ||
-        norm->src[0] != add || (add->src[0] == mm) == (add->src[1] == mm) || mm->last_use != add_index)
+    if (!vk->res_fuse || !vk->q8_rows1 || vk->det || mm->op != OB_OP_MATMUL || add->op != OB_OP_ADD ||
+        norm->op != OB_OP_RMS_NORM || norm->src[0] != add || (add->src[0] == mm) == (add->src[1] == mm) ||
+        mm->last_use != add_index)
         return false;
     const ob_tensor *w = mm->src[0], *x = mm->src[1], *res = add->src[0] == mm ? add->src[1] : add->src[0];
     const int64_t N = w->ne[1];
@@ -530,8 +566,9 @@ bool ob_vk_prenorm_ok(ob_vk *vk, const ob_graph *g, const ob_tensor *add, const 
     const uint32_t rw = pn_rows(vk);
     /* the last prenorm's readers all recorded (its int8 x is in the one pn_buf) */
     if (vk->pn_src && vk->pn_last >= norm_index) return false;
-    if (!vk->prenorm || vk->no_matvec || norm->op != OB_OP_RMS_NORM || norm->src[0] != add || ob_nrows(norm) != 1 || !is_f32(norm) ||
-        norm->ne[0] != N || (nw && (!is_f32(nw) || ob_nelements(nw) != N)) || rw == 0 || rw % 32 != 0 || N % rw != 0)
+    if (!vk->prenorm || vk->no_matvec || vk->det || norm->op != OB_OP_RMS_NORM || norm->src[0] != add ||
+        ob_nrows(norm) != 1 || !is_f32(norm) || norm->ne[0] != N || (nw && (!is_f32(nw) || ob_nelements(nw) != N)) ||
+        rw == 0 || rw % 32 != 0 || N % rw != 0)
         return false;
     /* every reader of the norm a one-token int8 matmul (record_matvec_q8's path), none of
      * it fused otherwise (they check pn_src) */
@@ -578,7 +615,8 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
  * quantized x's), the same weight type and shape, rows in whole 32-row blocks. */
 static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
                             int64_t glu_index, bool pn) {
-    if (!vk->q8_fuse || !vk->q8_rows1 || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL || glu->op != OB_OP_GLU)
+    if (!vk->q8_fuse || !vk->q8_rows1 || vk->det || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
+        glu->op != OB_OP_GLU)
         return false;
     const ob_tensor *wg = gate->src[0], *wu = up->src[0], *x = gate->src[1];
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
@@ -809,7 +847,8 @@ static void attn_dec_splits_pc(ob_vk *vk, ob_vk_pc *pc, uint64_t S) {
 
 bool ob_vk_fusable_norm_rope(const ob_vk *vk, const ob_tensor *norm, const ob_tensor *rope, int64_t rope_index) {
     const ob_tensor *x = norm->src[0];
-    return norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
+    /* batch-invariant: off (norm_rope.comp sums a head's squares in its own order) */
+    return !vk->det && norm->op == OB_OP_RMS_NORM && rope->op == OB_OP_ROPE && rope->src[0] == norm &&
            norm->last_use == rope_index && x && x->ne[0] <= 512 && ob_nelements(rope) == ob_nelements(norm) &&
            rope->ne[0] == x->ne[0] && ob_vk_supports_node(vk, norm) && ob_vk_supports_node(vk, rope);
 }
@@ -877,7 +916,8 @@ static bool delta32(uint64_t a, uint64_t b, uint32_t *d) {
 bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) {
     memset(f, 0, sizeof(*f));
     /* (its module needs shuffles: vk_device.c makes it only where they exist) */
-    if (!vk->attn_fold || !vk->mods[OB_VK_SH_ATTN_FOLD] || !vk->listing || vk->no_fuse || vk->fold_n >= OB_VK_FOLD_SLOTS)
+    if (!vk->attn_fold || !vk->mods[OB_VK_SH_ATTN_FOLD] || !vk->listing || vk->no_fuse || vk->det ||
+        vk->fold_n >= OB_VK_FOLD_SLOTS)
         return false;
     int64_t j = i, iqr, ikr, iks;
     ob_tensor *n = &g->nodes[j];
@@ -1102,15 +1142,18 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[2] = (uint32_t)T;
         pc.u[3] = (uint32_t)ob_row_size(a->type, a->ne[0]);
         /* Up to 8 tokens (decode, small batches) W is read once by matvec.comp; beyond, the
-         * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. */
-        if (T <= 8 && !vk->no_matvec) {
+         * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. Batch-invariant: the
+         * matvecs for every T (their DET pipelines), or with ONEBIT_VK_NO_MATVEC=1 the
+         * tiled f32 shader for every T (an output's sum runs over k in order, whatever
+         * tile holds it). */
+        if ((T <= 8 || vk->det) && !vk->no_matvec) {
             const uint64_t K = (uint64_t)a->ne[0];
             if (matvec_q8_ok(vk, a, b)) {
                 bool taken;
                 ob_status st = record_matvec_q8(vk, n, &pc, &taken, err, err_len);
                 if (st || taken) return st;
             }
-            if (T == 1 && vk->matvec_splitk && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
+            if (T == 1 && vk->matvec_splitk && !vk->det && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
                 /* rows per workgroup: ~512 workgroups, 8..64 rows, whole batches of 8 */
                 uint64_t rw = (cdiv(N, 512) + 7) / 8 * 8;
                 rw = rw < 8 ? 8 : rw > 64 ? 64 : rw;
@@ -1125,12 +1168,12 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                                       err_len);
             }
             pc.u[4] = vk->matvec_rows;
-            pc.u[5] = vk->matvec_stage;
+            pc.u[5] = vk->matvec_stage && !vk->det;
             return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, vk->matvec_rows), err, err_len);
         }
         pc.u[4] = vk->coop_fast;
-        return ob_vk_dispatch(vk, vk->use_coop ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL, ob_vk_wtype(vk, a), &pc,
-                              cdiv(N, 64) * cdiv(T, 64), err, err_len);
+        const ob_vk_shader tiled = vk->use_coop && !vk->det ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL;
+        return ob_vk_dispatch(vk, tiled, ob_vk_wtype(vk, a), &pc, cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
     case OB_OP_GLU:
         if (vk->q8_next.hi > vk->q8_next.lo) {
@@ -1204,12 +1247,32 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         uint64_t S, hd = (uint64_t)a->ne[0];
         if (attn_dec_plan(vk, n, &cpi, &gw, &S)) {
             const uint64_t n_kv = (uint64_t)n->ip[1], ng = cdiv(H / n_kv, gw);
-            if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
-            pc.u[2] = (uint32_t)T | cpi << 16 | gw << 24;
+            /* tokens a dispatch: all (T <= 8), or batch-invariant, as many as have tickets
+             * (a token's workgroups and numbers are the same in any chunk) */
+            uint64_t tc = T;
+            if (vk->det) {
+                const uint64_t cap = S > 1 ? OB_VK_TICKET_BYTES / 4 / (n_kv * ng) : 65535;
+                tc = T < cap ? T : cap;
+            }
+            if (S > 1 && ticket_scratch(vk, &vk->attn_part, tc * H * S * (hd + 2) * 4, err, err_len) != OB_OK) {
+                if (vk->det) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: no split scratch", n->name);
+                S = 1;
+            }
             attn_dec_splits_pc(vk, &pc, S);
             const bool q8 = attn_q8_pc(vk, &pc);
             const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
-            ob_status st = ob_vk_dispatch(vk, sh, kc->type, &pc, T * n_kv * ng * S, err, err_len);
+            ob_status st = OB_OK;
+            for (uint64_t t0 = 0; t0 < T && !st; t0 += tc) {
+                const uint64_t nt = T - t0 < tc ? T - t0 : tc, qo = t0 * H * hd * 4;
+                pc.a = addr(a) + qo;
+                pc.d = addr(n->src[3]) + t0 * 4;
+                pc.e = addr(n->src[4]) + t0 * 4;
+                pc.o = addr(n) + qo;
+                pc.u[2] = (uint32_t)nt | cpi << 16 | gw << 24;
+                /* the chunk before drew the same tickets and wrote the same partials */
+                if (t0 > 0 && S > 1) vk->need_barrier = true;
+                st = ob_vk_dispatch(vk, sh, kc->type, &pc, nt * n_kv * ng * S, err, err_len);
+            }
             if (!st && q8) q8_written(vk, n, vk->q8_buf.addr);
             return st;
         }

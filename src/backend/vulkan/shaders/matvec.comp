@@ -1,6 +1,6 @@
 #version 450
-// MATMUL for decode and small batches (T <= 8 tokens): y = W x with a W [K, N] of TYPE,
-// b x F32 [K, T], o y F32 [N, T].
+// MATMUL for decode and small batches (T <= 8 tokens; any T with DET, below): y = W x with
+// a W [K, N] of TYPE, b x F32 [K, T], o y F32 [N, T].
 // u[0] K, u[1] N, u[2] T, u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
 // shared memory (when it fits), u[6] rows per subgroup on the streaming path (0: off),
 // u[7] pieces per invocation on the split-K path (0: off), u[10] workgroups.
@@ -26,6 +26,12 @@
 #define MAXT 8
 #define XS 4160
 layout(local_size_x = WG) in;
+// Batch-invariant mode (the backend's deterministic flag, vk_ops.c): the host sends every
+// token count, one included, here (never to matmul.comp, never split-K, never staged),
+// and T may exceed MAXT: the tokens go in chunks of MAXT, each reduced as a batch of its
+// own, so a token's sum for a row runs over the same pieces, lanes and subgroupAdd
+// whatever T is and whichever chunk holds it.
+layout(constant_id = 9) const bool DET = false;
 
 shared float xs[XS];
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 v[]; };
@@ -152,41 +158,44 @@ void main_fast(uint g) {
         if (n0 >= N) break; // uniform over the subgroup
         uint64_t rows[RMAX];
         for (uint r = 0; r < RMAX; r++) rows[r] = pc.a + uint64_t(min(n0 + r, N - 1)) * pc.u[3];
-        float acc[RMAX * MAXT];
-        for (uint i = 0; i < RMAX * MAXT; i++) acc[i] = 0.0;
-        vec4 xv[8], xw[8];
-        // Two pieces per step where both exist (uniform over the subgroup when P is a
-        // multiple of S): one straight run of loads, so twice the bytes are in flight.
-        for (uint p = lane; p < P;) {
-            if (p + sgs < P) {
-                for (uint t = 0; t < MAXT; t++) {
-                    if (t >= T) break;
-                    x_load(pc.b + uint64_t(t) * K * 4, p, xv);
-                    x_load(pc.b + uint64_t(t) * K * 4, p + sgs, xw);
-                    for (uint r = 0; r < RMAX; r++) {
-                        if (r >= R) break;
-                        acc[r * MAXT + t] += piece_dot(rows[r], p, xv) + piece_dot(rows[r], p + sgs, xw);
+        // DET: tokens t0 .. t0 + MAXT - 1 a pass (the header); else the one pass there is
+        for (uint t0 = 0; t0 < (DET ? T : 1u); t0 += MAXT) {
+            float acc[RMAX * MAXT];
+            for (uint i = 0; i < RMAX * MAXT; i++) acc[i] = 0.0;
+            vec4 xv[8], xw[8];
+            // Two pieces per step where both exist (uniform over the subgroup when P is a
+            // multiple of S): one straight run of loads, so twice the bytes are in flight.
+            for (uint p = lane; p < P;) {
+                if (p + sgs < P) {
+                    for (uint t = 0; t < MAXT; t++) {
+                        if (t0 + t >= T) break;
+                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p, xv);
+                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p + sgs, xw);
+                        for (uint r = 0; r < RMAX; r++) {
+                            if (r >= R) break;
+                            acc[r * MAXT + t] += piece_dot(rows[r], p, xv) + piece_dot(rows[r], p + sgs, xw);
+                        }
                     }
-                }
-                p += 2 * sgs;
-            } else {
-                for (uint t = 0; t < MAXT; t++) {
-                    if (t >= T) break;
-                    x_load(pc.b + uint64_t(t) * K * 4, p, xv);
-                    for (uint r = 0; r < RMAX; r++) {
-                        if (r >= R) break;
-                        acc[r * MAXT + t] += piece_dot(rows[r], p, xv);
+                    p += 2 * sgs;
+                } else {
+                    for (uint t = 0; t < MAXT; t++) {
+                        if (t0 + t >= T) break;
+                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p, xv);
+                        for (uint r = 0; r < RMAX; r++) {
+                            if (r >= R) break;
+                            acc[r * MAXT + t] += piece_dot(rows[r], p, xv);
+                        }
                     }
+                    p += sgs;
                 }
-                p += sgs;
             }
-        }
-        for (uint r = 0; r < RMAX; r++) {
-            if (r >= R) break;
-            for (uint t = 0; t < MAXT; t++) {
-                if (t >= T) break;
-                float s = subgroupAdd(acc[r * MAXT + t]);
-                if (subgroupElect() && n0 + r < N) BF32(pc.o).v[t * N + n0 + r] = s;
+            for (uint r = 0; r < RMAX; r++) {
+                if (r >= R) break;
+                for (uint t = 0; t < MAXT; t++) {
+                    if (t0 + t >= T) break;
+                    float s = subgroupAdd(acc[r * MAXT + t]);
+                    if (subgroupElect() && n0 + r < N) BF32(pc.o).v[(t0 + t) * N + n0 + r] = s;
+                }
             }
         }
     }
@@ -245,7 +254,7 @@ void main() {
     if (FAST && pc.u[6] != 0) { main_fast(g); return; }
     uint K = pc.u[0], N = pc.u[1], T = pc.u[2], R = pc.u[4];
     uint nc = K / 32, P = nc + 1, CS = PLAIN ? K : 32 * P; // staged floats per token
-    bool staged = pc.u[5] != 0 && T * CS <= XS;
+    bool staged = !DET && pc.u[5] != 0 && T * CS <= XS;
     bool x16 = (pc.b & 15ul) == 0; // chunks of x start 16-aligned: vec4 loads when not staged
     if (staged) {
         for (uint i = tid; i < T * K; i += WG) {
@@ -259,52 +268,57 @@ void main() {
         uint n = g * R + r;
         if (n >= N) break; // uniform over the subgroup
         uint64_t row = pc.a + uint64_t(n) * pc.u[3];
-        float acc[MAXT];
-        for (uint t = 0; t < MAXT; t++) acc[t] = 0.0;
-        if (PLAIN && TYPE != T_F32 && K % 2 == 0) {
-            // two 16-bit weights per 32-bit load (rows of an even K start 4-aligned)
-            for (uint i2 = lane; i2 < K / 2; i2 += sgs) {
-                uint h = BU32(row).v[i2];
-                vec2 w = TYPE == T_F16 ? unpackHalf2x16(h)
-                                       : vec2(uintBitsToFloat(h << 16), uintBitsToFloat(h & 0xffff0000u));
-                for (uint t = 0; t < MAXT; t++) {
-                    if (t >= T) break;
-                    vec2 x = staged ? vec2(xs[t * CS + 2 * i2], xs[t * CS + 2 * i2 + 1])
-                                    : vec2(BF32(pc.b).v[t * K + 2 * i2], BF32(pc.b).v[t * K + 2 * i2 + 1]);
-                    acc[t] += dot(w, x);
-                }
-            }
-        } else if (PLAIN) {
-            for (uint i = lane; i < K; i += sgs) {
-                float w = dq_elem(row, i);
-                for (uint t = 0; t < MAXT; t++)
-                    if (t < T) acc[t] += w * (staged ? xs[t * CS + i] : BF32(pc.b).v[t * K + i]);
-            }
-        } else {
-            float v[32];
-            for (uint c = lane; c < nc; c += sgs) {
-                dq_chunk(row, c, v);
-                for (uint t = 0; t < MAXT; t++) {
-                    if (t >= T) break;
-                    float s = 0.0;
-                    if (staged) {
-                        for (uint j = 0; j < 32; j++) s += v[j] * xs[t * CS + j * P + c];
-                    } else if (x16) {
-                        BV4 x = BV4(pc.b + (uint64_t(t) * K + 32 * c) * 4);
-                        for (uint j = 0; j < 8; j++)
-                            s += dot(vec4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]), x.v[j]);
-                    } else {
-                        BF32 x = BF32(pc.b + (uint64_t(t) * K + 32 * c) * 4);
-                        for (uint j = 0; j < 32; j++) s += v[j] * x.v[j];
+        // DET: tokens t0 .. t0 + MAXT - 1 a pass (never staged)
+        for (uint t0 = 0; t0 < (DET ? T : 1u); t0 += MAXT) {
+            float acc[MAXT];
+            for (uint t = 0; t < MAXT; t++) acc[t] = 0.0;
+            if (PLAIN && TYPE != T_F32 && K % 2 == 0) {
+                // two 16-bit weights per 32-bit load (rows of an even K start 4-aligned)
+                for (uint i2 = lane; i2 < K / 2; i2 += sgs) {
+                    uint h = BU32(row).v[i2];
+                    vec2 w = TYPE == T_F16 ? unpackHalf2x16(h)
+                                           : vec2(uintBitsToFloat(h << 16), uintBitsToFloat(h & 0xffff0000u));
+                    for (uint t = 0; t < MAXT; t++) {
+                        if (t0 + t >= T) break;
+                        uint tt = t0 + t;
+                        vec2 x = staged ? vec2(xs[tt * CS + 2 * i2], xs[tt * CS + 2 * i2 + 1])
+                                        : vec2(BF32(pc.b).v[tt * K + 2 * i2], BF32(pc.b).v[tt * K + 2 * i2 + 1]);
+                        acc[t] += dot(w, x);
                     }
-                    acc[t] += s;
+                }
+            } else if (PLAIN) {
+                for (uint i = lane; i < K; i += sgs) {
+                    float w = dq_elem(row, i);
+                    for (uint t = 0; t < MAXT; t++)
+                        if (t0 + t < T) acc[t] += w * (staged ? xs[(t0 + t) * CS + i] : BF32(pc.b).v[(t0 + t) * K + i]);
+                }
+            } else {
+                float v[32];
+                for (uint c = lane; c < nc; c += sgs) {
+                    dq_chunk(row, c, v);
+                    for (uint t = 0; t < MAXT; t++) {
+                        if (t0 + t >= T) break;
+                        uint tt = t0 + t;
+                        float s = 0.0;
+                        if (staged) {
+                            for (uint j = 0; j < 32; j++) s += v[j] * xs[tt * CS + j * P + c];
+                        } else if (x16) {
+                            BV4 x = BV4(pc.b + (uint64_t(tt) * K + 32 * c) * 4);
+                            for (uint j = 0; j < 8; j++)
+                                s += dot(vec4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]), x.v[j]);
+                        } else {
+                            BF32 x = BF32(pc.b + (uint64_t(tt) * K + 32 * c) * 4);
+                            for (uint j = 0; j < 32; j++) s += v[j] * x.v[j];
+                        }
+                        acc[t] += s;
+                    }
                 }
             }
-        }
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            float s = subgroupAdd(acc[t]);
-            if (subgroupElect()) BF32(pc.o).v[t * N + n] = s;
+            for (uint t = 0; t < MAXT; t++) {
+                if (t0 + t >= T) break;
+                float s = subgroupAdd(acc[t]);
+                if (subgroupElect()) BF32(pc.o).v[(t0 + t) * N + n] = s;
+            }
         }
     }
 }

@@ -3,9 +3,10 @@
 // MATMUL for decode and small batches (T <= 8) on int8 activations: y = W x with W [K, N]
 // of Q4_K, Q6_K, Q8_0, Q1_0 or TQ2_0 and x already quantized by quant_x.comp.
 // a W, b qx int8 [T][K], c dx vec2 [T][K/32] (d, d * sum(q)), o y F32 [N, T].
-// u[0] K, u[1] N, u[2] T (<= MAXT), u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
-// shared memory (set only when T * K <= SQ * 16), u[6] (one-token pipelines only) 1: the
-// x-in-registers path of RS rows per subgroup (0: the per-row path), u[7] 1 (that path):
+// u[0] K, u[1] N, u[2] T (<= MAXT; any count with DET, below), u[3] W row bytes, u[4] rows
+// per workgroup, u[5] stage x in shared memory (set only when T * K <= SQ * 16), u[6]
+// (one-token pipelines only) 1: the x-in-registers path of RS rows per subgroup (0: the
+// per-row path), u[7] 1 (that path):
 // the residual ADD after the matmul fused in (d the other addend, o the sum, e one sum of
 // squares per subgroup), u[10] workgroups.
 // Tails (one-token path): the workgroup that draws a ticket last finishes the node after
@@ -73,6 +74,13 @@ const uint TAIL = 0;
 // rows a workgroup, 8 subgroups of 2, whole blocks.
 layout(constant_id = 8) const bool X16 = false;
 const bool X16_IN = X16 && !GLU;
+// Batch-invariant mode (the backend's deterministic flag, vk_ops.c): the host sends every
+// token count, one included, through the multi-token pipeline's per-row path, and T may
+// exceed MAXT: the tokens go in chunks of MAXT, each reduced as a batch of its own. A
+// token's sum for a row then runs over the same units, lanes and subgroupAdd whatever T
+// is and whichever chunk holds it (the one-token pipelines' x-in-registers path walks
+// the same units but is other code, which a driver may contract into FMAs otherwise).
+layout(constant_id = 9) const bool DET = false;
 #include "act.glsl"
 #include "q8.glsl"
 shared float gv[WG]; // GLU: the workgroup's outputs (at most WG rows: 8 a subgroup, >= 16 lanes)
@@ -319,15 +327,15 @@ float unit_dot(uint u, uint w[NWU], uvec4 q[4], vec4 d, vec4 e) {
     return 0.0;
 }
 
-// acc[t] += unit u of the row at `row`, dotted with token t's x, for t < T.
-void unit_acc(uint64_t row, uint u, uint T, inout float acc[MAXT]) {
+// acc[t] += unit u of the row at `row`, dotted with token t0 + t's x, for t0 + t < T.
+void unit_acc(uint64_t row, uint u, uint t0, uint T, inout float acc[MAXT]) {
     uint w[NWU];
     unit_w(row, u, w);
     for (uint t = 0; t < MAXT; t++) {
-        if (t >= T) break;
+        if (t0 + t >= T) break;
         uvec4 q[4];
         vec4 d, e;
-        unit_x(t, u, q, d, e);
+        unit_x(t0 + t, u, q, d, e);
         acc[t] += unit_dot(u, w, q, d, e);
     }
 }
@@ -400,7 +408,7 @@ void main() {
     uint g = group_id();
     if (g >= pc.u[10]) return; // uniform over the workgroup
     uint K = pc.u[0], N = pc.u[1], T = pc.u[2], RW = pc.u[4];
-    staged = pc.u[5] != 0;
+    staged = !DET && pc.u[5] != 0;
     if (staged) {
         uint nq = T * K / 16, nd = T * K / 32;
         for (uint i = tid; i < nq; i += WG) sq[i] = BU4(pc.b).v[i];
@@ -569,27 +577,31 @@ void main() {
         uint n = g * RW + r;
         if (n >= N) break; // uniform over the subgroup
         uint64_t row = pc.a + uint64_t(n) * pc.u[3];
-        float acc[MAXT];
-        for (uint t = 0; t < MAXT; t++) acc[t] = 0.0;
-        // several units per step where they exist: their loads are all in flight at once
-        // (four for one token; two where 8 tokens' accumulators take the registers)
-        uint u = lane;
-        if (MAXT == 1)
-            for (; u + 3 * sgs < U; u += 4 * sgs) {
-                unit_acc(row, u, T, acc);
-                unit_acc(row, u + sgs, T, acc);
-                unit_acc(row, u + 2 * sgs, T, acc);
-                unit_acc(row, u + 3 * sgs, T, acc);
+        // DET: any T, MAXT tokens at a time, the row's units read again per chunk (from
+        // cache); else the one chunk there is (T <= MAXT), and the loop folds away
+        for (uint t0 = 0; t0 < (DET ? T : 1u); t0 += MAXT) {
+            float acc[MAXT];
+            for (uint t = 0; t < MAXT; t++) acc[t] = 0.0;
+            // several units per step where they exist: their loads are all in flight at once
+            // (four for one token; two where 8 tokens' accumulators take the registers)
+            uint u = lane;
+            if (MAXT == 1)
+                for (; u + 3 * sgs < U; u += 4 * sgs) {
+                    unit_acc(row, u, t0, T, acc);
+                    unit_acc(row, u + sgs, t0, T, acc);
+                    unit_acc(row, u + 2 * sgs, t0, T, acc);
+                    unit_acc(row, u + 3 * sgs, t0, T, acc);
+                }
+            for (; u + sgs < U; u += 2 * sgs) {
+                unit_acc(row, u, t0, T, acc);
+                unit_acc(row, u + sgs, t0, T, acc);
             }
-        for (; u + sgs < U; u += 2 * sgs) {
-            unit_acc(row, u, T, acc);
-            unit_acc(row, u + sgs, T, acc);
-        }
-        if (u < U) unit_acc(row, u, T, acc);
-        for (uint t = 0; t < MAXT; t++) {
-            if (t >= T) break;
-            float s = subgroupAdd(acc[t]);
-            if (subgroupElect()) BF32(pc.o).v[t * N + n] = s;
+            if (u < U) unit_acc(row, u, t0, T, acc);
+            for (uint t = 0; t < MAXT; t++) {
+                if (t0 + t >= T) break;
+                float s = subgroupAdd(acc[t]);
+                if (subgroupElect()) BF32(pc.o).v[(t0 + t) * N + n] = s;
+            }
         }
     }
 }
