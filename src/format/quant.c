@@ -298,7 +298,8 @@ size_t ob_quant_row_q8_1(const float *x, void *y, int64_t n) {
 #define OB_Q(id, nm, bs, blk, lower) \
     [id] = { nm, bs, sizeof(blk), true, ob_dequant_row_##lower, ob_quant_row_##lower }
 
-static const ob_type_traits ob_traits[OB_TYPE_COUNT] = {
+/* Indexed by GGUF type id; ids GGUF retired stay empty (name NULL: unknown). */
+static const ob_type_traits ob_traits[] = {
     [OB_TYPE_F32] = { "F32", 1, 4, false, f32_to_float, f32_from_float },
     [OB_TYPE_F16] = { "F16", 1, 2, false, f16_to_float, f16_from_float },
     [OB_TYPE_BF16] = { "BF16", 1, 2, false, bf16_to_float, bf16_from_float },
@@ -334,6 +335,8 @@ static const ob_type_traits ob_traits[OB_TYPE_COUNT] = {
     OB_Q(OB_TYPE_Q1_0, "Q1_0", 128, ob_block_q1_0, q1_0),
 };
 #undef OB_Q
+/* The last id must have its entry, so a type added to ob_type cannot be left out. */
+_Static_assert(sizeof(ob_traits) / sizeof(ob_traits[0]) == OB_TYPE_COUNT, "ob_traits needs an entry for every ob_type up to OB_TYPE_COUNT");
 
 const ob_type_traits *ob_type_traits_get(ob_type t) {
     if ((int)t < 0 || (int)t >= OB_TYPE_COUNT || !ob_traits[t].name) return NULL;

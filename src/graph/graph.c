@@ -5,13 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const char *const g_op_names[OB_OP_COUNT] = {
-    "LEAF", "VIEW", "GET_ROWS", "RMS_NORM", "LAYER_NORM", "MATMUL", "ADD", "MUL", "SCALE",
-    "ROPE", "KV_STORE", "ATTENTION", "GLU", "ACT", "SOFTMAX", "CPY", "POOL", "SAMPLE",
-};
-
-const char *ob_op_name(ob_op op) { return (op >= 0 && op < OB_OP_COUNT) ? g_op_names[op] : "?"; }
-
 ob_graph *ob_graph_new(int64_t cap) {
     ob_graph *g = calloc(1, sizeof(*g));
     if (!g) return NULL;
@@ -37,49 +30,6 @@ uint64_t ob_graph_new_version(void) {
 int64_t ob_nelements(const ob_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]; }
 int64_t ob_nrows(const ob_tensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
 size_t ob_nbytes(const ob_tensor *t) { return ob_row_size(t->type, t->ne[0]) * (size_t)ob_nrows(t); }
-
-static bool f32_t(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
-
-bool ob_node_f32_shapes_ok(const ob_tensor *n) {
-    const ob_tensor *a = n->src[0], *b = n->src[1];
-    switch (n->op) {
-    case OB_OP_RMS_NORM:
-    case OB_OP_LAYER_NORM:
-        if (!f32_t(a) || !f32_t(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
-        for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
-            if (n->src[s] && (!f32_t(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
-        return true;
-    case OB_OP_ADD:
-    case OB_OP_MUL:
-        return f32_t(a) && f32_t(b) && f32_t(n) && ob_nelements(n) == ob_nelements(a) && b->ne[0] == a->ne[0] &&
-               n->ne[0] == a->ne[0] && (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
-    case OB_OP_SCALE:
-    case OB_OP_ACT:
-    case OB_OP_SOFTMAX:
-        if (n->op == OB_OP_ACT && (n->ip[0] < OB_ACT_SILU || n->ip[0] > OB_ACT_TANH)) return false;
-        return f32_t(a) && f32_t(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
-    case OB_OP_GLU:
-        return f32_t(a) && f32_t(b) && f32_t(n) && ob_nelements(a) == ob_nelements(b) &&
-               ob_nelements(n) == ob_nelements(a) && n->ip[0] >= OB_ACT_SILU && n->ip[0] <= OB_ACT_TANH;
-    case OB_OP_ROPE: {
-        const int n_rot = n->ip[0];
-        return f32_t(a) && f32_t(n) && b && b->type == OB_TYPE_I32 && ob_nelements(n) == ob_nelements(a) &&
-               n->ne[0] == a->ne[0] && n_rot > 0 && n_rot % 2 == 0 && n_rot <= a->ne[0] &&
-               (n->ip[1] == 0 || n->ip[1] == 2) && ob_nelements(b) == a->ne[2] * a->ne[3] &&
-               (!n->src[2] || (f32_t(n->src[2]) && ob_nelements(n->src[2]) == n_rot / 2)) && isfinite(n->fp[2]);
-    }
-    default:
-        return false;
-    }
-}
-
-bool ob_node_sample_ok(const ob_tensor *n) {
-    const ob_tensor *a = n->src[0], *p = n->src[1];
-    if (n->op != OB_OP_SAMPLE || !f32_t(a) || !f32_t(p) || n->type != OB_TYPE_I32) return false;
-    const int64_t R = ob_nrows(a);
-    return a->ne[0] > 0 && a->ne[0] <= 0x7fffffff && p->ne[0] == OB_SAMPLE_NPARAM && ob_nrows(p) == R &&
-           ob_nelements(n) == R && R <= 0x7fffffff;
-}
 
 static ob_tensor *new_node(ob_graph *g, ob_op op, ob_type type, int n_dims, const int64_t *ne) {
     OB_ASSERT(g->n < g->cap);

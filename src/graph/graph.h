@@ -30,7 +30,8 @@ typedef enum ob_op {
                          none). Elements past n_rot are copied unscaled. YaRN's per-pair
                          ramp is folded into src2 by the host (arch/rope.c) */
     OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (F32/F16/Q8_0 [row, cells]) at
-                         cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T].
+                         cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T];
+                         src4 NULL or another KV_STORE's token (ordering only).
                          dst is a 1-element F32 token that orders later reads. A token
                          outside the cache (pos not in [0, i[0]), or its sequence's cells
                          past the cache) is not stored: the CPU backend refuses the graph,
@@ -81,6 +82,8 @@ typedef enum ob_sample_param {
 } ob_sample_param;
 #define OB_SAMPLE_MAX_K 1024
 
+/* "?" for an id that is not an op. The table behind it, with each op's sources and
+ * checks, is graph/op_table.h. */
 const char *ob_op_name(ob_op op);
 
 /* ALiBi slope of query head h of n_head for ATTENTION's f[2] = max_bias (see there). */
@@ -125,11 +128,6 @@ uint64_t ob_graph_new_version(void);
 int64_t ob_nelements(const ob_tensor *t);
 size_t ob_nbytes(const ob_tensor *t);
 int64_t ob_nrows(const ob_tensor *t); /* elements / ne[0] */
-/* The F32 types and shapes every backend needs for the row and element ops (RMS_NORM,
- * LAYER_NORM, ADD, MUL, SCALE, ACT, SOFTMAX, GLU, ROPE): one definition of a well-formed
- * node, on top of which a backend's supports() adds only its own limits. False for
- * other ops. */
-bool ob_node_f32_shapes_ok(const ob_tensor *n);
 
 /* Builders. Each returns the new node (never NULL: capacity is an internal invariant). */
 ob_tensor *ob_leaf(ob_graph *g, const char *name, ob_type type, int n_dims, const int64_t *ne, void *data);
@@ -154,9 +152,6 @@ ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
 ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq);
 ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params);
-/* SAMPLE's shapes and types (the parameter values live in backend memory: kernels clamp
- * top_k to 1..OB_SAMPLE_MAX_K and u to [0, 1) themselves). */
-bool ob_node_sample_ok(const ob_tensor *n);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

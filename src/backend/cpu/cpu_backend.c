@@ -2,6 +2,7 @@
  * is one pool dispatch: its nodes are cut into stages (see ob_cpu_stage) and the threads
  * meet at one barrier between stages, not after every node. */
 #include "backend/cpu/cpu.h"
+#include "graph/op_table.h"
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,16 +39,12 @@ typedef struct ob_cpu_backend {
 
 /* ---- what the CPU can run ------------------------------------------------------------ */
 
-static bool is_f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
-static bool is_i32(const ob_tensor *t) { return t && t->type == OB_TYPE_I32; }
-
 static bool has_to_float(ob_type t) {
     const ob_type_traits *tr = ob_type_traits_get(t);
     return tr && tr->to_float;
 }
 
-static bool is_kv_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_Q8_0; }
-
+/* Rows of at least one element (ob_op_valid already holds them to whole blocks). */
 static bool row_aligned(ob_type t, int64_t n) {
     int64_t bs = ob_type_block_size(t);
     return bs > 0 && n > 0 && n % bs == 0;
@@ -55,68 +52,39 @@ static bool row_aligned(ob_type t, int64_t n) {
 
 static int64_t gcd64(int64_t a, int64_t b) { while (b) { int64_t r = a % b; a = b; b = r; } return a; }
 
+/* The shapes and types are ob_op_valid's; what is left are the reference kernels' limits. */
 static bool supports_node(const ob_tensor *n) {
-    const ob_tensor *a = n->src[0], *b = n->src[1];
+    if (!ob_op_valid(n)) return false;
+    const ob_tensor *a = n->src[0];
     switch (n->op) {
     case OB_OP_LEAF:
     case OB_OP_VIEW:
-        return true;
-    case OB_OP_GET_ROWS:
-        return a && has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && is_i32(b) &&
-               is_f32(n) && n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
     case OB_OP_RMS_NORM:
     case OB_OP_LAYER_NORM:
-        return ob_node_f32_shapes_ok(n);
-    case OB_OP_MATMUL:
-        return a && has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && is_f32(b) && is_f32(n) &&
-               b->ne[0] == a->ne[0] && n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
     case OB_OP_ADD:
     case OB_OP_MUL:
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
     case OB_OP_GLU:
-        return ob_node_f32_shapes_ok(n);
+    case OB_OP_ATTENTION:
+    case OB_OP_POOL:
+    case OB_OP_SAMPLE:
+        return true;
+    case OB_OP_GET_ROWS:
+    case OB_OP_MATMUL:
+        return has_to_float(a->type) && row_aligned(a->type, a->ne[0]);
     case OB_OP_ROPE:
-        return ob_node_f32_shapes_ok(n) && n->ip[0] <= 1024;
-    case OB_OP_KV_STORE: {
-        const ob_tensor *pos = n->src[2], *seq = n->src[3];
-        if (!is_f32(a) || !b || !is_kv_type(b->type) || !is_i32(pos) || !is_i32(seq)) return false;
-        int64_t row = b->ne[0];
-        if (row <= 0 || ob_nelements(a) % row != 0 || !row_aligned(b->type, row)) return false;
-        int64_t T = ob_nelements(a) / row;
-        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ip[0] > 0 && ob_nelements(n) >= 1 &&
-               is_f32(n);
-    }
-    case OB_OP_ATTENTION: {
-        const ob_tensor *kc = n->src[1], *vc = n->src[2], *pos = n->src[3], *seq = n->src[4];
-        if (!is_f32(a) || !is_f32(n) || !kc || !vc || !is_kv_type(kc->type) || !is_kv_type(vc->type)) return false;
-        if (!is_i32(pos) || !is_i32(seq)) return false;
-        int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
-        int n_kv = n->ip[1];
-        if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
-        if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
-        /* Per-head slices of a quantized cache row must start on a block boundary. */
-        if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
-        return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
-    }
+        return n->ip[0] <= 1024;
+    case OB_OP_KV_STORE:
+        return ob_nelements(n) >= 1;
     case OB_OP_CPY: {
-        if (!a || ob_nelements(a) != ob_nelements(n)) return false;
         const ob_type_traits *ts = ob_type_traits_get(a->type), *td = ob_type_traits_get(n->type);
-        if (!ts || !td || !ts->to_float || !(td->from_float || n->type == OB_TYPE_F32)) return false;
+        if (!ts->to_float || !(td->from_float || n->type == OB_TYPE_F32)) return false;
         if (!row_aligned(a->type, a->ne[0]) || !row_aligned(n->type, n->ne[0])) return false;
         int64_t bs = ts->block_size, bd = td->block_size, l = bs / gcd64(bs, bd) * bd;
         return l <= 256 && ob_nelements(a) % l == 0;
     }
-    case OB_OP_POOL: {
-        const ob_tensor *seq = n->src[1], *pos = n->src[2];
-        int64_t T = a ? ob_nrows(a) : 0;
-        return is_f32(a) && is_f32(n) && is_i32(seq) && is_i32(pos) && ob_nelements(seq) == T &&
-               ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] && n->ip[2] > 0 &&
-               n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST;
-    }
-    case OB_OP_SAMPLE:
-        return ob_node_sample_ok(n);
     default:
         return false;
     }

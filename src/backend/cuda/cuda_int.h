@@ -8,6 +8,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "format/quant.h"
+#include "graph/op_table.h"
 }
 #include "backend/cuda/cuda_stats.h"
 
@@ -127,8 +128,9 @@ bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const
 /* After a kernel launch. */
 #define OB_CU_LAUNCHED(cx) ob_cu_check((cx), cudaGetLastError(), __FILE__, __LINE__, "kernel launch")
 
-/* Per-op support checks (pure) and launchers (enqueue on cx->stream; false on a launch
- * error, which ob_cu_check has recorded). tmp_size: bytes of cx->tmp a node needs. */
+/* Per-op support checks (pure; called after ob_op_valid, so they hold only the kernels'
+ * limits) and launchers (enqueue on cx->stream; false on a launch error, which
+ * ob_cu_check has recorded). tmp_size: bytes of cx->tmp a node needs. */
 bool ob_cu_type_has_deq(ob_type t);
 bool ob_cu_supports_quant_op(const ob_tensor *n);   /* GET_ROWS, MATMUL, CPY */
 size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);

@@ -59,16 +59,9 @@ __global__ void k_pool_l2(float *__restrict__ y, int64_t n) {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] *= inv;
 }
 
-bool ob_cu_supports_pool(const ob_tensor *n) {
-    const ob_tensor *a = n->src[0], *seq = n->src[1], *pos = n->src[2];
-    if (!a || !seq || !pos || a->type != OB_TYPE_F32 || n->type != OB_TYPE_F32) return false;
-    if (seq->type != OB_TYPE_I32 || pos->type != OB_TYPE_I32) return false;
-    const int64_t T = ob_nrows(a);
-    /* grid x is the sequence (up to 2^31 - 1), grid y the column blocks (up to 65535) */
-    return ob_nelements(seq) == T && ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] &&
-           n->ip[2] > 0 && n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST &&
-           (a->ne[0] + OB_POOL_THREADS - 1) / OB_POOL_THREADS <= 65535;
-}
+/* After ob_op_valid: grid x is the sequence (up to 2^31 - 1), grid y the column blocks (up
+ * to 65535). */
+bool ob_cu_supports_pool(const ob_tensor *n) { return (n->src[0]->ne[0] + OB_POOL_THREADS - 1) / OB_POOL_THREADS <= 65535; }
 
 bool ob_cu_op_pool(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];

@@ -398,26 +398,22 @@ static bool launch_cpy_plain(ob_cu_ctx *cx, ob_type t, const void *src, void *ds
 
 /* ---- support ------------------------------------------------------------------------------ */
 
-static bool f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
-
 /* Rows the kernels take: plain types any length, block types whole 32-element chunks. */
 static bool whole_rows(const ob_tensor *a) {
     return plain_type(a->type) || (a->ne[0] % 32 == 0 && a->ne[0] % ob_type_block_size(a->type) == 0);
 }
 
+/* After ob_op_valid (shapes, and rows in whole blocks of their type): the types with a
+ * dequantizer, and the chunks the kernels read and write. */
 bool ob_cu_supports_quant_op(const ob_tensor *n) {
-    const ob_tensor *a = n->src[0], *b = n->src[1];
-    if (!a) return false;
+    const ob_tensor *a = n->src[0];
+    if (!ob_cu_type_has_deq(a->type)) return false;
     switch (n->op) {
     case OB_OP_GET_ROWS:
-        return ob_cu_type_has_deq(a->type) && whole_rows(a) && b && b->type == OB_TYPE_I32 && f32(n) &&
-               n->ne[0] == a->ne[0] && ob_nrows(n) == ob_nelements(b);
     case OB_OP_MATMUL:
-        return ob_cu_type_has_deq(a->type) && whole_rows(a) && f32(b) && f32(n) && b->ne[0] == a->ne[0] &&
-               n->ne[0] == a->ne[1] && ob_nrows(n) == ob_nrows(b);
+        return whole_rows(a);
     case OB_OP_CPY: {
         const int64_t ne = ob_nelements(a);
-        if (ne != ob_nelements(n) || !ob_cu_type_has_deq(a->type) || a->ne[0] % ob_type_block_size(a->type) != 0) return false;
         if (plain_type(a->type) && plain_type(n->type)) return true; /* any count: k_cpy_plain */
         if (ne % 32 != 0 || ne % ob_type_block_size(a->type) != 0) return false;
         if (n->type == OB_TYPE_Q8_0) return n->ne[0] % 32 == 0;

@@ -238,7 +238,8 @@ __global__ void __launch_bounds__(SMP_THREADS) k_sample(const float *__restrict_
     out[blockIdx.x] = pick;
 }
 
-bool ob_cu_supports_sample(const ob_tensor *n) { return ob_node_sample_ok(n) && ob_nrows(n->src[0]) <= 0x7fffffff; }
+/* After ob_op_valid: one block per row. */
+bool ob_cu_supports_sample(const ob_tensor *n) { return ob_nrows(n->src[0]) <= 0x7fffffff; }
 
 bool ob_cu_op_sample(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *lg = n->src[0];

@@ -1,0 +1,164 @@
+#include "graph/op_table.h"
+#include "format/quant.h"
+
+static bool is_f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
+static bool is_i32(const ob_tensor *t) { return t && t->type == OB_TYPE_I32; }
+
+/* The cache types of KV_STORE and ATTENTION (graph.h). */
+static bool kv_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_Q8_0; }
+
+/* A row of n elements of t holds whole blocks (false for an unknown type). Not n > 0: the
+ * CUDA backend takes plain rows of any length, so a backend that wants rows adds that. */
+static bool whole_blocks(ob_type t, int64_t n) {
+    const int64_t bs = ob_type_block_size(t);
+    return bs > 0 && n % bs == 0;
+}
+
+static bool act_ok(int32_t act) { return act >= OB_ACT_SILU && act <= OB_ACT_TANH; }
+
+/* ---- per-op checks -------------------------------------------------------------------- */
+
+static bool get_rows_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *ids = n->src[1];
+    return whole_blocks(a->type, a->ne[0]) && is_i32(ids) && is_f32(n) && n->ne[0] == a->ne[0] &&
+           ob_nrows(n) == ob_nelements(ids);
+}
+
+/* RMS_NORM and LAYER_NORM: the weight and bias, where present, are F32 rows of x's width. */
+static bool norm_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0];
+    if (!is_f32(a) || !is_f32(n) || ob_nelements(n) != ob_nelements(a) || n->ne[0] != a->ne[0]) return false;
+    for (int s = 1; s <= (n->op == OB_OP_LAYER_NORM ? 2 : 1); s++)
+        if (n->src[s] && (!is_f32(n->src[s]) || ob_nelements(n->src[s]) != a->ne[0])) return false;
+    return true;
+}
+
+static bool matmul_ok(const ob_tensor *n) {
+    const ob_tensor *w = n->src[0], *x = n->src[1];
+    return whole_blocks(w->type, w->ne[0]) && is_f32(x) && is_f32(n) && x->ne[0] == w->ne[0] &&
+           n->ne[0] == w->ne[1] && ob_nrows(n) == ob_nrows(x);
+}
+
+/* ADD and MUL: b is a full operand or one row broadcast over a's rows. */
+static bool binary_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && b->ne[0] == a->ne[0] &&
+           n->ne[0] == a->ne[0] && (ob_nelements(b) == ob_nelements(a) || ob_nelements(b) == a->ne[0]);
+}
+
+/* SCALE and SOFTMAX (and ACT, below): same shape in and out. */
+static bool unary_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0];
+    return is_f32(a) && is_f32(n) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0];
+}
+
+static bool act_node_ok(const ob_tensor *n) { return act_ok(n->ip[0]) && unary_ok(n); }
+
+static bool glu_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
+           ob_nelements(n) == ob_nelements(a) && act_ok(n->ip[0]);
+}
+
+static bool rope_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *pos = n->src[1], *factors = n->src[2];
+    const int n_rot = n->ip[0];
+    return is_f32(a) && is_f32(n) && is_i32(pos) && ob_nelements(n) == ob_nelements(a) && n->ne[0] == a->ne[0] &&
+           n_rot > 0 && n_rot % 2 == 0 && n_rot <= a->ne[0] && (n->ip[1] == 0 || n->ip[1] == 2) &&
+           ob_nelements(pos) == a->ne[2] * a->ne[3] && (!factors || (is_f32(factors) && ob_nelements(factors) == n_rot / 2)) &&
+           isfinite(n->fp[2]);
+}
+
+/* The rows of x go one per token into cache rows of the same width; a quantized cache row
+ * is written in whole blocks. src4, where set, only orders the store after another. */
+static bool kv_store_ok(const ob_tensor *n) {
+    const ob_tensor *x = n->src[0], *cache = n->src[1], *pos = n->src[2], *seq = n->src[3];
+    if (!is_f32(x) || !kv_type(cache->type) || !is_i32(pos) || !is_i32(seq) || !is_f32(n)) return false;
+    const int64_t row = cache->ne[0];
+    if (row <= 0 || ob_nelements(x) % row != 0 || !whole_blocks(cache->type, row)) return false;
+    const int64_t T = ob_nelements(x) / row;
+    return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ip[0] > 0;
+}
+
+/* The ALiBi max bias (f[2]) is left to the backends: the GPU ones refuse a negative or NaN
+ * one, the CPU backend takes any (a difference kept as it was; see issue #30). */
+static bool attention_ok(const ob_tensor *n) {
+    const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2], *pos = n->src[3], *seq = n->src[4];
+    if (!is_f32(q) || !is_f32(n) || !kv_type(kc->type) || !kv_type(vc->type) || !is_i32(pos) || !is_i32(seq))
+        return false;
+    const int64_t hd = q->ne[0], H = q->ne[1], T = q->ne[2] * q->ne[3];
+    const int n_kv = n->ip[1];
+    if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
+    if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
+    /* Per-head slices of a quantized cache row must start on a block boundary. */
+    if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
+    return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
+}
+
+/* A conversion between any two types the node's rows hold in whole blocks. */
+static bool cpy_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0];
+    return ob_nelements(a) == ob_nelements(n) && whole_blocks(a->type, a->ne[0]) && whole_blocks(n->type, n->ne[0]);
+}
+
+static bool pool_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *seq = n->src[1], *pos = n->src[2];
+    if (!is_f32(a) || !is_f32(n) || !is_i32(seq) || !is_i32(pos)) return false;
+    const int64_t T = ob_nrows(a);
+    return ob_nelements(seq) == T && ob_nelements(pos) == T && n->ne[0] == a->ne[0] && ob_nrows(n) == n->ip[2] &&
+           n->ip[2] > 0 && n->ip[0] >= OB_POOL_MEAN && n->ip[0] <= OB_POOL_LAST;
+}
+
+/* The parameter values live in backend memory: kernels clamp top_k to 1..OB_SAMPLE_MAX_K
+ * and u to [0, 1) themselves. Token ids and row counts fit in an I32. */
+static bool sample_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *p = n->src[1];
+    if (!is_f32(a) || !is_f32(p) || n->type != OB_TYPE_I32) return false;
+    const int64_t R = ob_nrows(a);
+    return a->ne[0] > 0 && a->ne[0] <= 0x7fffffff && p->ne[0] == OB_SAMPLE_NPARAM && ob_nrows(p) == R &&
+           ob_nelements(n) == R && R <= 0x7fffffff;
+}
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+static const ob_op_info g_ops[] = {
+    [OB_OP_LEAF] = {"LEAF", 0, 0, NULL},
+    [OB_OP_VIEW] = {"VIEW", 1, 0, NULL},
+    [OB_OP_GET_ROWS] = {"GET_ROWS", 2, 0, get_rows_ok},
+    [OB_OP_RMS_NORM] = {"RMS_NORM", 1, 1, norm_ok},
+    [OB_OP_LAYER_NORM] = {"LAYER_NORM", 1, 2, norm_ok},
+    [OB_OP_MATMUL] = {"MATMUL", 2, 0, matmul_ok},
+    [OB_OP_ADD] = {"ADD", 2, 0, binary_ok},
+    [OB_OP_MUL] = {"MUL", 2, 0, binary_ok},
+    [OB_OP_SCALE] = {"SCALE", 1, 0, unary_ok},
+    [OB_OP_ROPE] = {"ROPE", 2, 1, rope_ok},
+    [OB_OP_KV_STORE] = {"KV_STORE", 4, 1, kv_store_ok},
+    [OB_OP_ATTENTION] = {"ATTENTION", 5, 1, attention_ok},
+    [OB_OP_GLU] = {"GLU", 2, 0, glu_ok},
+    [OB_OP_ACT] = {"ACT", 1, 0, act_node_ok},
+    [OB_OP_SOFTMAX] = {"SOFTMAX", 1, 0, unary_ok},
+    [OB_OP_CPY] = {"CPY", 1, 0, cpy_ok},
+    [OB_OP_POOL] = {"POOL", 3, 0, pool_ok},
+    [OB_OP_SAMPLE] = {"SAMPLE", 2, 0, sample_ok},
+};
+/* A new op must get its entry; test_graph checks that every entry is filled. */
+_Static_assert(sizeof(g_ops) / sizeof(g_ops[0]) == OB_OP_COUNT, "g_ops needs one entry per ob_op");
+
+const ob_op_info *ob_op_info_get(ob_op op) {
+    return ((int)op >= 0 && (int)op < OB_OP_COUNT && g_ops[op].name) ? &g_ops[op] : NULL;
+}
+
+const char *ob_op_name(ob_op op) {
+    const ob_op_info *info = ob_op_info_get(op);
+    return info ? info->name : "?";
+}
+
+bool ob_op_valid(const ob_tensor *n) {
+    const ob_op_info *info = n ? ob_op_info_get(n->op) : NULL;
+    if (!info) return false;
+    for (int s = 0; s < OB_MAX_SRC; s++) {
+        if (s < info->n_src && !n->src[s]) return false;
+        if (s >= info->n_src + info->n_src_opt && n->src[s]) return false;
+    }
+    return !info->valid || info->valid(n);
+}

@@ -1,0 +1,27 @@
+/* The op table: each op of graph.h described once, with its name, its sources, and the
+ * checks of shapes, types and parameters that any implementation of it needs (graph.h's
+ * contract). A backend's supports() calls ob_op_valid first and adds only its own limits
+ * (the types it has kernels for, the sizes its kernels can index, alignment), so a
+ * malformed node is refused the same way everywhere (issue #30). */
+#ifndef OB_GRAPH_OP_TABLE_H
+#define OB_GRAPH_OP_TABLE_H
+
+#include "graph/graph.h"
+
+typedef struct ob_op_info {
+    const char *name;
+    int n_src;     /* src[0 .. n_src-1] must be set */
+    int n_src_opt; /* src[n_src .. n_src+n_src_opt-1] may be NULL; every later src must be */
+    /* The op's own checks, run after the sources' count; NULL: none beyond it (LEAF, VIEW). */
+    bool (*valid)(const ob_tensor *n);
+} ob_op_info;
+
+/* NULL for an id that is not an op. */
+const ob_op_info *ob_op_info_get(ob_op op);
+
+/* True when n is a well-formed node of its op: its sources present (and no others), their
+ * types and shapes as graph.h gives them, its parameters in range. Says nothing of whether
+ * a backend has a kernel for it. */
+bool ob_op_valid(const ob_tensor *n);
+
+#endif
