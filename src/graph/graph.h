@@ -62,7 +62,7 @@ typedef enum ob_op {
 } ob_op;
 
 typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
-                     OB_ACT_TANH = 4 } ob_act;
+                     OB_ACT_TANH = 4, OB_ACT_COUNT /* not an activation: how many there are */ } ob_act;
 
 /* Values match llama.cpp's <arch>.pooling_type. CLS takes the sequence's lowest position
  * in the batch, LAST its highest. */

@@ -14,7 +14,7 @@ static bool whole_blocks(ob_type t, int64_t n) {
     return bs > 0 && n % bs == 0;
 }
 
-static bool act_ok(int32_t act) { return act >= OB_ACT_SILU && act <= OB_ACT_TANH; }
+static bool act_ok(int32_t act) { return act >= OB_ACT_SILU && act < OB_ACT_COUNT; }
 
 /* ---- per-op checks -------------------------------------------------------------------- */
 

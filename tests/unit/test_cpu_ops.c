@@ -111,7 +111,7 @@ static void test_binary_unary(void) {
         ob_graph_free(g);
         free(a);
     }
-    for (int act = OB_ACT_SILU; act <= OB_ACT_RELU; act++)
+    for (int act = OB_ACT_SILU; act < OB_ACT_COUNT; act++) /* every activation, TANH included */
         for (int glu = 0; glu < 2; glu++) {
             ob_graph *g = ob_graph_new(4);
             float *a = rand_f32(ne[0] * ne[1] * ne[2], 3.0f), *b = rand_f32(ne[0] * ne[1] * ne[2], 1.0f);

@@ -1046,7 +1046,9 @@ static void test_elementwise(ob_backend *be) {
     const int64_t n = 300, rows = 5;
     float *a = rand_f32(n * rows, 2.0f), *b = rand_f32(n * rows, 1.0f), *w = rand_f32(n, 1.0f), *bias = rand_f32(n, 1.0f);
     int64_t ne[2] = {n, rows}, ne1[1] = {n};
-    for (int c = 0; c < 14; c++) {
+    /* cases 7 .. 7 + 2 * OB_ACT_COUNT - 1: every activation alone, then as a GLU */
+    const int n_act = 2 * (int)OB_ACT_COUNT, n_cases = 8 + n_act;
+    for (int c = 0; c < n_cases; c++) {
         ob_graph *g = ob_graph_new(8);
         ob_tensor *A = ob_leaf(g, "a", OB_TYPE_F32, 2, ne, a), *B = ob_leaf(g, "b", OB_TYPE_F32, 2, ne, b);
         ob_tensor *Wt = ob_leaf(g, "w", OB_TYPE_F32, 1, ne1, w), *Bi = ob_leaf(g, "bias", OB_TYPE_F32, 1, ne1, bias);
@@ -1059,10 +1061,11 @@ static void test_elementwise(ob_backend *be) {
         case 4: y = ob_mul(g, A, Wt); break;
         case 5: y = ob_add(g, A, Bi); break;
         case 6: y = ob_scale(g, A, 0.37f); break;
-        case 7: case 8: case 9: case 10: y = ob_act_op(g, A, (ob_act)(c - 7)); break;
-        case 11: y = ob_glu(g, A, B, OB_ACT_SILU); break;
-        case 12: y = ob_glu(g, A, B, OB_ACT_GELU); break;
-        default: y = ob_softmax(g, A); break;
+        default:
+            if (c - 7 < (int)OB_ACT_COUNT) y = ob_act_op(g, A, (ob_act)(c - 7));
+            else if (c - 7 < n_act) y = ob_glu(g, A, B, (ob_act)(c - 7 - (int)OB_ACT_COUNT));
+            else y = ob_softmax(g, A);
+            break;
         }
         CHECKF(be->iface->supports(be, y), "elementwise case %d supported", c);
         char what[64];

@@ -141,7 +141,7 @@ static void test_elementwise(void) {
         ob_graph_free(g);
         free(a);
     }
-    for (int act = OB_ACT_SILU; act <= OB_ACT_TANH; act++)
+    for (int act = OB_ACT_SILU; act < OB_ACT_COUNT; act++)
         for (int glu = 0; glu < 2; glu++) {
             ob_graph *g = ob_graph_new(4);
             float *a = rand_f32(n, 4.0f), *b = rand_f32(n, 1.0f);
@@ -1392,6 +1392,13 @@ static void test_reuse(void) {
 /* ---- batch-invariant mode (ob_backend.deterministic) ------------------------------------ */
 
 /* Every listed dispatch of be's last graph runs shader sh, or the quantizer before it. */
+/* How many of the n rows of y (each w floats) differ bitwise from rows rows[i] of ref. */
+static int det_rows_differ(const float *y, const float *ref, const int *rows, int64_t n, int64_t w) {
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) bad += memcmp(y + i * w, ref + (int64_t)rows[i] * w, sizeof(float) * (size_t)w) != 0;
+    return bad;
+}
+
 static bool det_listed(const ob_backend *be, ob_vk_shader sh) {
     const ob_vk *vk = be->ctx;
     bool any = false;
@@ -1469,9 +1476,7 @@ static void test_det_matmul(void) {
                 if (det_matmul(bes[b], t, w, K, N, x, sel[k].rows, sel[k].n, y)) continue;
                 CHECKF(det_listed(bes[b], sh), "%s T=%lld: shader %u", what, (long long)sel[k].n,
                        vk->n_prev ? vk->prev[vk->n_prev - 1].sh : 99u);
-                int bad = 0;
-                for (int64_t i = 0; i < sel[k].n; i++)
-                    bad += memcmp(y + i * N, y40 + (int64_t)sel[k].rows[i] * N, sizeof(float) * (size_t)N) != 0;
+                const int bad = det_rows_differ(y, y40, sel[k].rows, sel[k].n, N);
                 CHECKF(bad == 0, "%s: %d of %lld rows at T=%lld differ from T=40", what, bad, (long long)sel[k].n,
                        (long long)sel[k].n);
             }
@@ -1589,9 +1594,7 @@ static void test_det_attention(void) {
                                                                  {nine, 9}};
             for (size_t k = 0; k < OB_ARRAY_LEN(sel); k++) {
                 if (det_attention(be, &a, sel[k].rows, sel[k].n, y)) continue;
-                int bad = 0;
-                for (int64_t i = 0; i < sel[k].n; i++)
-                    bad += memcmp(y + i * qr, y40 + (int64_t)sel[k].rows[i] * qr, sizeof(float) * (size_t)qr) != 0;
+                const int bad = det_rows_differ(y, y40, sel[k].rows, sel[k].n, qr);
                 CHECKF(bad == 0, "%s: %d of %lld tokens at T=%lld differ from T=40", what, bad, (long long)sel[k].n,
                        (long long)sel[k].n);
             }
