@@ -71,7 +71,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --pooling P               embeddings: mean, cls, last or rank (default: the model's)\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
-           "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui\n"
+           "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui, --no-ui, --offline,\n"
+           "  --no-cache-idle-slots, --spec-draft-n-max N, --spec-draft-n-min N\n"
            "                            accepted with llama-server's meaning\n",
            prog, ob_rope_help);
 }
@@ -148,8 +149,8 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--reranking", "--rerank")) c->reranking = true;
         else if (is_flag(a, "-md", "--model-draft")) { NEED_VALUE(); c->draft_path = v; }
         else if (is_flag(a, "--spec-type", NULL)) { NEED_VALUE(); c->spec_type = v; }
-        else if (is_flag(a, "--draft-max", "--draft") || is_flag(a, "--draft-n", NULL)) INT_VALUE(0, 1024, c->draft_max);
-        else if (is_flag(a, "--draft-min", "--draft-n-min")) INT_VALUE(0, 1024, c->draft_min);
+        else if (is_flag(a, "--draft-max", "--draft") || is_flag(a, "--draft-n", "--spec-draft-n-max")) INT_VALUE(0, 1024, c->draft_max);
+        else if (is_flag(a, "--draft-min", "--draft-n-min") || is_flag(a, "--spec-draft-n-min", NULL)) INT_VALUE(0, 1024, c->draft_min);
         else if (is_flag(a, "--draft-p-min", NULL)) {
             NEED_VALUE();
             char *end;
@@ -208,8 +209,10 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
         else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
-                 is_flag(a, "-v", "--verbose") || is_flag(a, "--cont-batching", "-cb")) {
-            /* llama-server switches with nothing to change here */
+                 is_flag(a, "-v", "--verbose") || is_flag(a, "--cont-batching", "-cb") || is_flag(a, "--no-ui", "--offline") ||
+                 is_flag(a, "--no-cache-idle-slots", NULL)) {
+            /* llama-server switches with nothing to change here: no web UI, no downloads
+             * (--offline), no host-memory cache of idle slots to turn off */
         } else {
             return ob_fail(err, err_len, OB_ERR_ARG, "unknown flag '%s' (see --help)", a);
         }

@@ -96,3 +96,14 @@ def test_deterministic_batched_equals_solo():
         assert len(set(solo)) > 1  # the prompts lead to different texts
     finally:
         srv.stop()
+
+
+def test_llama_server_switches_accepted():
+    """llama-server switches that change nothing here (no web UI, no downloads, no host
+    cache of idle slots) and the newer names of the draft limits start the server."""
+    srv = Server(["--offline", "--no-ui", "--no-cache-idle-slots", "--spec-draft-n-max", "4", "--spec-draft-n-min", "1",
+                  "-n", "2"])
+    try:
+        assert requests.get(srv.url + "/health", timeout=10).status_code == 200
+    finally:
+        srv.stop()
