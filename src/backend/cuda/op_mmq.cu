@@ -759,10 +759,19 @@ static int mmq_dec_stb(ob_type t) {
          : t == OB_TYPE_Q8_0 ? 16 * mmq_dec_tr<OB_TYPE_Q8_0>::RB : 0;
 }
 
-/* k_mmq_dec's ring depth and K split for W [K, N] of type t: from the weight shape, the
- * knobs and the GPU alone (never T, which batch-invariant mode relies on). */
+/* k_mmq_dec's warps, ring depth and K split for W [K, N] of type t: from the weight shape,
+ * the knobs and the GPU alone (never T, which batch-invariant mode relies on). */
 static void mmq_dec_split(mmq_plan *p, ob_type t, int64_t K, int64_t N) {
     const mmq_dec_knobs *kn = mmq_dec_cfg();
+    p->nw = kn->nw;
+    /* ring depth 2: the shared memory it leaves to L1 keeps more of x there, which the
+     * x fragment loads wait on (H200, 2026-11-30, qwen3-8b Q4_K_M, one machine per
+     * comparison, `scripts/device_runs.sh`: 16 sequences 1,675-1,680 tok/s against
+     * 1,626-1,629 with the former 3; 8: 1,467 against 1,362 with the former 4; 4: 892
+     * against 826). Session 5 had 3 beat 4 at 16 (1,617-1,621 against 1,586-1,594).
+     * Q8_0 (at most 8 columns) keeps 4: 8 sequences on qwen3-8b Q8_0 ran 1,038-1,041 with
+     * 2 against 1,069-1,072 with 4. */
+    p->nst = kn->nst > 0 ? kn->nst : t == OB_TYPE_Q8_0 ? 4 : 2;
     /* ring depth within 100 KB a block (at least two blocks an SM) */
     while (p->nst > 2 && (int64_t)p->nw * p->nst * mmq_dec_stb(t) > 100 * 1024) p->nst--;
     p->cfg = 0;
@@ -782,18 +791,10 @@ static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
     const ob_tensor *w = n->src[0];
     const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(n->src[1]);
     mmq_plan p;
+    memset(&p, 0, sizeof(p));
     const mmq_dec_knobs *kn = mmq_dec_cfg();
     p.dec = T <= (w->type == OB_TYPE_Q8_0 && kn->max_t > 8 ? 8 : kn->max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
             aligned;
-    p.nw = kn->nw;
-    /* ring depth 2: the shared memory it leaves to L1 keeps more of x there, which the
-     * x fragment loads wait on (H200, 2026-11-30, qwen3-8b Q4_K_M, one machine per
-     * comparison, `scripts/device_runs.sh`: 16 sequences 1,675-1,680 tok/s against
-     * 1,626-1,629 with the former 3; 8: 1,467 against 1,362 with the former 4; 4: 892
-     * against 826). Session 5 had 3 beat 4 at 16 (1,617-1,621 against 1,586-1,594).
-     * Q8_0 (at most 8 columns) keeps 4: 8 sequences on qwen3-8b Q8_0 ran 1,038-1,041 with
-     * 2 against 1,069-1,072 with 4. */
-    p.nst = kn->nst > 0 ? kn->nst : w->type == OB_TYPE_Q8_0 ? 4 : 2;
     if (p.dec) {
         mmq_dec_split(&p, w->type, K, N);
         return p;
@@ -946,8 +947,6 @@ static mmq_plan det_plan(const ob_tensor *n) {
     mmq_plan p;
     memset(&p, 0, sizeof(p));
     p.dec = 1;
-    p.nw = mmq_dec_cfg()->nw;
-    p.nst = mmq_dec_cfg()->nst > 0 ? mmq_dec_cfg()->nst : w->type == OB_TYPE_Q8_0 ? 4 : 2;
     mmq_dec_split(&p, w->type, w->ne[0], w->ne[1]);
     return p;
 }
