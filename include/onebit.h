@@ -26,6 +26,12 @@ typedef enum ob_status {
 
 const char *ob_status_str(ob_status st);
 
+/* True once a compute device of this process has faulted (an illegal access, a lost
+ * device, no progress within the limit): work may still be running on it, and the
+ * driver's own teardown at exit can wait for that forever, so the caller ends the
+ * process with _exit once its output is flushed. */
+bool ob_device_faulted(void);
+
 /* Tensor element types. Ids match GGUF/ggml type ids so files are interchangeable. */
 typedef enum ob_type {
     OB_TYPE_F32 = 0, OB_TYPE_F16 = 1, OB_TYPE_Q4_0 = 2, OB_TYPE_Q4_1 = 3,

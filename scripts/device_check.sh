@@ -11,12 +11,18 @@
 #                                  Debian's validation layer into .dev/gpu
 #   scripts/device_check.sh run    there (run tool, carry [".dev/gpu", ".gl"]): the checks;
 #                                  a summary last, logs in $OUT
-#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val det"  which parts of run, in that order (default: all)
+#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val det fault"  which parts of run, in that order (default: all)
 #                                  det: batch invariance as a client sees it
 #                                  (scripts/concurrency.py: 64 requests alone and at once,
 #                                  serve -np 16, synth qwen3-0.6b Q4_K_M) on CUDA and Vulkan
 #                                  with and without --deterministic, and the 16-stream
 #                                  decode cost of the flag (`bench -np 16`, synth qwen3-8b)
+#                                  fault: tests/integration/test_fault.py (a faulting kernel
+#                                  ends run and serve with one line) on the qwen3 fixture,
+#                                  and the decode cost of the progress marks (bench with
+#                                  ONEBIT_CUDA_MARKS=0 / ONEBIT_VK_MARKS=0 and without;
+#                                  ONEBIT_MARKS_MODELS="a.gguf ..." instead of the synth
+#                                  qwen3-0.6b and -8b)
 #   ONEBIT_UNIT="test_a test_b"    unit: only these test binaries (default: all)
 #   ONEBIT_SAN_TOOLS="memcheck racecheck initcheck synccheck"  compute-sanitizer tools
 #   ONEBIT_SAN_WHAT="ops decode serve"  what runs under each tool
@@ -65,7 +71,7 @@ prep)
 run)
   OUT=${OUT:-/tmp/onebit-out}
   mkdir -p "$OUT" /tmp/gpu
-  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val det}
+  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val det fault}
   xz -dc "$G/bin.tar.xz" | tar xf - -C /tmp/gpu
   xz -dc "$G/rt.tar.xz" | tar xf - -C /tmp/gpu
   [ -f "$G/vvl.tar.xz" ] && xz -dc "$G/vvl.tar.xz" | tar xf - -C /tmp/gpu
@@ -223,6 +229,43 @@ run)
         done
       done
     fi
+  fi
+  if [[ " $CHECKS " == *" fault "* ]]; then
+    if [ "$(left)" -gt 60 ] && python3 -c "import pytest, requests" 2>/dev/null; then
+      ONEBIT_FAULT_MODEL=tests/fixtures/models/qwen3.gguf ONEBIT_BIN="$B/1bit" timeout "$(left)" \
+          python3 -m pytest -q -rs -s tests/integration/test_fault.py -p no:cacheprovider >"$OUT/fault.log" 2>&1
+      summary+=("fault: rc=$? $(tail -n 1 "$OUT/fault.log")")
+      grep -E "MATMUL output" "$OUT/fault.log" | head -n 4 | sed 's/^/  /' >>"$OUT/fault.lines"
+    elif [ "$(left)" -gt 60 ]; then
+      # no pytest here: the run case by hand
+      for dev in cuda vulkan; do
+        ONEBIT_TEST_FAULT=output ONEBIT_VK_TIMEOUT_S=5 timeout 120 "$B/1bit" run -m tests/fixtures/models/qwen3.gguf \
+            --device $dev -p hi -n 4 >"$OUT/fault-$dev.log" 2>&1
+        summary+=("fault run $dev: rc=$? (124: hung), $(grep -c 'MATMUL output' "$OUT/fault-$dev.log") naming line(s): $(grep -m1 'MATMUL output' "$OUT/fault-$dev.log")")
+      done
+    else
+      summary+=("fault: not run (time)")
+    fi
+    # what the marks cost: one-stream and 16-stream decode with and without them
+    marks_models=${ONEBIT_MARKS_MODELS:-/tmp/q06.gguf /tmp/q8b.gguf}
+    if [[ " $marks_models " == *" /tmp/q06.gguf "* && ! -f /tmp/q06.gguf && -f "$G/tokenizer.json.xz" ]]; then
+      xz -dc "$G/tokenizer.json.xz" >/tmp/tokenizer.json
+      timeout "$(left)" "$B/1bit" synth --shape qwen3-0.6b --type Q4_K_M --tokenizer /tmp/tokenizer.json -t "$(nproc)" \
+          -o /tmp/q06.gguf >>"$OUT/fault.log" 2>&1
+    fi
+    for m in $marks_models; do
+      [ -f $m ] || continue
+      for dev in cuda vulkan; do
+        for np in 1 16; do
+          for marks in 1 0; do
+            if [ "$(left)" -lt 40 ]; then summary+=("marks bench: not run (time)"); break 3; fi
+            t=$(ONEBIT_CUDA_MARKS=$marks ONEBIT_VK_MARKS=$marks timeout "$(left)" "$B/1bit" bench -m $m -p 0 -n 64 -r 3 \
+                -np $np --device $dev 2>&1 | grep "^|" | tail -n 1)
+            summary+=("marks=$marks $(basename $m) $dev -np $np: $t")
+          done
+        done
+      done
+    done
   fi
   echo "== summary =="
   printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"

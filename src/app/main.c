@@ -1,8 +1,10 @@
 /* The 1bit command: dispatches to one subcommand per file. Invoked as `llama-server`
  * (a symlink) or with llama-server flags and no subcommand, it serves. */
 #include "app/commands.h"
+#include "onebit.h"
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -31,10 +33,19 @@ static const ob_command g_commands[] = {
     {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},
 };
 
+/* A command's exit. After a device fault the driver's teardown at exit may wait on work
+ * that never ends (a hung shader), so the process leaves without it. */
+static int finish(int rc) {
+    if (!ob_device_faulted()) return rc;
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc ? rc : 1);
+}
+
 int main(int argc, char **argv) {
     const char *prog = strrchr(argv[0], '/');
     prog = prog ? prog + 1 : argv[0];
-    if (!strcmp(prog, "llama-server")) return ob_cmd_serve(argc, argv);
+    if (!strcmp(prog, "llama-server")) return finish(ob_cmd_serve(argc, argv));
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -44,9 +55,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* llama-server flags with no subcommand (how Lemonade launches a server binary). */
-    if (argv[1][0] == '-') return ob_cmd_serve(argc, argv);
+    if (argv[1][0] == '-') return finish(ob_cmd_serve(argc, argv));
     for (size_t i = 0; i < sizeof(g_commands) / sizeof(g_commands[0]); i++)
-        if (!strcmp(argv[1], g_commands[i].name)) return g_commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], g_commands[i].name)) return finish(g_commands[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "1bit: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;

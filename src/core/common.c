@@ -16,6 +16,12 @@ ob_status ob_fail(char *err, size_t err_len, ob_status st, const char *fmt, ...)
     return st;
 }
 
+static int g_device_fault;
+
+void ob_note_device_fault(void) { __atomic_store_n(&g_device_fault, 1, __ATOMIC_RELEASE); }
+
+bool ob_device_faulted(void) { return __atomic_load_n(&g_device_fault, __ATOMIC_ACQUIRE) != 0; }
+
 void ob_panic(const char *file, int line, const char *what) {
     fprintf(stderr, "onebit: internal error at %s:%d: %s\n", file, line, what);
     abort();

@@ -21,6 +21,9 @@ ob_status ob_fail(char *err, size_t err_len, ob_status st, const char *fmt, ...)
 #define OB_ASSERT(x) do { if (!(x)) ob_panic(__FILE__, __LINE__, #x); } while (0)
 void ob_panic(const char *file, int line, const char *what) __attribute__((noreturn));
 
+/* A backend's device fault (ob_device_faulted in onebit.h). */
+void ob_note_device_fault(void);
+
 enum ob_log_level { OB_LOG_DEBUG = 0, OB_LOG_INFO = 1, OB_LOG_WARN = 2, OB_LOG_ERROR = 3 };
 void ob_log(enum ob_log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ob_log_set_level(enum ob_log_level lvl);

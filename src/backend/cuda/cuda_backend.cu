@@ -25,7 +25,9 @@ bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const
     if (cx && !cx->faulted) {
         const char *f = strrchr(file, '/');
         snprintf(cx->last_err, sizeof(cx->last_err), "%s:%d: %s: %s", f ? f + 1 : file, line, what, cudaGetErrorString(e));
-        ob_log(OB_LOG_ERROR, "cuda: %s", cx->last_err);
+        cx->last_code = e;
+        /* a kernel's fault seen at a launch of the step: cu_compute names it in one line */
+        if (!(cx->in_step && ob_cu_sticky(e))) ob_log(OB_LOG_ERROR, "cuda: %s", cx->last_err);
     }
     if (cx) cx->faulted = true;
     return false;
@@ -538,10 +540,14 @@ static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
         if (cx->skip && skipped(cx, n)) continue;
         bool ok;
-        const int64_t last = launch_fused(cx, g, i, &ok);
+        cx->cur_node = (int32_t)i;
+        ob_tensor *s0 = n->src[0];
+        void *keep = ob_cu_fault_inject(cx, n);
+        int64_t last = launch_fused(cx, g, i, &ok);
+        if (ok && last < 0) ok = launch(cx, n);
+        if (keep) s0->data = keep;
         if (!ok) return false;
-        if (last >= 0) { i = last; continue; }
-        if (!launch(cx, n)) return false;
+        if (last >= 0) i = last;
     }
     return true;
 }
@@ -567,6 +573,7 @@ static ob_cu_exec *capture(ob_cu_ctx *cx, ob_graph *g, uint64_t key) {
     cudaGraphDestroy(graph);
     if (!OB_CU(cx, e)) { slot->exec = NULL; return NULL; }
     slot->key = key;
+    if (!ob_cu_log_keep(cx, slot)) ob_log(OB_LOG_WARN, "cuda: out of memory keeping a captured step's launch log");
     return slot;
 }
 
@@ -648,6 +655,7 @@ static void timing_print(const ob_cu_ctx *cx) {
 static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_cu_ctx *cx = (ob_cu_ctx *)be->ctx;
     if (cx->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: device unusable after an earlier fault (%s)", cx->last_err);
+    ob_cu_marks_step(cx);
     if (be->deterministic && !cx->det) { /* set once, before the first step (backend.h) */
         cx->det = true;
         cx->fuse &= cx->det_fuse;
@@ -746,6 +754,8 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     }
     if (prof_op) capturable = false;
     bool ok = true, replay = false;
+    const ob_cu_exec *ran = NULL; /* the captured step replayed, whose log names a fault */
+    cx->in_step = true;
     if (cx->timing) timing_begin(cx);
     if (capturable) {
         /* Capture a structure the second time it is seen in a row: one-off graphs (a
@@ -757,6 +767,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         if (ex) {
             ex->last_used = ++cx->tick;
             replay = true;
+            ran = ex;
             ok = OB_CU(cx, cudaGraphLaunch(ex->exec, cx->stream));
         } else if (!cx->faulted) {
             ok = enqueue_all(cx, g);
@@ -770,7 +781,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
             if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
             if (!supports_node(n)) {
                 ob_status st = run_fallback(cx, n, err, err_len);
-                if (st) { free(prof_op); free(prof_fused); return st; }
+                if (st) { free(prof_op); free(prof_fused); cx->in_step = false; return st; }
                 qx_note_write(cx, n);
                 continue;
             }
@@ -780,15 +791,31 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
                 nev++;
                 if (!ok) break;
             }
+            cx->cur_node = (int32_t)i;
+            ob_tensor *s0 = n->src[0];
+            void *keep = ob_cu_fault_inject(cx, n);
             const int64_t last = launch_fused(cx, g, i, &ok);
             if (prof_op) prof_fused[nev - 1] = last >= 0;
-            if (last >= 0) { i = last; continue; }
-            if (ok) ok = launch(cx, n);
+            if (ok && last < 0) ok = launch(cx, n);
+            if (keep) s0->data = keep;
+            if (last >= 0) i = last;
         }
         if (ok && prof_op) ok = OB_CU(cx, cudaEventRecord(cx->prof_ev[nev], cx->stream));
     }
     if (ok && cx->timing) ok = OB_CU(cx, cudaEventRecord(cx->tev[1], cx->stream));
-    if (ok) ok = OB_CU(cx, cudaStreamSynchronize(cx->stream));
+    if (ok) {
+        const cudaError_t e = cudaStreamSynchronize(cx->stream);
+        if (e != cudaSuccess) {
+            ok = false;
+            if (!cx->faulted) cx->last_code = e;
+            cx->faulted = true;
+        }
+    }
+    cx->in_step = false;
+    /* a kernel's fault, seen at the synchronize or at a launch after it: one line that
+     * names the launch it stopped in */
+    if (!ok && ob_cu_sticky(cx->last_code))
+        ob_cu_fault_name(cx, g, ran ? ran->log : cx->log, ran ? ran->log_n : cx->log_n, cx->last_code);
     if (ok) cx->stage_used = 0;
     if (ok && cx->timing) timing_end(cx, replay);
     if (ok && prof_op && nev > 0) {
@@ -828,6 +855,7 @@ static void cu_destroy(ob_backend *be) {
         if (cx->qx) cudaFree(cx->qx);
         if (cx->stage) cudaFreeHost(cx->stage);
         if (cx->blas) cublasDestroy(cx->blas);
+        ob_cu_marks_free(cx);
         if (cx->stream) cudaStreamDestroy(cx->stream);
         free(cx);
     }
@@ -927,7 +955,8 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->det_fuse = df && df[0] ? (unsigned)strtoul(df, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_KV_PAIR;
     const char *pf = getenv("ONEBIT_CUDA_PROFILE");
     cx->prof = pf && pf[0] == '1';
-    bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx);
+    bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx) &&
+              ob_cu_marks_init(cx);
     if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
         cx->blas = NULL;
         snprintf(cx->last_err, sizeof(cx->last_err), "cublasCreate failed");
@@ -982,3 +1011,5 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
            prop.totalGlobalMem / 1073741824.0);
     return be;
 }
+
+OB_CU_MARK_BIND(backend)

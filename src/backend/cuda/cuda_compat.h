@@ -24,7 +24,11 @@
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMallocHost(p, s) hipHostMalloc((p), (s), 0)
 #define cudaFreeHost hipHostFree
+#define cudaHostAlloc hipHostMalloc
+#define cudaHostAllocMapped hipHostMallocMapped
+#define cudaHostGetDevicePointer hipHostGetDevicePointer
 #define cudaMemsetAsync hipMemsetAsync
+#define cudaMemset hipMemset
 #define cudaMemcpyHostToDevice hipMemcpyHostToDevice
 #define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
@@ -163,7 +167,38 @@ static inline cublasStatus_t ob_hip_gemm_f16(cublasHandle_t h, int m, int n, int
 #define OB_PDL_WAIT() do { } while (0)
 #define OB_PDL_TRIGGER() do { } while (0)
 #endif
-#define OB_PDL_ENTRY() do { OB_PDL_WAIT(); OB_PDL_TRIGGER(); } while (0)
+
+/* Progress marks (cuda_fault.cu). After an illegal access the context is dead and device
+ * memory cannot be read, but host memory can: so the first thread of every kernel's grid
+ * numbers the launch (a device counter, seq) and leaves the number in a small host-mapped
+ * ring. It does so after the PDL wait, when the launch before it has finished, so the
+ * numbers follow the stream's order and the last one the host sees names the launch that
+ * was running when the context died. Kernels launched without PDL call OB_CU_MARK() first
+ * thing. Each .cu holds its own copy of the pointers (a static __constant__), which the
+ * backend fills at start through OB_CU_MARK_BIND; seq NULL (ONEBIT_CUDA_MARKS=0, or never
+ * bound) leaves marks out. */
+#define OB_CU_MARK_RING 64
+typedef struct ob_cu_marks_dev {
+    unsigned long long *seq;  /* device memory: launches numbered so far */
+    unsigned long long *ring; /* host-mapped: [n % OB_CU_MARK_RING] = n */
+} ob_cu_marks_dev;
+#if defined(__CUDACC__) || defined(__HIPCC__)
+static __constant__ ob_cu_marks_dev ob_cu_marks_c;
+#define OB_CU_MARK()                                                                                   \
+    do {                                                                                               \
+        if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0 &&   \
+            ob_cu_marks_c.seq) {                                                                       \
+            const unsigned long long mark_ = atomicAdd(ob_cu_marks_c.seq, 1ull) + 1ull;                \
+            ((volatile unsigned long long *)ob_cu_marks_c.ring)[mark_ % OB_CU_MARK_RING] = mark_;      \
+        }                                                                                              \
+    } while (0)
+/* One per .cu (the list is OB_CU_MARK_TUS in cuda_int.h): fills that file's copy. */
+#define OB_CU_MARK_BIND(tu)                                                                            \
+    cudaError_t ob_cu_marks_bind_##tu(const ob_cu_marks_dev *m) {                                      \
+        return cudaMemcpyToSymbol(OB_SYMBOL(ob_cu_marks_c), m, sizeof *m);                             \
+    }
+#endif
+#define OB_PDL_ENTRY() do { OB_PDL_WAIT(); OB_CU_MARK(); OB_PDL_TRIGGER(); } while (0)
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 /* kernel<<<grid, block, shm, s>>>(args), or with pdl the same launch carrying the

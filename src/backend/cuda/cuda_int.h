@@ -17,10 +17,21 @@ extern "C" {
 
 /* One captured decode step: replayed while the graph's structure (ops, shapes, types,
  * data pointers, parameters) hashes to the same key, since inputs live in fixed buffers. */
+/* One launch of a step, as the host enqueued it (cuda_fault.cu names the one a fault
+ * stopped in): the kernel as the launch names it, the graph node whose launch unit it
+ * belongs to, and whether the kernel leaves a progress mark (ours do; cuBLAS's do not). */
+typedef struct ob_cu_launch_rec {
+    const char *kernel;
+    int32_t node;
+    bool marked;
+} ob_cu_launch_rec;
+
 typedef struct ob_cu_exec {
     uint64_t key;
     cudaGraphExec_t exec;
     uint64_t last_used;
+    ob_cu_launch_rec *log;     /* the launches captured in it */
+    int64_t log_n;
 } ob_cu_exec;
 
 enum {
@@ -115,16 +126,84 @@ typedef struct ob_cu_ctx {
     int64_t t_steps[2];
     int64_t stats[OB_CU_STAT_COUNT]; /* cuda_stats.h: OB_CU_STAT_* */
     bool warned[OB_OP_COUNT];  /* fallback logged once per op */
-    char last_err[256];        /* first failing call: file:line: call: message */
+    char last_err[512];        /* first failing call: file:line: call: message */
+    /* Progress marks and the launch log (cuda_fault.cu; ONEBIT_CUDA_MARKS=0: off). */
+    bool marks;
+    ob_cu_marks_dev mdev;      /* what the kernels get: seq on the device, ring mapped */
+    volatile unsigned long long *ring; /* the ring as the host reads it */
+    unsigned long long mark_base;      /* the highest mark when the step began */
+    ob_cu_launch_rec *log;     /* this step's launches, as enqueued */
+    int64_t log_n, log_cap;
+    int32_t cur_node;          /* the node whose launch unit is being enqueued */
+    const char *fault_name;    /* ONEBIT_TEST_FAULT: the node whose launch is made to fault */
+    bool in_step;              /* inside cu_compute: a device fault is named there, not logged */
+    cudaError_t last_code;     /* the error of last_err */
 } ob_cu_ctx;
+
+/* Every .cu with kernels, one X each; each defines OB_CU_MARK_BIND(name) once. */
+#define OB_CU_MARK_TUS(X) \
+    X(backend) X(attention) X(elementwise) X(encoder) X(flash_attn) X(mmq) X(mmvq) X(mmvq_tma) X(qkv) X(quant) X(sample) X(fault)
+#define OB_CU_MARK_DECL(tu) cudaError_t ob_cu_marks_bind_##tu(const ob_cu_marks_dev *m);
+OB_CU_MARK_TUS(OB_CU_MARK_DECL)
+#undef OB_CU_MARK_DECL
+
+/* cuda_fault.cu: progress marks and the launch log, the fault's one line, and the
+ * test-only injected fault (ONEBIT_TEST_FAULT=<node name>). */
+bool ob_cu_marks_init(ob_cu_ctx *cx);
+void ob_cu_marks_free(ob_cu_ctx *cx);
+void ob_cu_marks_step(ob_cu_ctx *cx);  /* a step begins: the log restarts, the base is read */
+bool ob_cu_note_grow(ob_cu_ctx *cx);
+static inline void ob_cu_note(ob_cu_ctx *cx, const char *kernel, bool marked) {
+    if (!cx->marks || (cx->log_n == cx->log_cap && !ob_cu_note_grow(cx))) return;
+    cx->log[cx->log_n++] = (ob_cu_launch_rec){kernel, cx->cur_node, marked};
+}
+/* A copy of this step's log for a captured graph (false: out of memory; the graph then
+ * faults without a name). */
+bool ob_cu_log_keep(ob_cu_ctx *cx, ob_cu_exec *ex);
+/* The step failed with e after the launches in log (the step's own, or a replayed graph's):
+ * writes cx->last_err as one line naming the op, node and kernel the marks point at. */
+void ob_cu_fault_name(ob_cu_ctx *cx, const ob_graph *g, const ob_cu_launch_rec *log, int64_t n, cudaError_t e);
+/* ONEBIT_TEST_FAULT: before node i's launch unit, points its first source at unmapped
+ * memory and returns what to restore (NULL: not this node). */
+void *ob_cu_fault_inject(ob_cu_ctx *cx, ob_tensor *n);
+
+/* An error that a kernel left behind and that kills the context (every later call
+ * returns it), as against a launch or allocation refused on the host. */
+static inline bool ob_cu_sticky(cudaError_t e) {
+#ifdef OB_HIP
+    return e == hipErrorIllegalAddress || e == hipErrorLaunchFailure;
+#else
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+        return true;
+    default:
+        return false;
+    }
+#endif
+}
 
 /* Records the first failure (file:line) and marks the context faulted. */
 bool ob_cu_check(ob_cu_ctx *cx, cudaError_t e, const char *file, int line, const char *what);
 #define OB_CU(cx, call) ob_cu_check((cx), (call), __FILE__, __LINE__, #call)
 /* A kernel launch, with the PDL attribute when cx->pdl (the kernel must begin with
  * OB_PDL_ENTRY()): OB_CU_LAUNCH(cx, kernel, grid, block, shm, args...). */
-#define OB_CU_LAUNCH(cx, ...) \
-    ob_cu_check((cx), ob_cu_launch_k((cx)->pdl, (cx)->stream, __VA_ARGS__), __FILE__, __LINE__, "kernel launch")
+#define OB_CU_LAUNCH(cx, k, ...) \
+    (ob_cu_note((cx), #k, true), \
+     ob_cu_check((cx), ob_cu_launch_k((cx)->pdl, (cx)->stream, k, __VA_ARGS__), __FILE__, __LINE__, "kernel launch"))
+/* The same without the PDL attribute, for kernels that do not begin with OB_PDL_ENTRY()
+ * (they begin with OB_CU_MARK()). */
+#define OB_CU_LAUNCH_PLAIN(cx, k, ...) \
+    (ob_cu_note((cx), #k, true), \
+     ob_cu_check((cx), ob_cu_launch_k(false, (cx)->stream, k, __VA_ARGS__), __FILE__, __LINE__, "kernel launch"))
 /* After a kernel launch. */
 #define OB_CU_LAUNCHED(cx) ob_cu_check((cx), cudaGetLastError(), __FILE__, __LINE__, "kernel launch")
 

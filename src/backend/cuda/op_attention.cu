@@ -767,6 +767,7 @@ static __device__ __forceinline__ float q_dot_row(int type, const uint8_t *row, 
  * k_attn made long prompts latency-bound. */
 #define OB_PF_WARPS 4
 __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args a) {
+    OB_CU_MARK();
     __shared__ __align__(16) float s_q[OB_PF_WARPS][OB_ATTN_MAX_NE * OB_WARP];
     const int lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
     const int64_t item = (int64_t)blockIdx.x * OB_PF_WARPS + w;
@@ -907,7 +908,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
      * depend on T: each (split, head, token) block walks that token's own cells) */
     if (a.T > OB_ATTN_SPLIT_T && !cx->det && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
     if (a.T > OB_ATTN_SPLIT_T && !cx->det && !cx->attn_old_pf) {
-        k_attn_pf<<<ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, cx->stream>>>(a);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_attn_pf), ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, a);
         return OB_CU_LAUNCHED(cx);
     }
     const int64_t K = a.hd * a.H;
@@ -972,3 +973,5 @@ bool ob_cu_op_attention_fold(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
 }
 
 bool ob_cu_op_attention(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_attention_q(cx, n, false); }
+
+OB_CU_MARK_BIND(attention)

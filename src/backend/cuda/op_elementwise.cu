@@ -306,3 +306,5 @@ bool ob_cu_op_softmax(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
     return OB_CU_LAUNCH(cx, k_softmax, (unsigned)ob_nrows(a), row_threads(a->ne[0]), 0, (const float *)a->data, (float *)n->data, a->ne[0]);
 }
+
+OB_CU_MARK_BIND(elementwise)

@@ -19,6 +19,7 @@
  * token in the batch gets zeros. */
 __global__ void k_pool(const float *__restrict__ x, const int32_t *__restrict__ seq, const int32_t *__restrict__ pos,
                        float *__restrict__ y, int64_t n, int64_t T, int type) {
+    OB_CU_MARK();
     const int64_t s = blockIdx.x, i = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float v = 0.0f;
@@ -46,6 +47,7 @@ __global__ void k_pool(const float *__restrict__ x, const int32_t *__restrict__ 
 /* In place, one block per pooled row [n]: sentence-transformers' Normalize,
  * y / max(|y|, 1e-12) (an all-zero row stays zero). */
 __global__ void k_pool_l2(float *__restrict__ y, int64_t n) {
+    OB_CU_MARK();
     __shared__ float sh[OB_POOL_NORM_THREADS / OB_WARP];
     float *yr = y + (int64_t)blockIdx.x * n;
     float ss = 0.0f;
@@ -67,12 +69,12 @@ bool ob_cu_op_pool(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *a = n->src[0];
     const int64_t ncol = a->ne[0], S = n->ip[2];
     const dim3 grid((unsigned)S, ob_cu_blocks(ncol, OB_POOL_THREADS));
-    k_pool<<<grid, OB_POOL_THREADS, 0, cx->stream>>>((const float *)a->data, (const int32_t *)n->src[1]->data,
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_pool), grid, OB_POOL_THREADS, 0, (const float *)a->data, (const int32_t *)n->src[1]->data,
                                                       (const int32_t *)n->src[2]->data, (float *)n->data, ncol, ob_nrows(a),
                                                       n->ip[0]);
     if (!OB_CU_LAUNCHED(cx)) return false;
     if (n->ip[1]) {
-        k_pool_l2<<<(unsigned)S, OB_POOL_NORM_THREADS, 0, cx->stream>>>((float *)n->data, ncol);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_pool_l2), (unsigned)S, OB_POOL_NORM_THREADS, 0, (float *)n->data, ncol);
         if (!OB_CU_LAUNCHED(cx)) return false;
     }
     return true;
@@ -82,12 +84,15 @@ bool ob_cu_op_pool(ob_cu_ctx *cx, ob_tensor *n) {
 
 /* tanhf is accurate to a few ulp on both toolkits and saturates to +-1 without overflow. */
 __global__ void k_tanh(const float *__restrict__ a, float *__restrict__ y, int64_t n) {
+    OB_CU_MARK();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = tanhf(a[i]);
 }
 
 bool ob_cu_op_tanh(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne = ob_nelements(n);
-    k_tanh<<<ob_cu_blocks(ne, 256), 256, 0, cx->stream>>>((const float *)n->src[0]->data, (float *)n->data, ne);
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_tanh), ob_cu_blocks(ne, 256), 256, 0, (const float *)n->src[0]->data, (float *)n->data, ne);
     return OB_CU_LAUNCHED(cx);
 }
+
+OB_CU_MARK_BIND(encoder)

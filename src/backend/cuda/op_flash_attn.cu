@@ -117,6 +117,7 @@ static __device__ __forceinline__ void fa_ldm_trans(const __half *row_addr, uint
 
 template <int HD>
 __global__ void __launch_bounds__(OB_FA_WARPS * OB_WARP) k_flash_attn(ob_fa_args a) {
+    OB_CU_MARK();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     __shared__ __align__(16) __half sK[OB_FA_BN][HD + OB_FA_PAD];
     __shared__ __align__(16) __half sV[OB_FA_BN][HD + OB_FA_PAD];
@@ -311,11 +312,13 @@ bool ob_cu_op_flash_attn(ob_cu_ctx *cx, ob_tensor *n) {
     a.G = a.H / a.n_kv;
     a.tpb = OB_FA_BM / a.G;
     const dim3 grid((unsigned)a.n_kv, ob_cu_blocks(a.T, a.tpb));
-    if (q->ne[0] == 128) k_flash_attn<128><<<grid, OB_FA_WARPS * OB_WARP, 0, cx->stream>>>(a);
-    else k_flash_attn<64><<<grid, OB_FA_WARPS * OB_WARP, 0, cx->stream>>>(a);
+    if (q->ne[0] == 128) (void)OB_CU_LAUNCH_PLAIN(cx, (k_flash_attn<128>), grid, OB_FA_WARPS * OB_WARP, 0, a);
+    else (void)OB_CU_LAUNCH_PLAIN(cx, (k_flash_attn<64>), grid, OB_FA_WARPS * OB_WARP, 0, a);
     return OB_CU_LAUNCHED(cx);
 }
 
 #else /* OB_HIP: never applies */
 bool ob_cu_op_flash_attn(ob_cu_ctx *cx, ob_tensor *n) { return false; }
 #endif
+
+OB_CU_MARK_BIND(flash_attn)

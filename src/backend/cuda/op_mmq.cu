@@ -169,6 +169,7 @@ template <int T, int MF, int NF, int WM, int WK, int SB>
 __global__ void __launch_bounds__(WM * WK * OB_WARP)
     k_mmq(const uint8_t *__restrict__ W, size_t rb, const int8_t *__restrict__ qx, const float2 *__restrict__ dx,
           float *__restrict__ y, int64_t K, int64_t N, int nt, int64_t ksplit) {
+    OB_CU_MARK();
     typedef mmq_tr<T> tr;
     constexpr int BM = WM * MF * 16, BN = NF * 8, NTH = WM * WK * OB_WARP;
     /* Row stride of the int8 tiles: 16 bytes of padding make it 4 words mod 32, so the 8
@@ -831,7 +832,7 @@ static void mmq_go(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, const fl
     const int64_t K = w->ne[0], N = w->ne[1], nt = ob_nrows(n->src[1]);
     constexpr int BM = WM * MF * 16, BN = NF * 8;
     const dim3 grid(ob_cu_blocks(nt, BN), ob_cu_blocks(N, BM), (unsigned)p->S);
-    k_mmq<T, MF, NF, WM, WK, SB><<<grid, WM * WK * OB_WARP, 0, cx->stream>>>(
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_mmq<T, MF, NF, WM, WK, SB>), grid, WM * WK * OB_WARP, 0,
         (const uint8_t *)w->data, ob_row_size(w->type, K), qx, dx, y, K, N, (int)nt, p->ksplit);
 }
 
@@ -992,3 +993,5 @@ bool ob_cu_op_mmq_det(ob_cu_ctx *cx, ob_tensor *n) {
     }
     return !cx->faulted;
 }
+
+OB_CU_MARK_BIND(mmq)

@@ -625,3 +625,5 @@ bool ob_cu_op_mmvq_group(ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
 }
 
 bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n) { return ob_cu_op_mmvq_group(cx, &n, 1); }
+
+OB_CU_MARK_BIND(mmvq)

@@ -438,3 +438,5 @@ bool ob_cu_mmvq_tma(ob_cu_ctx *cx, ob_tensor *const *ns, int count, const int8_t
     default: return false;
     }
 }
+
+OB_CU_MARK_BIND(mmvq_tma)

@@ -132,3 +132,5 @@ bool ob_cu_op_qkv(ob_cu_ctx *cx, ob_tensor *qn, ob_tensor *qr, ob_tensor *kn, ob
     return OB_CU_LAUNCH(cx, k_qkv, dim3((unsigned)(a.q.rows + a.k.rows + vblocks)), dim3((unsigned)th),
                         2 * sizeof(float) * (size_t)a.hd, a);
 }
+
+OB_CU_MARK_BIND(qkv)

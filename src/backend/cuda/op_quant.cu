@@ -71,6 +71,7 @@ bool ob_cu_type_has_deq(ob_type t) {
 template <int T, int NT>
 __global__ void k_mmv(const uint8_t *__restrict__ W, size_t rb, const float *__restrict__ x, float *__restrict__ y,
                       int64_t K, int64_t N, int nt) {
+    OB_CU_MARK();
     const int lane = threadIdx.x % OB_WARP;
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / OB_WARP) + threadIdx.x / OB_WARP;
     if (row >= N) return;
@@ -106,6 +107,7 @@ __global__ void k_mmv(const uint8_t *__restrict__ W, size_t rb, const float *__r
 /* Rows [0, rows) of W -> f16, one thread per 32-element chunk. */
 template <int T>
 __global__ void k_deq_f16(const uint8_t *__restrict__ W, size_t rb, __half *__restrict__ out, int64_t K, int64_t rows) {
+    OB_CU_MARK();
     const int64_t nc = K / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nc * rows) return;
     const int64_t r = i / nc, c = i % nc;
@@ -117,6 +119,7 @@ __global__ void k_deq_f16(const uint8_t *__restrict__ W, size_t rb, __half *__re
 }
 
 __global__ void k_f32_to_f16(const float *__restrict__ x, __half *__restrict__ y, int64_t n) {
+    OB_CU_MARK();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = __float2half_rn(x[i]);
 }
@@ -213,6 +216,7 @@ template <int T> static __device__ __forceinline__ void deq8(const uint8_t *b, i
  * (OB_DQ_ELEMS elements) per CTA. */
 template <int T>
 __global__ void __launch_bounds__(OB_DQ_THREADS) k_deq16(const uint8_t *__restrict__ src, __half *__restrict__ out, int64_t nblk) {
+    OB_CU_MARK();
     constexpr int BS = ob_tr<T>::block, BY = ob_tr<T>::bytes, NB = OB_DQ_ELEMS / BS, TB = NB * BY;
     static_assert(TB % 16 == 0, "tiles must stay 16-aligned");
     __shared__ __align__(16) uint8_t sm[TB];
@@ -243,7 +247,7 @@ __global__ void __launch_bounds__(OB_DQ_THREADS) k_deq16(const uint8_t *__restri
 
 template <int T> static void launch_deq16(ob_cu_ctx *cx, const uint8_t *src, __half *out, int64_t nblk) {
     constexpr int NB = OB_DQ_ELEMS / ob_tr<T>::block;
-    k_deq16<T><<<ob_cu_blocks(nblk, NB), OB_DQ_THREADS, 0, cx->stream>>>(src, out, nblk);
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_deq16<T>), ob_cu_blocks(nblk, NB), OB_DQ_THREADS, 0, src, out, nblk);
 }
 
 /* Flat dequant of ne elements (whole blocks) to f16 with k_deq16; false when the type has
@@ -266,6 +270,7 @@ static bool deq16(ob_cu_ctx *cx, ob_type t, const uint8_t *src, __half *out, int
 
 /* x [K, T] f32 -> f16, 8 elements per thread (n % 8 == 0, both 16-aligned). */
 __global__ void k_f32_to_f16_x8(const float4 *__restrict__ x, uint4 *__restrict__ y, int64_t n8) {
+    OB_CU_MARK();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n8) return;
     const float4 a = x[2 * i], b = x[2 * i + 1];
@@ -281,6 +286,7 @@ __global__ void k_f32_to_f16_x8(const float4 *__restrict__ x, uint4 *__restrict_
 template <int T>
 __global__ void k_get_rows(const uint8_t *__restrict__ tab, size_t rb, int64_t rows, const int32_t *__restrict__ ids,
                            float *__restrict__ y, int64_t ne0, int64_t nt) {
+    OB_CU_MARK();
     const int64_t nc = ne0 / 32, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nc * nt) return;
     const int64_t t = i / nc, c = i % nc;
@@ -303,6 +309,7 @@ static __device__ __forceinline__ uint16_t f32_to_bf16(float f) {
 /* CPY of a contiguous tensor seen as one flat row: 32 elements per thread. */
 template <int T>
 __global__ void k_cpy_deq(const uint8_t *__restrict__ src, void *__restrict__ dst, int dtype, int64_t nc) {
+    OB_CU_MARK();
     const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= nc) return;
     float v[32];
@@ -339,6 +346,7 @@ template <int T> static __device__ __forceinline__ float plain_at(const uint8_t 
 template <int T, int NT>
 __global__ void k_mmv_plain(const uint8_t *__restrict__ W, size_t rb, const float *__restrict__ x, float *__restrict__ y,
                             int64_t K, int64_t N, int nt) {
+    OB_CU_MARK();
     const int lane = threadIdx.x % OB_WARP;
     const int64_t row = (int64_t)blockIdx.x * (blockDim.x / OB_WARP) + threadIdx.x / OB_WARP;
     if (row >= N) return;
@@ -366,6 +374,7 @@ __global__ void k_mmv_plain(const uint8_t *__restrict__ W, size_t rb, const floa
 template <int T>
 __global__ void k_get_rows_plain(const uint8_t *__restrict__ tab, size_t rb, int64_t rows, const int32_t *__restrict__ ids,
                                  float *__restrict__ y, int64_t ne0, int64_t nt) {
+    OB_CU_MARK();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= ne0 * nt) return;
     const int64_t t = i / ne0, j = i % ne0;
@@ -376,6 +385,7 @@ __global__ void k_get_rows_plain(const uint8_t *__restrict__ tab, size_t rb, int
 /* CPY (also weight staging to f16) of ne plain elements of any count: one thread each. */
 template <int T>
 __global__ void k_cpy_plain(const uint8_t *__restrict__ src, void *__restrict__ dst, int dtype, int64_t ne) {
+    OB_CU_MARK();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= ne) return;
     const float v = plain_at<T>(src, i);
@@ -388,9 +398,9 @@ static bool launch_cpy_plain(ob_cu_ctx *cx, ob_type t, const void *src, void *ds
     const unsigned grid = ob_cu_blocks(ne, 256);
     const uint8_t *s = (const uint8_t *)src;
     switch (t) {
-    case OB_TYPE_F32: k_cpy_plain<OB_TYPE_F32><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
-    case OB_TYPE_F16: k_cpy_plain<OB_TYPE_F16><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
-    case OB_TYPE_BF16: k_cpy_plain<OB_TYPE_BF16><<<grid, 256, 0, cx->stream>>>(s, dst, (int)dtype, ne); break;
+    case OB_TYPE_F32: (void)OB_CU_LAUNCH_PLAIN(cx, (k_cpy_plain<OB_TYPE_F32>), grid, 256, 0, s, dst, (int)dtype, ne); break;
+    case OB_TYPE_F16: (void)OB_CU_LAUNCH_PLAIN(cx, (k_cpy_plain<OB_TYPE_F16>), grid, 256, 0, s, dst, (int)dtype, ne); break;
+    case OB_TYPE_BF16: (void)OB_CU_LAUNCH_PLAIN(cx, (k_cpy_plain<OB_TYPE_BF16>), grid, 256, 0, s, dst, (int)dtype, ne); break;
     default: return false;
     }
     return OB_CU_LAUNCHED(cx);
@@ -457,20 +467,20 @@ template <int T> static void launch_mmv(ob_cu_ctx *cx, const ob_tensor *n, int n
             float *y = (float *)n->data;
             for (int t0 = 0; t0 < nt; t0 += OB_MMV_MAX_T) {
                 const int c = nt - t0 < OB_MMV_MAX_T ? nt - t0 : OB_MMV_MAX_T;
-                if (c == 1) k_mmv_plain<T, 1><<<grid, 32 * rows_per_block, 0, cx->stream>>>(W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, 1);
-                else k_mmv_plain<T, OB_MMV_MAX_T><<<grid, 32 * rows_per_block, 0, cx->stream>>>(W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, c);
+                if (c == 1) (void)OB_CU_LAUNCH_PLAIN(cx, (k_mmv_plain<T, 1>), grid, 32 * rows_per_block, 0, W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, 1);
+                else (void)OB_CU_LAUNCH_PLAIN(cx, (k_mmv_plain<T, OB_MMV_MAX_T>), grid, 32 * rows_per_block, 0, W, rb, x + (int64_t)t0 * K, y + (int64_t)t0 * N, K, N, c);
             }
             return;
         }
     }
     if (nt == 1)
-        k_mmv<T, 1><<<grid, 32 * rows_per_block, 0, cx->stream>>>((const uint8_t *)w->data, rb, x, (float *)n->data, K, N, 1);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_mmv<T, 1>), grid, 32 * rows_per_block, 0, (const uint8_t *)w->data, rb, x, (float *)n->data, K, N, 1);
     else
-        k_mmv<T, OB_MMV_MAX_T><<<grid, 32 * rows_per_block, 0, cx->stream>>>((const uint8_t *)w->data, rb, x, (float *)n->data, K, N, nt);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_mmv<T, OB_MMV_MAX_T>), grid, 32 * rows_per_block, 0, (const uint8_t *)w->data, rb, x, (float *)n->data, K, N, nt);
 }
 
 template <int T> static void launch_deq_f16(ob_cu_ctx *cx, const uint8_t *W, size_t rb, __half *out, int64_t K, int64_t rows) {
-    k_deq_f16<T><<<ob_cu_blocks(rows * (K / 32), 256), 256, 0, cx->stream>>>(W, rb, out, K, rows);
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_deq_f16<T>), ob_cu_blocks(rows * (K / 32), 256), 256, 0, W, rb, out, K, rows);
 }
 
 static bool blas_ok(ob_cu_ctx *cx, cublasStatus_t s, const char *file, int line) {
@@ -486,18 +496,20 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
     const size_t rb = ob_row_size(w->type, K);
     const float one = 1.0f, zero = 0.0f;
     float *y = (float *)n->data;
-    if (w->type == OB_TYPE_F32)
+    if (w->type == OB_TYPE_F32) {
+        ob_cu_note(cx, "cublasSgemm", false);
         return blas_ok(cx, cublasSgemm(cx->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)N, (int)T, (int)K, &one, (const float *)w->data,
                                        (int)K, (const float *)n->src[1]->data, (int)K, &zero, y, (int)N), __FILE__, __LINE__);
+    }
     const int64_t sr = slab_rows(cx, K, N);
     __half *w16 = (__half *)cx->tmp;
     size_t woff = w->type == OB_TYPE_F16 ? 0 : ((size_t)(sr * K) * 2 + 255) & ~(size_t)255;
     __half *x16 = (__half *)((char *)cx->tmp + woff);
     const float *x = (const float *)n->src[1]->data;
     if (((uintptr_t)x & 15) == 0 && ((uintptr_t)x16 & 15) == 0 && (K * T) % 8 == 0)
-        k_f32_to_f16_x8<<<ob_cu_blocks(K * T / 8, 256), 256, 0, cx->stream>>>((const float4 *)x, (uint4 *)x16, K * T / 8);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_f32_to_f16_x8), ob_cu_blocks(K * T / 8, 256), 256, 0, (const float4 *)x, (uint4 *)x16, K * T / 8);
     else
-        k_f32_to_f16<<<ob_cu_blocks(K * T, 256), 256, 0, cx->stream>>>(x, x16, K * T);
+        (void)OB_CU_LAUNCH_PLAIN(cx, (k_f32_to_f16), ob_cu_blocks(K * T, 256), 256, 0, x, x16, K * T);
     if (!OB_CU_LAUNCHED(cx)) return false;
     for (int64_t r0 = 0; r0 < N; r0 += sr) {
         const int64_t rows = OB_MIN(sr, N - r0);
@@ -516,6 +528,7 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
             if (!OB_CU_LAUNCHED(cx)) return false;
             A = w16;
         }
+        ob_cu_note(cx, "cublasGemmEx", false);
 #ifdef OB_HIP
         /* hipBLAS GemmEx, or cuda_compat.h's own kernel where hipBLAS is not packaged */
         cublasStatus_t s = ob_hip_gemm_f16(cx->blas, (int)rows, (int)T, (int)K, &one, A, (int)K, x16, (int)K, &zero,
@@ -579,12 +592,12 @@ template <int T> static void launch_get_rows(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne0 = a->ne[0], nt = ob_nelements(ids);
     if constexpr (T == OB_TYPE_F32 || T == OB_TYPE_F16 || T == OB_TYPE_BF16) {
         if (ne0 % 32 != 0) {
-            k_get_rows_plain<T><<<ob_cu_blocks(nt * ne0, 256), 256, 0, cx->stream>>>((const uint8_t *)a->data,
+            (void)OB_CU_LAUNCH_PLAIN(cx, (k_get_rows_plain<T>), ob_cu_blocks(nt * ne0, 256), 256, 0, (const uint8_t *)a->data,
                 ob_row_size(a->type, ne0), ob_nrows(a), (const int32_t *)ids->data, (float *)n->data, ne0, nt);
             return;
         }
     }
-    k_get_rows<T><<<ob_cu_blocks(nt * (ne0 / 32), 128), 128, 0, cx->stream>>>(
+    (void)OB_CU_LAUNCH_PLAIN(cx, (k_get_rows<T>), ob_cu_blocks(nt * (ne0 / 32), 128), 128, 0,
         (const uint8_t *)a->data, ob_row_size(a->type, ne0), ob_nrows(a), (const int32_t *)ids->data, (float *)n->data, ne0, nt);
 }
 
@@ -606,10 +619,12 @@ bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n) {
     if (n->type == OB_TYPE_F16 && deq16(cx, a->type, (const uint8_t *)a->data, (__half *)n->data, ob_nelements(a)))
         return OB_CU_LAUNCHED(cx);
     switch (a->type) {
-#define X(tt) case tt: k_cpy_deq<tt><<<grid, 128, 0, cx->stream>>>((const uint8_t *)a->data, n->data, (int)n->type, nc); break;
+#define X(tt) case tt: (void)OB_CU_LAUNCH_PLAIN(cx, (k_cpy_deq<tt>), grid, 128, 0, (const uint8_t *)a->data, n->data, (int)n->type, nc); break;
         OB_CU_FOR_EACH_TYPE(X)
 #undef X
     default: return false;
     }
     return OB_CU_LAUNCHED(cx);
 }
+
+OB_CU_MARK_BIND(quant)

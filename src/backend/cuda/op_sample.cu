@@ -246,3 +246,5 @@ bool ob_cu_op_sample(ob_cu_ctx *cx, ob_tensor *n) {
     return OB_CU_LAUNCH(cx, k_sample, (unsigned)ob_nrows(lg), SMP_THREADS, 0, (const float *)lg->data,
                         (const float *)n->src[1]->data, (int32_t *)n->data, (int)lg->ne[0]);
 }
+
+OB_CU_MARK_BIND(sample)

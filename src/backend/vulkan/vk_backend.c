@@ -22,6 +22,8 @@ ob_status ob_vk_begin(ob_vk *vk, char *err, size_t err_len) {
     vk->recording = true;
     /* Earlier submissions' writes are made visible by the first dispatch's barrier. */
     vk->hz_all = true;
+    vk->mk_cmd.n = 0;
+    vk->mk_cmd.levels = 0;
     if (vk->prof.pool) {
         /* Queries must be reset before they are written, and a command buffer's first
          * command is the one place no earlier write can race the reset. */
@@ -218,10 +220,11 @@ static void prof_print(const ob_vk *vk) {
                     pr->node_ms[k] / s, 100.0 * pr->node_ms[k] / total, 1e3 * pr->node_ms[k] / (double)pr->node_count[k]);
 }
 
-/* Submits one command buffer and waits for it. After a fault nothing on this device can
- * be trusted: every later call fails, so the server stops taking work and a supervisor
- * restarts it. */
-static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, char *err, size_t err_len) {
+/* Submits one command buffer (t: its progress marks) and waits for it, bounded
+ * (vk_fault.c). After a fault nothing on this device can be trusted: every later call
+ * fails, so the server stops taking work and a supervisor restarts it. */
+static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, const ob_vk_marks *t, char *err, size_t err_len) {
+    if (vk->marks) ob_vk_mark_reset(vk);
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cmd};
     VkResult r = vkQueueSubmit(vk->queue, 1, &si, vk->fence);
     /* the fence polled for up to spin_us (vk_device.c says why), then the blocking wait */
@@ -230,22 +233,28 @@ static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, char *err, size_t er
         while ((r = vkGetFenceStatus(vk->dev, vk->fence)) == VK_NOT_READY && ob_time_s() < t_end) {}
         if (r == VK_NOT_READY) r = VK_SUCCESS;
     }
-    if (r == VK_SUCCESS) r = vkWaitForFences(vk->dev, 1, &vk->fence, VK_TRUE, UINT64_MAX);
-    if (r == VK_SUCCESS) r = vkResetFences(vk->dev, 1, &vk->fence);
-    if (r == VK_SUCCESS) return OB_OK;
-    if (r == VK_ERROR_DEVICE_LOST) vk->faulted = true;
+    if (r == VK_SUCCESS) return ob_vk_fence_wait(vk, t, err, err_len);
+    if (r == VK_ERROR_DEVICE_LOST) return ob_vk_fault_fail(vk, r, t, err, err_len);
     return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s: queue submission failed (VkResult %d)", vk->info.name,
                    (int)r);
+}
+
+/* The end of a command buffer of `levels` levels: device writes reach the host domain
+ * before mapped reads after the fence, and (marks on) the mark levels + 1 says every
+ * level finished (the barrier's TRANSFER stage orders it after them). */
+static void finish_cmd(ob_vk *vk, VkCommandBuffer cb, uint32_t levels) {
+    const VkPipelineStageFlags dst = VK_PIPELINE_STAGE_HOST_BIT | (vk->marks ? VK_PIPELINE_STAGE_TRANSFER_BIT : 0);
+    barrier(vk, cb, dst, VK_ACCESS_HOST_READ_BIT, false);
+    if (vk->marks) ob_vk_mark_write(vk, cb, levels + 1);
 }
 
 ob_status ob_vk_submit_wait(ob_vk *vk, char *err, size_t err_len) {
     if (!vk->recording) return OB_OK;
     vk->recording = false;
-    /* Device writes must reach the host domain before mapped reads after the fence. */
-    barrier(vk, vk->cmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT, false);
+    finish_cmd(vk, vk->cmd, vk->mk_cmd.levels);
     OB_VK_CHECK(vkEndCommandBuffer(vk->cmd));
     double t_sub = vk->prof.in_step ? ob_time_s() : 0;
-    ob_status st = submit_cmd(vk, vk->cmd, err, err_len);
+    ob_status st = submit_cmd(vk, vk->cmd, &vk->mk_cmd, err, err_len);
     if (st) return st;
     if (vk->prof.in_step) {
         ob_vk_prof *pr = &vk->prof;
@@ -386,14 +395,24 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
         c->barrier = vk->need_barrier;
         c->sh = (uint32_t)sh;
         vk->need_barrier = false;
-        return OB_OK;
+        /* its progress mark's entry (record_list writes the marks) */
+        if (vk->marks && (st = ob_vk_mark_add(vk, &vk->mk_list, sh, c->barrier, err, err_len)) != OB_OK) vk->n_list--;
+        return st;
     }
     st = ob_vk_begin(vk, err, err_len);
     if (st) return st;
     /* Outside a graph (no hazard check ran) every dispatch is fenced off. */
-    if (vk->need_barrier || vk->hz_all) barrier(vk, vk->cmd, k_dst_stage, k_dst_access, false);
+    const bool bar = vk->need_barrier || vk->hz_all;
+    if (bar) barrier(vk, vk->cmd, k_dst_stage, k_dst_access, false);
     vk->need_barrier = false;
     vk->hz_all = false;
+    if (vk->marks) {
+        /* a new level gets its mark after its barrier */
+        const uint32_t levels = vk->mk_cmd.levels;
+        st = ob_vk_mark_add(vk, &vk->mk_cmd, sh, bar, err, err_len);
+        if (st) return st;
+        if (vk->mk_cmd.levels != levels) ob_vk_mark_write(vk, vk->cmd, vk->mk_cmd.levels);
+    }
     if (vk->prof.in_step) prof_mark(vk, vk->cmd, true);
     vkCmdBindPipeline(vk->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p);
     vkCmdPushConstants(vk->cmd, vk->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(*pc), pc);
@@ -468,6 +487,12 @@ void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, 
     }
 }
 
+/* The node a group of dispatches is timed and named as (ONEBIT_VK_PROFILE, fault lines). */
+static void rec_node(ob_vk *vk, const ob_tensor *n) {
+    vk->prof.key_now = prof_key(n);
+    vk->mk_node = n;
+}
+
 /* Records node *i, or the fused pair starting there (then *i moves to its second node). */
 static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t err_len) {
     /* partial sums of squares from a matmul + ADD serve only the plain RMS_NORM right after */
@@ -476,7 +501,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
     ob_tensor *n = &g->nodes[*i];
     ob_vk_fold fold;
     if (!vk->no_fuse && (n->op == OB_OP_RMS_NORM || n->op == OB_OP_ROPE) && ob_vk_attn_fold_ok(vk, g, *i, &fold)) {
-        vk->prof.key_now = prof_key(fold.at); /* timed as the attention */
+        rec_node(vk, fold.at); /* timed as the attention */
         *i = fold.end;
         return ob_vk_record_attn_fold(vk, &fold, err, err_len);
     }
@@ -484,7 +509,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         int64_t j = ob_vk_next_node(g, *i);
         if (j < g->n && ob_vk_fusable_add_norm(vk, n, &g->nodes[j])) {
             ob_tensor *norm = &g->nodes[j];
-            vk->prof.key_now = prof_key(norm);
+            rec_node(vk, norm);
             hz_node(vk, norm, n, NULL);
             *i = j;
             return ob_vk_record_add_norm(vk, n, norm, err, err_len);
@@ -498,7 +523,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             int64_t k = ob_vk_next_node(g, j);
             if (k < g->n && ob_vk_fusable_rope_store(vk, rope, &g->nodes[k], k)) store = &g->nodes[k];
             if (store || ob_vk_norm_rope_out_ok(n, rope)) {
-                vk->prof.key_now = prof_key(n); /* timed as the norm */
+                rec_node(vk, n); /* timed as the norm */
                 hz_node(vk, rope, n, store);
                 *i = store ? k : j;
                 return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
@@ -510,7 +535,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
          * their own hazard ranges */
         int64_t j = ob_vk_next_node(g, *i), k = ob_vk_next_node(g, j);
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
-            vk->prof.key_now = prof_key(n);
+            rec_node(vk, n);
             ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;
             if (!norm && ob_vk_prenorm_ok(vk, g, &g->nodes[j], &g->nodes[k], k)) {
                 *i = k;
@@ -526,29 +551,40 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
              * ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
             const int pn = ob_vk_fusable_gate_up_pn(vk, g, a, b, glu, k);
             if (pn) {
-                vk->prof.key_now = prof_key(n);
+                rec_node(vk, n);
                 *i = k;
                 return ob_vk_record_gate_up_glu(vk, a, b, glu, pn, err, err_len);
             }
             if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
-                vk->prof.key_now = prof_key(n);
+                rec_node(vk, n);
                 *i = k;
                 return ob_vk_record_gate_up_glu(vk, a, b, glu, 0, err, err_len);
             }
             if (ob_vk_fusable_gate_up_pair(vk, a, b, glu, k)) {
-                vk->prof.key_now = prof_key(n);
+                rec_node(vk, n);
                 *i = k;
                 return ob_vk_record_gate_up_pair(vk, a, b, glu, err, err_len);
             }
         }
     }
-    vk->prof.key_now = prof_key(n); /* the dispatches of this node time under its key */
+    rec_node(vk, n); /* the dispatches of this node time under its key */
     hz_node(vk, n, NULL, NULL);
     if (n->op == OB_OP_RMS_NORM) vk->ss_src = ss;
     return ob_vk_record_node(vk, n, err, err_len);
 }
 
 /* ---- listed graphs --------------------------------------------------------------------- */
+
+/* The list's progress-mark table becomes prev's (gcmd's): after record_list, or when gcmd
+ * is re-submitted for a list equal to prev (its names, which the lists do not compare,
+ * are then the newer graph's). */
+static void swap_marks(ob_vk *vk) {
+    ob_vk_marks m = vk->mk_prev;
+    vk->mk_prev = vk->mk_list;
+    vk->mk_list = m;
+    vk->mk_list.n = 0;
+    vk->mk_list.levels = 0;
+}
 
 /* gcmd from the list (which becomes prev). */
 static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
@@ -569,15 +605,20 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
         pr->n = 0;
     }
     VkPipeline bound = VK_NULL_HANDLE;
+    uint32_t level = 0;
     for (int64_t i = 0; i < vk->n_list; i++) {
         const ob_vk_cmd *c = &vk->list[i];
         if (lv && (i == 0 || c->barrier) && pr->n + 2 <= pr->cap)
             vkCmdWriteTimestamp(vk->gcmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pr->pool, pr->n++);
-        if (c->barrier && vk->bar_compute)
+        /* (a progress mark waits on its barrier's TRANSFER stage, so with marks on the
+         * compute-only barriers are the full ones) */
+        if (c->barrier && vk->bar_compute && !vk->marks)
             barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
                     true);
         else if (c->barrier)
             barrier(vk, vk->gcmd, k_dst_stage, k_dst_access, false);
+        /* the level's mark, as mk_list numbered it (ob_vk_mark_add) */
+        if (vk->marks && (i == 0 || c->barrier)) ob_vk_mark_write(vk, vk->gcmd, ++level);
         if (prof && !lv) {
             pr->key_now = c->prof_key;
             prof_mark(vk, vk->gcmd, true);
@@ -589,7 +630,7 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
         if (prof && !lv) prof_mark(vk, vk->gcmd, false);
     }
     if (lv && pr->n < pr->cap) vkCmdWriteTimestamp(vk->gcmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, pr->pool, pr->n++);
-    barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT, false);
+    finish_cmd(vk, vk->gcmd, level);
     OB_VK_CHECK(vkEndCommandBuffer(vk->gcmd));
     vk->gcmd_pool = prof ? pr->pool : VK_NULL_HANDLE;
     vk->gcmd_prof_n = prof ? pr->n : 0;
@@ -601,6 +642,7 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
     vk->list = t;
     vk->cap_list = tc;
     vk->n_list = 0;
+    swap_marks(vk);
     vk->prev_valid = true;
     return OB_OK;
 }
@@ -609,7 +651,7 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
 static ob_status submit_list(ob_vk *vk, char *err, size_t err_len) {
     ob_vk_prof *pr = &vk->prof;
     double t_sub = pr->in_step ? ob_time_s() : 0;
-    ob_status st = submit_cmd(vk, vk->gcmd, err, err_len);
+    ob_status st = submit_cmd(vk, vk->gcmd, &vk->mk_prev, err, err_len);
     if (st) return st;
     if (pr->in_step) {
         double t_done = ob_time_s();
@@ -665,9 +707,15 @@ static void vk_free_buf(ob_backend *be, void *p) {
     ob_vk *vk = be->ctx;
     if (!p) return;
     vk->list_g = NULL;
+    /* a faulted device may still run work that reads it: it goes with the process */
+    if (vk->faulted) return;
     for (int i = 0; i < vk->n_allocs; i++) {
         if (vk->allocs[i].addr != (uint64_t)(uintptr_t)p) continue;
-        vkDeviceWaitIdle(vk->dev);
+        char err[512];
+        if (ob_vk_wait_idle(vk, err, sizeof(err)) != OB_OK) {
+            ob_log(OB_LOG_ERROR, "%s", err);
+            return;
+        }
         ob_vk_repack_forget(vk, vk->allocs[i].addr, vk->allocs[i].addr + vk->allocs[i].size);
         ob_vk_buffer_free(vk, &vk->allocs[i]);
         vk->allocs[i] = vk->allocs[--vk->n_allocs];
@@ -675,27 +723,38 @@ static void vk_free_buf(ob_backend *be, void *p) {
     }
 }
 
+/* The seam's calls without an error message log theirs, except after a fault that an
+ * earlier call already reported (one line a fault). */
+static void log_err(bool was_faulted, const char *err) {
+    if (!was_faulted) ob_log(OB_LOG_ERROR, "%s", err);
+}
+
 static ob_status vk_upload(ob_backend *be, void *dst, const void *src, size_t size) {
-    char err[256];
+    char err[512];
     ob_vk *vk = be->ctx;
+    const bool was = vk->faulted;
     /* plain bytes over a repacked weight: it is read as plain from now on */
     if (vk->n_rp) ob_vk_repack_forget(vk, (uint64_t)(uintptr_t)dst, (uint64_t)(uintptr_t)dst + size);
     ob_status st = ob_vk_copy(vk, dst, src, size, true, err, sizeof(err));
-    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    if (st) log_err(was, err);
     return st;
 }
 
 static ob_status vk_upload_weight(ob_backend *be, void *dst, const void *src, size_t size, ob_type type, int64_t ne0) {
-    char err[256];
-    ob_status st = ob_vk_upload_weight(be->ctx, dst, src, size, type, ne0, err, sizeof(err));
-    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    char err[512];
+    ob_vk *vk = be->ctx;
+    const bool was = vk->faulted;
+    ob_status st = ob_vk_upload_weight(vk, dst, src, size, type, ne0, err, sizeof(err));
+    if (st) log_err(was, err);
     return st;
 }
 
 static ob_status vk_download(ob_backend *be, void *dst, const void *src, size_t size) {
-    char err[256];
-    ob_status st = ob_vk_copy(be->ctx, dst, src, size, false, err, sizeof(err));
-    if (st) ob_log(OB_LOG_ERROR, "%s", err);
+    char err[512];
+    ob_vk *vk = be->ctx;
+    const bool was = vk->faulted;
+    ob_status st = ob_vk_copy(vk, dst, src, size, false, err, sizeof(err));
+    if (st) log_err(was, err);
     return st;
 }
 
@@ -742,8 +801,8 @@ static ob_status cpu_fallback(ob_vk *vk, ob_tensor *n, char *err, size_t err_len
  * a model (tests switch it back and forth). */
 static ob_status set_det(ob_vk *vk, bool det, char *err, size_t err_len) {
     ob_status st = ob_vk_submit_wait(vk, err, err_len);
+    if (!st) st = ob_vk_wait_idle(vk, err, err_len);
     if (st) return st;
-    OB_VK_CHECK(vkDeviceWaitIdle(vk->dev));
     for (int s = 0; s < OB_VK_SH_COUNT; s++)
         for (int t = 0; t < OB_VK_PIPE_SLOTS; t++)
             if (vk->pipes[s][t]) {
@@ -756,9 +815,10 @@ static ob_status set_det(ob_vk *vk, bool det, char *err, size_t err_len) {
     return OB_OK;
 }
 
-static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+static ob_status compute_graph(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
     ob_vk *vk = be->ctx;
-    if (vk->faulted) return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s was lost", vk->info.name);
+    if (vk->faulted)
+        return ob_fail(err, err_len, OB_ERR_DEVICE, "vulkan: %s faulted earlier (device lost or hung)", vk->info.name);
     ob_status st = be->deterministic != vk->det ? set_det(vk, be->deterministic, err, err_len) : OB_OK;
     if (st) return st;
     ob_vk_prof *pr = &vk->prof;
@@ -787,20 +847,29 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         if (!unlisted) {
             vk->listing = true;
             vk->n_list = 0;
+            vk->mk_list.n = 0;
+            vk->mk_list.levels = 0;
             vk->fold_n = 0;
             vk->need_barrier = false;
             vk->hz_all = true;
             for (int64_t i = 0; i < g->n && !st; i++) {
                 ob_tensor *n = &g->nodes[i];
                 if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
+                const int64_t from = i;
                 st = record_at(vk, g, &i, err, err_len);
+                if (!st && vk->fault_node[0]) st = ob_vk_fault_inject(vk, g, from, i, err, err_len);
             }
             vk->listing = false;
             if (!st) st = ob_vk_fold_upload(vk, err, err_len);
         }
         if (!st) {
-            if (unlisted || same_list(vk)) vk->reused++;
-            else st = record_list(vk, err, err_len);
+            if (unlisted) vk->reused++;
+            else if (same_list(vk)) {
+                vk->reused++;
+                if (vk->marks) swap_marks(vk);
+            } else {
+                st = record_list(vk, err, err_len);
+            }
         }
         if (!st) st = submit_list(vk, err, err_len);
         if (!st) {
@@ -818,7 +887,9 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
         if (ob_vk_supports_node(vk, n)) {
+            const int64_t from = i;
             st = record_at(vk, g, &i, err, err_len);
+            if (!st && vk->fault_node[0]) st = ob_vk_fault_inject(vk, g, from, i, err, err_len);
         } else if (vk->allow_fallback && n->op < OB_OP_COUNT && n->op != OB_OP_LEAF) {
             st = ob_vk_submit_wait(vk, err, err_len);
             /* The fallback's own copies (staging path) are its cost, not the step's submits. */
@@ -850,6 +921,13 @@ static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         pr->in_step = false;
         if (!st) pr->steps++;
     }
+    return st;
+}
+
+static ob_status vk_compute(ob_backend *be, ob_graph *g, char *err, size_t err_len) {
+    ob_vk *vk = be->ctx;
+    ob_status st = compute_graph(be, g, err, err_len);
+    vk->mk_node = NULL; /* the graph's nodes may go before the next dispatch */
     return st;
 }
 

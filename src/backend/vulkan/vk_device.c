@@ -419,6 +419,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->spin_us = spin_us < 0 ? 0u : spin_us > 1000000 ? 1000000u : (uint32_t)spin_us;
     const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
     vk->attn_fold = !(afold && !strcmp(afold, "0"));
+    ob_vk_fault_env(vk); /* ONEBIT_VK_MARKS, ONEBIT_VK_TIMEOUT_S, ONEBIT_TEST_FAULT */
     const char *agw = getenv("ONEBIT_VK_ATTN_GW");
     /* 1: on the H200 a workgroup per query head beat 2 and 4 (qwen3-8b TQ2_0 tg64 275.8 /
      * 265.5 / 235.1, attention.comp 253.9; 2026-11-30 17:51 UTC): its per-invocation work,
@@ -490,7 +491,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
              !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
             (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm) ||
-            (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle) || (s == OB_VK_SH_SAMPLE && !vk->info.float64))
+            (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle) || (s == OB_VK_SH_SAMPLE && !vk->info.float64) ||
+            (s == OB_VK_SH_FAULT && !vk->fault_node[0]))
             continue;
         const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
@@ -501,6 +503,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         st = ob_vk_buffer_new(vk, OB_VK_STAGING_SIZE, true, &vk->staging, err, err_len);
         if (st) return st;
     }
+    st = ob_vk_fault_init(vk, err, err_len);
+    if (st) return st;
     ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; streaming %s; int8 %s), prefill %s",
            vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
            vk->matvec_fast_rps ? "on" : "off", !vk->q8 ? "off" : vk->q8_fuse ? "on, fused" : "on",
@@ -510,9 +514,16 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     return OB_OK;
 }
 
+/* After a fault (vk_fault.c) the device may still be running the work that hung: nothing
+ * of it is waited for or destroyed (destroying objects in use is undefined, and a driver
+ * may wait for them); the process that saw the fault is ending. */
 void ob_vk_device_free(ob_vk *vk) {
-    if (vk->dev) {
-        vkDeviceWaitIdle(vk->dev);
+    if (vk->dev && !vk->faulted) {
+        char err[512];
+        if (ob_vk_wait_idle(vk, err, sizeof(err)) != OB_OK) ob_log(OB_LOG_ERROR, "%s", err);
+    }
+    ob_vk_fault_free(vk);
+    if (vk->dev && !vk->faulted) {
         for (int i = 0; i < vk->n_allocs; i++) ob_vk_buffer_free(vk, &vk->allocs[i]);
         if (vk->staging.buf) ob_vk_buffer_free(vk, &vk->staging);
         if (vk->attn_part.buf) ob_vk_buffer_free(vk, &vk->attn_part);
@@ -535,7 +546,7 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->prof.pool) vkDestroyQueryPool(vk->dev, vk->prof.pool, NULL);
         vkDestroyDevice(vk->dev, NULL);
     }
-    if (vk->inst) vkDestroyInstance(vk->inst, NULL);
+    if (vk->inst && !vk->faulted) vkDestroyInstance(vk->inst, NULL);
     free(vk->allocs);
     free(vk->list);
     free(vk->prev);

@@ -73,6 +73,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
                               stores of one token folded in (attn_fold.comp) */
     OB_VK_SH_SAMPLE,       /* SAMPLE: a workgroup per logits row (needs shaderFloat64) */
+    OB_VK_SH_FAULT,        /* test-only: a dispatch that never finishes (ONEBIT_TEST_FAULT;
+                              module only then) */
     OB_VK_SH_COUNT,
 } ob_vk_shader;
 
@@ -200,6 +202,26 @@ static inline int ob_vk_pipe_slot(unsigned tf) {
     return (int)(tf & 0xffu) + ((tf & OB_VK_RP) ? OB_TYPE_COUNT : 0) + ((tf & OB_VK_X16) ? 2 * OB_TYPE_COUNT : 0);
 }
 typedef struct ob_vk_rp { uint64_t lo, hi; ob_type type; } ob_vk_rp;
+
+/* Fault containment (vk_fault.c). A command buffer's dispatches fall into levels: a level
+ * starts at the first dispatch and at each barrier. With progress marks on, a
+ * vkCmdUpdateBuffer after each level's barrier writes the level's number (1, 2, ...) into
+ * a host-visible word, and one after the final barrier writes levels + 1: the barrier
+ * before a mark waits for every dispatch before it, so after a hang or a device loss the
+ * word read back names the first level that may not have finished. Each command buffer
+ * keeps a table of what its dispatches were, so the error can name them. */
+typedef struct ob_vk_mark {
+    uint32_t level;          /* 1 + the level boundaries before it */
+    uint32_t sh;             /* its shader (OB_VK_SH_FAULT: the injected fault) */
+    int32_t op;              /* its node's op; -1: no node (a dispatch outside a graph) */
+    char node[OB_MAX_NAME];  /* its node's name (a copy: a re-submitted recording outlives
+                                the graph it was listed from) */
+} ob_vk_mark;
+typedef struct ob_vk_marks {
+    ob_vk_mark *e;
+    int64_t n, cap;
+    uint32_t levels;         /* levels so far */
+} ob_vk_marks;
 
 typedef struct ob_vk {
     VkInstance inst;
@@ -379,6 +401,24 @@ typedef struct ob_vk {
 #define OB_VK_MAX_RETIRED 8
     ob_vk_alloc retired[OB_VK_MAX_RETIRED];
     int n_retired;
+    /* Fault containment (vk_fault.c, the marks above). A fence wait that sees no progress
+     * for timeout_s (ONEBIT_VK_TIMEOUT_S, default 120, any positive number of seconds; the
+     * clock restarts whenever the mark moves) or a device loss marks the device faulted
+     * and fails with one line naming the first unfinished level's dispatches. */
+    bool marks;              /* progress marks (ONEBIT_VK_MARKS=0: off, for measuring their
+                                cost; a fault then names no dispatch). A mark waits on its
+                                barrier's TRANSFER stage, so with marks on the barriers of
+                                ONEBIT_VK_BARRIER_COMPUTE=1 are the full ones */
+    double timeout_s;
+    ob_vk_alloc mark_buf;    /* the mark word (host memory, mapped) */
+    ob_vk_marks mk_cmd;      /* cmd's dispatches */
+    ob_vk_marks mk_list, mk_prev; /* list's and prev's (gcmd's), swapped with them */
+    const ob_tensor *mk_node;/* the node whose dispatches are being recorded (NULL: none) */
+    /* ONEBIT_TEST_FAULT=<node name>, test-only: after the dispatches of the node of that name
+     * (or of a fused group holding it), in the same level, a dispatch of shaders/fault.comp,
+     * which spins on fault_buf's zero word: the fence times out and the error names them. */
+    char fault_node[OB_MAX_NAME];
+    ob_vk_alloc fault_buf;
 } ob_vk;
 
 /* vk_device.c */
@@ -435,6 +475,33 @@ void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, 
  * will also write when recorded, else {0, 0} (vk_ops.c: the buffer is sized first). The
  * answer is kept in q8_next for the node's recording. */
 ob_vk_range ob_vk_q8_out(ob_vk *vk, const ob_tensor *n, const ob_tensor *add);
+
+/* vk_fault.c */
+/* The environment (ONEBIT_VK_MARKS, ONEBIT_VK_TIMEOUT_S, ONEBIT_TEST_FAULT), before the
+ * shader modules are made; then, with the device up, the mark and fault buffers. */
+void ob_vk_fault_env(ob_vk *vk);
+ob_status ob_vk_fault_init(ob_vk *vk, char *err, size_t err_len);
+/* The tables (and, unless the device faulted, the buffers). */
+void ob_vk_fault_free(ob_vk *vk);
+/* An entry for a dispatch of shader sh recorded into t (mk_node names its node); starts a
+ * level when level_start or t has none yet. */
+ob_status ob_vk_mark_add(ob_vk *vk, ob_vk_marks *t, ob_vk_shader sh, bool level_start, char *err, size_t err_len);
+/* Records the mark `value` into cb (after a barrier whose destination stages hold TRANSFER). */
+void ob_vk_mark_write(ob_vk *vk, VkCommandBuffer cb, uint32_t value);
+/* Before a submission: the mark word back to 0 (nothing passed). */
+void ob_vk_mark_reset(ob_vk *vk);
+/* Waits for vk->fence (submitted with the command buffer whose table is t; NULL: none, an
+ * idle wait) and resets it. No progress for timeout_s, or a device loss: the device is
+ * faulted and the error is the one line naming what ran. */
+ob_status ob_vk_fence_wait(ob_vk *vk, const ob_vk_marks *t, char *err, size_t err_len);
+/* A device loss seen elsewhere (vkQueueSubmit): faulted, and the one line. */
+ob_status ob_vk_fault_fail(ob_vk *vk, VkResult r, const ob_vk_marks *t, char *err, size_t err_len);
+/* Waits, bounded as above, until the queue has finished everything submitted (instead of
+ * vkDeviceWaitIdle, which has no timeout). Fails at once on a faulted device. */
+ob_status ob_vk_wait_idle(ob_vk *vk, char *err, size_t err_len);
+/* ONEBIT_TEST_FAULT: after nodes from .. to of g were recorded, the fault dispatch when one
+ * of them has that name. */
+ob_status ob_vk_fault_inject(ob_vk *vk, const ob_graph *g, int64_t from, int64_t to, char *err, size_t err_len);
 
 /* vk_iq.c: uploads the IQ lattice tables of src/format/quant_iq_grids.h, packed as
  * shaders/dequant.glsl reads them, into a device buffer; sets vk->iq_tab. */

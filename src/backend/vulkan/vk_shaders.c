@@ -70,6 +70,9 @@ static const uint32_t spv_matvec_q8_tail[] = {
 #include "matvec_q8_tail.spv.inc"
 };
 
+static const uint32_t spv_fault[] = {
+#include "fault.spv.inc"
+};
 static const uint32_t spv_matvec_q8_pn[] = {
 #include "matvec_q8_pn.spv.inc"
 };
@@ -116,4 +119,5 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_PNC1] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNG] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_png"},
     [OB_VK_SH_SAMPLE] = {spv_sample, sizeof(spv_sample), "sample"},
+    [OB_VK_SH_FAULT] = {spv_fault, sizeof(spv_fault), "fault"},
 };
