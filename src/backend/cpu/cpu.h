@@ -46,6 +46,9 @@ size_t ob_cpu_attention_work_size(const ob_tensor *node, int nth);
 
 /* Matmul work buffer (activations quantized to the weight type's dot partner). */
 size_t ob_cpu_matmul_work_size(const ob_tensor *node, int nth);
+/* Whether a dot kernel exists for weights of type t (Q8_1 and Q8_K have none: they are
+ * activation formats). */
+bool ob_cpu_matmul_has_kernel(ob_type t);
 
 /* Per-op kernels (fast path where there is one, reference otherwise). */
 void ob_cpu_op_get_rows(ob_tensor *dst, const ob_cpu_op_ctx *c);

@@ -72,8 +72,9 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_SAMPLE:
         return true;
     case OB_OP_GET_ROWS:
-    case OB_OP_MATMUL:
         return has_to_float(a->type) && row_aligned(a->type, a->ne[0]);
+    case OB_OP_MATMUL:
+        return has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && ob_cpu_matmul_has_kernel(a->type);
     case OB_OP_ROPE:
         return n->ip[0] <= 1024;
     case OB_OP_KV_STORE:

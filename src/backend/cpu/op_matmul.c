@@ -135,6 +135,8 @@ static void mm_do_rows(const mm_rows *m, int64_t r0, int64_t r1) {
     }
 }
 
+bool ob_cpu_matmul_has_kernel(ob_type t) { return pick_kernel(t, ob_cpu_simd_level()).dot != NULL; }
+
 void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const ob_tensor *w = dst->src[0], *x = dst->src[1];
     if (!matmul_shape_ok(dst)) {

@@ -8,6 +8,7 @@
  * and built into every pipeline. */
 #include "backend/vulkan/vk_internal.h"
 #include "backend/cpu/cpu.h"
+#include "format/quant.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -332,19 +333,22 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
     /* 5: matvec_q8_pn.comp's role (1 producer, 2 consumer), 6: its workgroup size (the
      * X16 gate/up/GLU consumer: 8 subgroups), 7: the weights repacked (dequant.glsl's RP),
      * 8: the int8 x X16 (matvec_q8.glsl), attn_fold.comp's HD128, 9: batch-invariant mode
-     * (matvec.comp's and matvec_q8.glsl's DET: any token count, in chunks) */
-    uint32_t spec[10] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
+     * (matvec.comp's and matvec_q8.glsl's DET: any token count, in chunks), 10 and 11: the
+     * weight type's elements and bytes per block from the C type table (dequant.glsl) */
+    const ob_type_traits *tt = ob_type_traits_get(type);
+    uint32_t spec[12] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
                          !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
                          sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
                          sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u
                          : png                        ? (x16 ? 8u * vk->info.subgroup : 512u)
                          : sh == OB_VK_SH_SAMPLE      ? ob_vk_sample_wg(vk)
                                                       : 128u,
-                         rp, x16, vk->det};
-    VkSpecializationMapEntry me[10];
-    for (uint32_t i = 0; i < 10; i++)
+                         rp, x16, vk->det,
+                         tt ? (uint32_t)tt->block_size : 1u, tt ? (uint32_t)tt->type_size : 4u};
+    VkSpecializationMapEntry me[12];
+    for (uint32_t i = 0; i < 12; i++)
         me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = i * sizeof(uint32_t), .size = sizeof(uint32_t)};
-    VkSpecializationInfo si = {.mapEntryCount = 10, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
+    VkSpecializationInfo si = {.mapEntryCount = 12, .pMapEntries = me, .dataSize = sizeof(spec), .pData = spec};
     VkComputePipelineCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
         .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,

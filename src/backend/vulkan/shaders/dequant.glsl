@@ -12,22 +12,12 @@ const uint T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7,
 
 const bool PLAIN = TYPE == T_F32 || TYPE == T_F16 || TYPE == T_BF16;
 
-// Elements and bytes per block.
 const bool IQ = TYPE == T_IQ2_XXS || TYPE == T_IQ2_XS || TYPE == T_IQ2_S || TYPE == T_IQ3_XXS ||
                 TYPE == T_IQ3_S || TYPE == T_IQ1_S || TYPE == T_IQ1_M;
-const uint BS = TYPE == T_Q2_K || TYPE == T_Q3_K || TYPE == T_Q4_K || TYPE == T_Q5_K ||
-                TYPE == T_Q6_K || TYPE == T_Q8_K || TYPE == T_IQ4_XS || TYPE == T_TQ1_0 ||
-                TYPE == T_TQ2_0 || IQ ? 256 : TYPE == T_Q1_0 ? 128 : PLAIN ? 1 : 32;
-const uint TS = TYPE == T_F32 ? 4 : TYPE == T_F16 || TYPE == T_BF16 ? 2 :
-                TYPE == T_Q4_0 ? 18 : TYPE == T_Q4_1 ? 20 : TYPE == T_Q5_0 ? 22 :
-                TYPE == T_Q5_1 ? 24 : TYPE == T_Q8_0 ? 34 : TYPE == T_Q8_1 ? 36 :
-                TYPE == T_Q2_K ? 84 : TYPE == T_Q3_K ? 110 : TYPE == T_Q4_K ? 144 :
-                TYPE == T_Q5_K ? 176 : TYPE == T_Q6_K ? 210 : TYPE == T_Q8_K ? 292 :
-                TYPE == T_IQ4_NL ? 18 : TYPE == T_IQ4_XS ? 136 : TYPE == T_TQ1_0 ? 54 :
-                TYPE == T_TQ2_0 ? 66 : TYPE == T_MXFP4 ? 17 : TYPE == T_Q1_0 ? 18 :
-                TYPE == T_IQ2_XXS ? 66 : TYPE == T_IQ2_XS ? 74 : TYPE == T_IQ2_S ? 82 :
-                TYPE == T_IQ3_XXS ? 98 : TYPE == T_IQ3_S ? 110 : TYPE == T_IQ1_S ? 50 :
-                TYPE == T_IQ1_M ? 56 : 0;
+// Elements and bytes per block: the C type table's (src/format/quant.c), which the host
+// gives every pipeline as specialization constants 10 and 11 (vk_backend.c, pipeline()).
+layout(constant_id = 10) const uint BS = 1;
+layout(constant_id = 11) const uint TS = 4;
 
 layout(buffer_reference, std430, buffer_reference_align = 4) buffer BU32 { uint v[]; };
 
