@@ -47,6 +47,9 @@ typedef struct ob_hparams {
     bool encoder;                     /* no LM head: only embeddings / rank scores */
     int n_cls_out;                    /* outputs of a rank (classification) head; 0: none */
     float alibi_max_bias;             /* ALiBi attention (jina-bert-v2); 0: none */
+    /* Mixture of experts (<arch>.expert_count, expert_used_count, expert_feed_forward_length);
+     * 0 for dense families. */
+    int n_expert, n_expert_used, n_ff_exp;
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */
@@ -115,6 +118,7 @@ bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *ou
 extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
 extern const ob_arch ob_arch_gemma3;
 extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-roberta (encoders) */
+extern const ob_arch ob_arch_qwen3moe;
 
 /* RoPE (arch/rope.c). ob_rope_meta_load reads the file's scaling keys and refuses a type
  * it cannot run, naming it. ob_rope_resolve, after the family's bind, applies the

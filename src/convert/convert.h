@@ -65,6 +65,9 @@ typedef struct ob_out_tensor {
     const ob_src_tensor *src;
     int64_t skip_rows;       /* leading rows dropped (RoBERTa position padding) */
     int permute_heads;       /* > 0: llama.cpp's q/k row order for rope on adjacent pairs */
+    const ob_src_tensor **parts; /* n_parts > 0: src unused; the parts' rows one after another
+                                    (a mixture's per-expert matrices as one 3-D tensor) */
+    int n_parts;
     ob_type type;
     int n_dims;
     int64_t ne[4];           /* GGUF order */
@@ -76,12 +79,21 @@ typedef struct ob_conv {
     int64_t n_out;
     float *buf;              /* one tensor as f32 during writing */
     size_t buf_len;
+    void **keep;             /* [n_keep] freed with the conversion (stacked tensors' part lists) */
+    int n_keep, cap_keep;
 } ob_conv;
+
+/* Frees p with c (NULL p: out of memory, reported). */
+ob_status ob_conv_keep(ob_conv *c, void *p, char *err, size_t err_len);
 
 /* Reads every *.safetensors of dir (name order), else pytorch_model.bin. */
 ob_status ob_conv_load_sources(ob_conv *c, const char *dir, char *err, size_t err_len);
 /* Adds source s as GGUF tensor name (shape reversed); checks for duplicates. */
 ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_type want, char *err, size_t err_len);
+/* Adds n 2-D source tensors of one shape and dtype, stacked on a new outermost dimension, as
+ * GGUF tensor name [cols, rows, n]; parts must live as long as c (ob_conv_keep). */
+ob_status ob_conv_add_stack(ob_conv *c, const ob_src_tensor **parts, int n, const char *name, ob_type want, char *err,
+                            size_t err_len);
 /* Registers every output tensor with the writer (data produced at write time). */
 ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len);
 void ob_conv_free(ob_conv *c);

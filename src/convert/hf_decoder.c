@@ -1,6 +1,7 @@
 /* Hugging Face decoders -> GGUF: LlamaForCausalLM (q/k rows reordered for rope on adjacent
  * pairs, as llama.cpp's converter does), Qwen2ForCausalLM (qkv biases), Qwen3ForCausalLM
- * (per-head q/k norms) and Qwen3Model (Qwen3-Embedding: no LM head, last-token pooling). */
+ * (per-head q/k norms), Qwen3Model (Qwen3-Embedding: no LM head, last-token pooling) and
+ * Qwen3MoeForCausalLM (per-expert matrices stacked into 3-D tensors). */
 #include "convert/convert.h"
 #include <jansson.h>
 #include <math.h>
@@ -14,14 +15,37 @@ static const struct { const char *hf, *arch; bool embed; } g_dec[] = {
     {"Qwen2ForCausalLM", "qwen2", false},
     {"Qwen3ForCausalLM", "qwen3", false},
     {"Qwen3Model", "qwen3", true},
+    {"Qwen3MoeForCausalLM", "qwen3moe", false},
 };
 
 static const struct { const char *hf, *gg; } g_layer[] = {
     {"input_layernorm", "attn_norm"}, {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"},
     {"self_attn.v_proj", "attn_v"}, {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
     {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},
-    {"mlp.up_proj", "ffn_up"}, {"mlp.down_proj", "ffn_down"},
+    {"mlp.up_proj", "ffn_up"}, {"mlp.down_proj", "ffn_down"}, {"mlp.gate", "ffn_gate_inp"} /* the MoE router */,
 };
+
+/* A mixture's experts: layers.L.mlp.experts.X.{gate,up,down}_proj.weight, stacked into
+ * blk.L.ffn_{gate,up,down}_exps.weight [cols, rows, n_expert] as llama.cpp's converter does. */
+static const char *const g_exp_hf[3] = {"gate_proj", "up_proj", "down_proj"};
+static const char *const g_exp_gg[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+/* 1 and (layer, expert, which) when name is an expert's matrix; 0 otherwise. */
+static int expert_name(const char *name, long *il, long *ex, int *which) {
+    if (!strncmp(name, "model.", 6)) name += 6;
+    if (strncmp(name, "layers.", 7)) return 0;
+    char *end;
+    *il = strtol(name + 7, &end, 10);
+    if (end == name + 7 || strncmp(end, ".mlp.experts.", 13)) return 0;
+    const char *xs = end + 13;
+    *ex = strtol(xs, &end, 10);
+    if (end == xs || *end != '.') return 0;
+    for (int w = 0; w < 3; w++) {
+        const size_t n = strlen(g_exp_hf[w]);
+        if (!strncmp(end + 1, g_exp_hf[w], n) && !strcmp(end + 1 + n, ".weight")) { *which = w; return 1; }
+    }
+    return 0;
+}
 
 /* Returns 1 mapped, 0 skipped, -1 unknown. */
 static int map_name(const char *name, bool tied, char *out, size_t cap) {
@@ -207,14 +231,45 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     ob_status st = rope_read(cfg, hf_arch, llama, &rc, err, err_len);
     if (st) return st;
     bool tied = json_is_true(json_object_get(cfg, "tie_word_embeddings")) || g_dec[di].embed;
+    /* Qwen3-MoE: every layer a mixture, softmax top-k renormalised (what llama.cpp runs) */
+    const bool moe = !strcmp(arch, "qwen3moe");
+    const int n_exp = cfg_int(cfg, "num_experts", cfg_int(cfg, "num_local_experts", 0));
+    const int n_used = cfg_int(cfg, "num_experts_per_tok", 0), F_exp = cfg_int(cfg, "moe_intermediate_size", 0);
+    if (moe) {
+        json_t *mlp_only = json_object_get(cfg, "mlp_only_layers");
+        if (n_exp <= 0 || n_exp > 4096 || n_used <= 0 || n_used > n_exp || F_exp <= 0)
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "%s/config.json: implausible experts (%d, %d used, width %d)", dir,
+                           n_exp, n_used, F_exp);
+        if (!json_is_true(json_object_get(cfg, "norm_topk_prob")))
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                           "convert: %s with norm_topk_prob off is not supported (llama.cpp's qwen3moe renormalises)", hf_arch);
+        if (cfg_int(cfg, "decoder_sparse_step", 1) != 1 || json_array_size(mlp_only) > 0)
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                           "convert: %s with dense layers (decoder_sparse_step, mlp_only_layers) is not supported", hf_arch);
+    }
+    const ob_src_tensor **experts = NULL; /* [L][3][n_exp] */
 
     ob_conv c = {0};
     ob_gguf_writer *w = NULL;
     float *rope_freqs = NULL;
     st = ob_conv_load_sources(&c, dir, err, err_len);
+    if (!st && moe) {
+        experts = calloc((size_t)L * 3 * (size_t)n_exp, sizeof(*experts));
+        st = ob_conv_keep(&c, experts, err, err_len); /* the stacked tensors point into it */
+    }
     for (int64_t i = 0; !st && i < c.src.n; i++) {
         const ob_src_tensor *s = &c.src.t[i];
         char name[96];
+        long il, ex;
+        int which;
+        if (moe && expert_name(s->name, &il, &ex, &which)) {
+            if (il < 0 || il >= L || ex < 0 || ex >= n_exp) {
+                st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: '%s' is past %d layers of %d experts", s->name, L, n_exp);
+                break;
+            }
+            experts[((size_t)il * 3 + (size_t)which) * (size_t)n_exp + (size_t)ex] = s;
+            continue;
+        }
         int r = map_name(s->name, tied, name, sizeof(name));
         if (r == 0) continue;
         if (r < 0) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: tensor '%s' has no GGUF name for %s", s->name, hf_arch); break; }
@@ -227,6 +282,17 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
             break;
         }
     }
+    for (int il = 0; !st && moe && il < L; il++)
+        for (int wh = 0; !st && wh < 3; wh++) {
+            const ob_src_tensor **parts = experts + ((size_t)il * 3 + (size_t)wh) * (size_t)n_exp;
+            for (int ex = 0; ex < n_exp && !st; ex++)
+                if (!parts[ex])
+                    st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: layer %d has no expert %d %s of %d", il, ex,
+                                 g_exp_hf[wh], n_exp);
+            char name[96];
+            snprintf(name, sizeof(name), "blk.%d.%s.weight", il, g_exp_gg[wh]);
+            if (!st) st = ob_conv_add_stack(&c, parts, n_exp, name, o->type, err, err_len);
+        }
     if (st) goto done;
     w = ob_gguf_writer_new(3, 32);
     if (!w) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory"); goto done; }
@@ -249,6 +315,11 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     if (llama) ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
     rope_write_keys(w, arch, &rc);
     if (g_dec[di].embed) ob_gguf_set_u32(w, KEY("pooling_type"), OB_POOLING_LAST);
+    if (moe) {
+        ob_gguf_set_u32(w, KEY("expert_count"), (uint32_t)n_exp);
+        ob_gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)n_used);
+        ob_gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)F_exp);
+    }
 #undef KEY
     int64_t n_vocab = 0;
     if ((st = ob_convert_vocab_bpe(w, dir, &n_vocab, err, err_len))) goto done;

@@ -189,15 +189,18 @@ static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
         c->buf = b;
         c->buf_len = need;
     }
+    if (o->n_parts) s = o->parts[0]; /* every part has its dtype and shape */
     size_t es = s->type == OB_TYPE_F32 ? 4 : 2;
     const unsigned char *p = (const unsigned char *)s->data + (size_t)(o->skip_rows * row) * es;
     int64_t rows = n / row, hd = o->permute_heads > 0 ? rows / o->permute_heads : 0;
+    const int64_t part_rows = o->n_parts ? rows / o->n_parts : rows;
     for (int64_t r = 0; r < rows; r++) {
         /* Output row (head h, pair i, half j) <- source row (h, half j, i): each head's two
          * rotary halves interleaved, as llama.cpp's converter stores Llama's q and k. */
         int64_t sr = r;
         if (hd) { int64_t h = r / hd, w = r % hd; sr = h * hd + (w % 2) * (hd / 2) + w / 2; }
         const unsigned char *sp = p + (size_t)(sr * row) * es;
+        if (o->n_parts) sp = (const unsigned char *)o->parts[r / part_rows]->data + (size_t)((r % part_rows) * row) * es;
         float *d = c->buf + r * row;
         for (int64_t i = 0; i < row; i++) {
             if (s->type == OB_TYPE_F32) memcpy(&d[i], sp + 4 * i, 4);
@@ -253,6 +256,41 @@ ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_t
     return OB_OK;
 }
 
+ob_status ob_conv_keep(ob_conv *c, void *p, char *err, size_t err_len) {
+    if (p && c->n_keep == c->cap_keep) {
+        int nc = c->cap_keep ? 2 * c->cap_keep : 16;
+        void **k = realloc(c->keep, sizeof(void *) * (size_t)nc);
+        if (!k) { free(p); p = NULL; }
+        else { c->keep = k; c->cap_keep = nc; }
+    }
+    if (!p) return ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
+    c->keep[c->n_keep++] = p;
+    return OB_OK;
+}
+
+ob_status ob_conv_add_stack(ob_conv *c, const ob_src_tensor **parts, int n, const char *name, ob_type want, char *err,
+                            size_t err_len) {
+    const ob_src_tensor *s0 = parts[0];
+    for (int i = 0; i < n; i++) {
+        const ob_src_tensor *s = parts[i];
+        if (s->type == OB_TYPE_COUNT || s->n_dims != 2 || s->type != s0->type || s->shape[0] != s0->shape[0] ||
+            s->shape[1] != s0->shape[1])
+            return ob_fail(err, err_len, OB_ERR_FORMAT,
+                           "convert: '%s' (%s [%lld, %lld]) does not stack with '%s' (%s [%lld, %lld]) into '%s'", s->name,
+                           s->dtype, (long long)s->shape[0], (long long)(s->n_dims > 1 ? s->shape[1] : 1), s0->name,
+                           s0->dtype, (long long)s0->shape[0], (long long)(s0->n_dims > 1 ? s0->shape[1] : 1), name);
+    }
+    ob_status st = ob_conv_add(c, s0, name, want, err, err_len);
+    if (st) return st;
+    ob_out_tensor *ot = &c->out[c->n_out - 1];
+    ot->n_dims = 3;
+    ot->ne[2] = n;
+    ot->parts = parts;
+    ot->n_parts = n;
+    ot->type = pick_type(ot, want);
+    return OB_OK;
+}
+
 ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len) {
     for (int64_t i = 0; i < c->n_out; i++) {
         const ob_out_tensor *ot = &c->out[i];
@@ -263,6 +301,8 @@ ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t
 }
 
 void ob_conv_free(ob_conv *c) {
+    for (int i = 0; i < c->n_keep; i++) free(c->keep[i]);
+    free(c->keep);
     free(c->out);
     free(c->buf);
     ob_src_free(&c->src);
@@ -295,7 +335,7 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
                      "convert: architecture '%s' is not supported (supported: BertModel, XLMRobertaModel, RobertaModel, "
                      "NomicBertModel, JinaBertModel, their ForSequenceClassification rerankers, LlamaForCausalLM, "
-                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3Model)", hfa ? hfa : "(none in config.json)");
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3Model, Qwen3MoeForCausalLM)", hfa ? hfa : "(none in config.json)");
         goto done;
     }
     const char *pet = json_string_value(json_object_get(cfg, "position_embedding_type"));

@@ -28,10 +28,14 @@ const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, c
         m->bound[i] = true;
         if (!ok) {
             mv->failed = true;
-            ob_fail(err, err_len, OB_ERR_FORMAT,
-                    "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
-                    (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3],
-                    (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1));
+            /* every expected dimension (-1: any), so a 3-D expert tensor's count shows */
+            char want[96];
+            int at = snprintf(want, sizeof(want), "[");
+            for (int d = 0; d < n_dims && d < 4 && at > 0 && at < (int)sizeof(want); d++)
+                at += snprintf(want + at, sizeof(want) - (size_t)at, ne[d] < 0 ? "%s*" : "%s%lld", d ? ", " : "",
+                               (long long)ne[d]);
+            ob_fail(err, err_len, OB_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected %s]",
+                    name, (long long)w->ne[0], (long long)w->ne[1], (long long)w->ne[2], (long long)w->ne[3], want);
             return NULL;
         }
         return w;

@@ -51,6 +51,37 @@ ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params) {
     return t;
 }
 
+ob_tensor *ob_moe_gate(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, ob_moe_gating gating, bool norm,
+                       float scale) {
+    int64_t ne[2] = {2 * (int64_t)k, ob_nrows(logits)};
+    ob_tensor *t = new_node(g, OB_OP_MOE_GATE, OB_TYPE_F32, 2, ne);
+    t->src[0] = logits;
+    t->src[1] = bias;
+    t->ip[0] = k;
+    t->ip[1] = gating;
+    t->ip[2] = norm ? OB_MOE_NORM : 0;
+    t->fp[0] = scale;
+    return t;
+}
+
+ob_tensor *ob_matmul_id(ob_graph *g, ob_tensor *w, ob_tensor *x, ob_tensor *gate) {
+    OB_ASSERT(w->ne[0] == x->ne[0]);
+    int64_t ne[3] = {w->ne[1], gate->ne[0] / 2, ob_nrows(gate)};
+    ob_tensor *t = new_node(g, OB_OP_MATMUL_ID, OB_TYPE_F32, 3, ne);
+    t->src[0] = w;
+    t->src[1] = x;
+    t->src[2] = gate;
+    return t;
+}
+
+ob_tensor *ob_moe_sum(ob_graph *g, ob_tensor *y, ob_tensor *gate) {
+    int64_t ne[2] = {y->ne[0], ob_nrows(gate)};
+    ob_tensor *t = new_node(g, OB_OP_MOE_SUM, OB_TYPE_F32, 2, ne);
+    t->src[0] = y;
+    t->src[1] = gate;
+    return t;
+}
+
 void ob_set_name(ob_tensor *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

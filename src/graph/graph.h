@@ -58,8 +58,31 @@ typedef enum ob_op {
     OB_OP_SAMPLE,     /* src0 logits F32 [n_vocab, R]; src1 params F32 [OB_SAMPLE_NPARAM, R]
                          (see ob_sample_param) -> I32 [R]: one token per row, exactly as
                          ob_sampler_sample picks it with no penalties and no logit bias */
+    /* Mixture of experts (issue #32). A token's k chosen experts travel as one F32 row of
+     * the gate output: [w_0 .. w_{k-1}, id_0 .. id_{k-1}], ids as exact floats. */
+    OB_OP_MOE_GATE,   /* src0 router logits F32 [E, T]; src1 NULL or selection bias F32 [E]
+                         -> F32 [2k, T]. i[0] k (1..E), i[1] ob_moe_gating, i[2] flags
+                         (OB_MOE_NORM: the k weights divided by their sum); f[0] scale.
+                         Softmax: the k largest logits (the softmax is monotone), weight
+                         softmax(logits)[id]. Sigmoid: the k largest sigmoid(l) + bias, weight
+                         sigmoid(l)[id] (the bias only selects). Ties go to the lower id;
+                         the chosen are in descending order of their score. Weights are then
+                         normalised (flag) and multiplied by f[0] */
+    OB_OP_MATMUL_ID,  /* src0 experts' W [K, N, E] any type; src1 x F32 [K, T] (every slot
+                         reads token t's row) or [K, k, T] (one row per slot); src2 the
+                         MOE_GATE output [2k, T] -> F32 [N, k, T]: slot j of token t is
+                         W[id_j,t] x. A slot whose id is not an integer in [0, E) (a
+                         gate output is always one; a corrupt one is not) gives zeros */
+    OB_OP_MOE_SUM,    /* src0 y F32 [N, k, T]; src1 the MOE_GATE output [2k, T] -> F32 [N, T]:
+                         sum over j = 0..k-1, in that order, of w_j,t * y[:, j, t] */
     OB_OP_COUNT,
 } ob_op;
+
+/* MOE_GATE's gating function (i[1]) and flags (i[2]). */
+typedef enum ob_moe_gating { OB_MOE_SOFTMAX = 0, OB_MOE_SIGMOID = 1 } ob_moe_gating;
+#define OB_MOE_NORM 1
+/* Experts an id can name: every id below is exact in a float. */
+#define OB_MOE_MAX_EXPERTS (1 << 24)
 
 typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
                      OB_ACT_TANH = 4, OB_ACT_COUNT /* not an activation: how many there are */ } ob_act;
@@ -152,6 +175,11 @@ ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
 ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq);
 ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params);
+/* Mixture of experts (see OB_OP_MOE_GATE, OB_OP_MATMUL_ID, OB_OP_MOE_SUM). bias: NULL or F32 [E]. */
+ob_tensor *ob_moe_gate(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, ob_moe_gating gating, bool norm,
+                       float scale);
+ob_tensor *ob_matmul_id(ob_graph *g, ob_tensor *w, ob_tensor *x, ob_tensor *gate);
+ob_tensor *ob_moe_sum(ob_graph *g, ob_tensor *y, ob_tensor *gate);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

@@ -119,6 +119,35 @@ static bool sample_ok(const ob_tensor *n) {
            ob_nelements(n) == R && R <= 0x7fffffff;
 }
 
+/* MOE_GATE: k of E experts per row of logits; ids exact in a float. */
+static bool moe_gate_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *bias = n->src[1];
+    const int64_t E = a->ne[0], k = n->ip[0];
+    return is_f32(a) && is_f32(n) && E >= 1 && E <= OB_MOE_MAX_EXPERTS && k >= 1 && k <= E && n->ne[0] == 2 * k &&
+           ob_nrows(n) == ob_nrows(a) && (n->ip[1] == OB_MOE_SOFTMAX || n->ip[1] == OB_MOE_SIGMOID) &&
+           (n->ip[2] & ~OB_MOE_NORM) == 0 && isfinite(n->fp[0]) && (!bias || (is_f32(bias) && ob_nelements(bias) == E));
+}
+
+/* The gate output of k slots for T tokens, as MATMUL_ID and MOE_SUM read it. */
+static bool gate_rows_ok(const ob_tensor *gate, int64_t k, int64_t T) {
+    return is_f32(gate) && k >= 1 && gate->ne[0] == 2 * k && ob_nrows(gate) == T;
+}
+
+/* MATMUL_ID: x shared by the k slots of its token ([K, T]) or one row per slot ([K, k, T]). */
+static bool matmul_id_ok(const ob_tensor *n) {
+    const ob_tensor *w = n->src[0], *x = n->src[1];
+    const int64_t k = n->ne[1], T = n->ne[2] * n->ne[3];
+    return whole_blocks(w->type, w->ne[0]) && w->ne[2] >= 1 && w->ne[2] <= OB_MOE_MAX_EXPERTS && w->ne[3] == 1 &&
+           is_f32(x) && is_f32(n) && x->ne[0] == w->ne[0] && n->ne[0] == w->ne[1] && gate_rows_ok(n->src[2], k, T) &&
+           (ob_nrows(x) == T || (x->ne[1] == k && ob_nrows(x) == k * T));
+}
+
+static bool moe_sum_ok(const ob_tensor *n) {
+    const ob_tensor *y = n->src[0];
+    const int64_t k = y->ne[1], T = y->ne[2] * y->ne[3];
+    return is_f32(y) && is_f32(n) && n->ne[0] == y->ne[0] && ob_nrows(n) == T && gate_rows_ok(n->src[1], k, T);
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 static const ob_op_info g_ops[] = {
@@ -140,6 +169,9 @@ static const ob_op_info g_ops[] = {
     [OB_OP_CPY] = {"CPY", 1, 0, cpy_ok},
     [OB_OP_POOL] = {"POOL", 3, 0, pool_ok},
     [OB_OP_SAMPLE] = {"SAMPLE", 2, 0, sample_ok},
+    [OB_OP_MOE_GATE] = {"MOE_GATE", 1, 1, moe_gate_ok},
+    [OB_OP_MATMUL_ID] = {"MATMUL_ID", 3, 0, matmul_id_ok},
+    [OB_OP_MOE_SUM] = {"MOE_SUM", 2, 0, moe_sum_ok},
 };
 /* A new op must get its entry; test_graph checks that every entry is filled. */
 _Static_assert(sizeof(g_ops) / sizeof(g_ops[0]) == OB_OP_COUNT, "g_ops needs one entry per ob_op");

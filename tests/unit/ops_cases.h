@@ -136,4 +136,5 @@ void ops_add_elementwise(ops_list *l); /* ADD MUL SCALE ACT GLU SOFTMAX RMS_NORM
 void ops_add_types(ops_list *l);       /* MATMUL GET_ROWS CPY over the type table, and paths */
 void ops_add_attention(ops_list *l);   /* ROPE KV_STORE ATTENTION POOL SAMPLE */
 void ops_add_chains(ops_list *l);      /* fused chains against the node-by-node reference */
+void ops_add_moe(ops_list *l);         /* MOE_GATE MATMUL_ID MOE_SUM and the Qwen3-MoE block */
 #endif

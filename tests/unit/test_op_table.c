@@ -19,7 +19,7 @@ int main(void) {
 
     /* One node of every op, as an architecture builds them (shapes only: no data). */
     enum { HD = 32, H = 4, NKV = 2, T = 3, CELLS = 16, V = 64 };
-    ob_graph *g = ob_graph_new(64);
+    ob_graph *g = ob_graph_new(96);
     void *p = (void *)0x1000;
     ob_tensor *emb = ob_leaf(g, "emb", OB_TYPE_Q8_0, 2, (int64_t[]){HD * H, V}, p);
     ob_tensor *ids = ob_leaf(g, "ids", OB_TYPE_I32, 1, (int64_t[]){T}, p);
@@ -49,6 +49,14 @@ int main(void) {
     ob_tensor *pl = ob_pool(g, act, seq, pos, OB_POOL_MEAN, true, 2);
     ob_tensor *lg = ob_matmul(g, emb, act);
     ob_tensor *smp = ob_sample(g, lg, sp);
+    /* a mixture-of-experts block: router, gate, experts on the shared x then per slot, sum */
+    enum { NE = 8, TOPK = 2, FF = 64 };
+    ob_tensor *rl = ob_matmul(g, ob_leaf(g, "router", OB_TYPE_F32, 2, (int64_t[]){HD * H, NE}, p), n1);
+    ob_tensor *gt = ob_moe_gate(g, rl, ob_leaf(g, "bias", OB_TYPE_F32, 1, (int64_t[]){NE}, p), TOPK, OB_MOE_SIGMOID,
+                                true, 2.5f);
+    ob_tensor *eu = ob_matmul_id(g, ob_leaf(g, "up_exps", OB_TYPE_Q4_0, 3, (int64_t[]){HD * H, FF, NE}, p), n1, gt);
+    ob_tensor *ed = ob_matmul_id(g, ob_leaf(g, "down_exps", OB_TYPE_Q8_0, 3, (int64_t[]){FF, HD * H, NE}, p), eu, gt);
+    ob_tensor *ms = ob_moe_sum(g, ed, gt);
     bool seen[OB_OP_COUNT] = {0};
     for (int64_t i = 0; i < g->n; i++) {
         seen[g->nodes[i].op] = true;
@@ -57,7 +65,7 @@ int main(void) {
     for (int op = 0; op < OB_OP_COUNT; op++) CHECKF(seen[op], "no %s node in the test graph", ob_op_name((ob_op)op));
 
     /* Sources: a required one missing, or one past the optional ones, is malformed. */
-    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp};
+    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp, gt, eu, ed, ms};
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
         ob_tensor m = *nodes[i];
         const ob_op_info *info = ob_op_info_get(m.op);
@@ -78,6 +86,15 @@ int main(void) {
     CHECK(!ob_op_valid(&bad));
     bad = *ks;
     bad.src[1] = emb; /* a cache whose row (128) does not divide the K rows (192 elements) */
+    CHECK(!ob_op_valid(&bad));
+    bad = *gt;
+    bad.ip[0] = NE + 1; /* more experts chosen than there are */
+    CHECK(!ob_op_valid(&bad));
+    bad = *eu;
+    bad.src[1] = ob_leaf(g, "x5", OB_TYPE_F32, 2, (int64_t[]){HD * H, 5}, p); /* rows neither per token nor per slot */
+    CHECK(!ob_op_valid(&bad));
+    bad = *ms;
+    bad.src[1] = rl; /* not a gate of k slots */
     CHECK(!ob_op_valid(&bad));
     bad.op = OB_OP_COUNT;
     CHECK(!ob_op_valid(&bad));

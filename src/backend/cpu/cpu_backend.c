@@ -70,7 +70,11 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_ATTENTION:
     case OB_OP_POOL:
     case OB_OP_SAMPLE:
+    case OB_OP_MOE_GATE:
+    case OB_OP_MOE_SUM:
         return true;
+    case OB_OP_MATMUL_ID:
+        return has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && ob_cpu_matmul_has_kernel(a->type);
     case OB_OP_GET_ROWS:
         return has_to_float(a->type) && row_aligned(a->type, a->ne[0]);
     case OB_OP_MATMUL:
@@ -128,6 +132,9 @@ static ob_cpu_kernel_fn kernel_for(ob_op op) {
     case OB_OP_CPY: return ob_cpu_op_cpy;
     case OB_OP_POOL: return ob_cpu_op_pool;
     case OB_OP_SAMPLE: return ob_cpu_op_sample;
+    case OB_OP_MOE_GATE: return ob_cpu_op_moe_gate;
+    case OB_OP_MATMUL_ID: return ob_cpu_op_matmul_id;
+    case OB_OP_MOE_SUM: return ob_cpu_op_moe_sum;
     default: return NULL;
     }
 }
@@ -136,6 +143,8 @@ size_t ob_cpu_work_size(const ob_tensor *node, int nth) {
     switch (node->op) {
     case OB_OP_MATMUL: return ob_cpu_matmul_work_size(node, nth);
     case OB_OP_ATTENTION: return ob_cpu_attention_work_size(node, nth);
+    case OB_OP_MOE_GATE:
+    case OB_OP_MATMUL_ID: return ob_cpu_moe_work_size(node, nth);
     default: return 0;
     }
 }
@@ -185,6 +194,8 @@ static bool is_tiny(const ob_tensor *n) {
     case OB_OP_GET_ROWS:
         return ob_nelements(n) <= OB_CPU_TINY_ELEMS;
     case OB_OP_KV_STORE:
+    case OB_OP_MOE_GATE:
+    case OB_OP_MOE_SUM:
         return ob_nelements(n->src[0]) <= OB_CPU_TINY_ELEMS;
     default:
         return false;

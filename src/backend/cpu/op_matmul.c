@@ -135,7 +135,9 @@ static void mm_do_rows(const mm_rows *m, int64_t r0, int64_t r1) {
     }
 }
 
-bool ob_cpu_matmul_has_kernel(ob_type t) { return pick_kernel(t, ob_cpu_simd_level()).dot != NULL; }
+ob_vec_dot_kernel ob_cpu_matmul_kernel(ob_type t) { return pick_kernel(t, ob_cpu_simd_level()); }
+
+bool ob_cpu_matmul_has_kernel(ob_type t) { return ob_cpu_matmul_kernel(t).dot != NULL; }
 
 void ob_cpu_op_matmul(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const ob_tensor *w = dst->src[0], *x = dst->src[1];

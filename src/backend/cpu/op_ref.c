@@ -207,6 +207,9 @@ void ob_cpu_ref_op(ob_tensor *dst) {
     case OB_OP_CPY: ref_cpy(dst); break;
     case OB_OP_POOL: ob_cpu_ref_pool(dst); break;
     case OB_OP_SAMPLE: ob_cpu_ref_sample(dst); break;
+    case OB_OP_MOE_GATE:
+    case OB_OP_MATMUL_ID:
+    case OB_OP_MOE_SUM: ob_cpu_ref_moe(dst); break;
     default: break;
     }
 }

@@ -63,6 +63,10 @@ ob_vec_dot_kernel ob_cpu_vec_dot_ref(ob_type t);
 ob_vec_dot_kernel ob_cpu_vec_dot_avx2(ob_type t);
 ob_vec_dot_kernel ob_cpu_vec_dot_avx512(ob_type t);
 
+/* The kernel the matmuls use for weight type t at the current level (op_matmul.c);
+ * .dot NULL when there is none. */
+ob_vec_dot_kernel ob_cpu_matmul_kernel(ob_type t);
+
 /* Bytes of one activation column of k values in format f (k a multiple of its block). */
 size_t ob_cpu_act_row_size(ob_act_fmt f, int64_t k);
 /* Quantizes k floats into format f (not OB_ACT_F32). */
