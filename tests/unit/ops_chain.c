@@ -319,9 +319,9 @@ static const attnmv_row g_attnmv[] = {{1, 700, 500, true}, {2, 700, 500, true}, 
 static vkmv_row g_vkmv[96];
 static int g_nnr, g_nvk;
 
-/* Vulkan's opt-in fusions of these chains and their off switches. */
-static const char *const g_glu_knobs[] = {NULL, "ONEBIT_VK_GLU_PAIR=1", "ONEBIT_VK_GLU_FUSE=1"};
-static const char *const g_res_knobs[] = {NULL, "ONEBIT_VK_NORM_TAIL=1", "ONEBIT_VK_PRENORM=0", "ONEBIT_VK_RES_FUSE=0"};
+/* Vulkan's fusions of these chains and their off switches. */
+static const char *const g_glu_knobs[] = {NULL};
+static const char *const g_res_knobs[] = {NULL, "ONEBIT_VK_PRENORM=0", "ONEBIT_VK_RES_FUSE=0"};
 static const char *const g_png_knobs[] = {NULL, "ONEBIT_VK_PN_GLU=1", "ONEBIT_VK_PN_GLU=0", "ONEBIT_VK_PN_GLU16=all"};
 
 static ops_case *chain(ops_case *c, double fuse_mrel) {
@@ -413,11 +413,11 @@ void ops_add_chains(ops_list *l) {
     static const ob_type gt[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0};
     for (size_t t = 0; t < 2; t++)
         for (int64_t N = 256; N <= 288; N += 32)
-            for (int down = 0; down < 2; down++) add_vkmv(l, (vkmv_row){2, gt[t], 0, N, down}, g_glu_knobs, 3);
+            for (int down = 0; down < 2; down++) add_vkmv(l, (vkmv_row){2, gt[t], 0, N, down}, g_glu_knobs, (int)OB_ARRAY_LEN(g_glu_knobs));
     static const ob_type mt[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0, OB_TYPE_Q6_K, OB_TYPE_Q1_0};
     for (size_t t = 0; t < 4; t++)
         for (int64_t N = 1024; N <= 1536; N += 512)
-            for (int last = 0; last < 2; last++) add_vkmv(l, (vkmv_row){3, mt[t], 0, N, last}, g_res_knobs, 4);
+            for (int last = 0; last < 2; last++) add_vkmv(l, (vkmv_row){3, mt[t], 0, N, last}, g_res_knobs, (int)OB_ARRAY_LEN(g_res_knobs));
     static const ob_type pt[] = {OB_TYPE_Q1_0, OB_TYPE_TQ2_0, OB_TYPE_Q4_K, OB_TYPE_Q6_K};
     for (size_t t = 0; t < 4; t++)
         for (int64_t N = 1024; N <= 1056; N += 32)

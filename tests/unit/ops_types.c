@@ -234,7 +234,7 @@ static const mm_row g_mm_fixed[] = {
  * one-token path at 8/4/2/1 rows per subgroup and per row; Q6_K's row cap. */
 static const char *const g_vk_matvec_knobs[] = {
     "ONEBIT_VK_Q8=0 ONEBIT_VK_MATVEC_ROWS=1", "ONEBIT_VK_Q8=0 ONEBIT_VK_MATVEC_ROWS=3",
-    "ONEBIT_VK_Q8=0 ONEBIT_VK_MATVEC_ROWS=4", "ONEBIT_VK_Q8=0 ONEBIT_VK_MATVEC_OLD=1",
+    "ONEBIT_VK_Q8=0 ONEBIT_VK_MATVEC_ROWS=4",
 };
 static const char *const g_vk_rows1_knobs[] = {
     "ONEBIT_VK_Q8_MIN_WG=0 ONEBIT_VK_Q6K_ROWS1=0 ONEBIT_VK_Q8_ROWS1=8", "ONEBIT_VK_Q8_MIN_WG=0 ONEBIT_VK_Q6K_ROWS1=0 ONEBIT_VK_Q8_ROWS1=4",

@@ -39,8 +39,6 @@ static bool q8_mv(const ob_vk *vk, VkPipeline pipe, ob_type t, int64_t T) {
     if (T > 1) return pipe == vk->pipes[OB_VK_SH_MATVEC_Q8][t];
     for (int s = OB_VK_SH_MATVEC_Q8_1; s <= OB_VK_SH_MATVEC_Q8_1R1; s++)
         if (pipe == vk->pipes[s][t]) return true;
-    for (int s = OB_VK_SH_MATVEC_Q8_NT; s <= OB_VK_SH_MATVEC_Q8_PR1; s++) /* with a tail */
-        if (pipe == vk->pipes[s][t]) return true;
     return false;
 }
 /* A prenorm consumer (any rows per subgroup) of weight type t. */
@@ -812,17 +810,15 @@ static void test_free_memory(void) {
 }
 
 
-/* The decode matvec's two paths and its knobs: the streaming path (Q4_K, Q6_K, Q8_0,
- * Q1_0, TQ2_0) with 1, 3 and 4 rows per subgroup (N = 37: partial row groups) and the
- * chunk decoder (ONEBIT_VK_MATVEC_OLD=1), each against the reference; the listed
+/* The decode matvec's streaming path (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0) with 1, 3 and 4 rows
+ * per subgroup (N = 37: partial row groups), each against the reference; the listed
  * dispatch shows which path ran. */
 static void test_matvec_variants(void) {
     setenv("ONEBIT_VK_Q8", "0", 1); /* these are matvec.comp's paths */
     static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q8_0, OB_TYPE_Q1_0, OB_TYPE_TQ2_0};
-    static const char *const var[] = {"ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS",
-                                      "ONEBIT_VK_MATVEC_OLD"};
-    static const char *const val[] = {"1", "3", "4", "1"};
-    static const uint32_t want_rps[] = {1, 3, 4, 0};
+    static const char *const var[] = {"ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS", "ONEBIT_VK_MATVEC_ROWS"};
+    static const char *const val[] = {"1", "3", "4"};
+    static const uint32_t want_rps[] = {1, 3, 4};
     for (size_t v = 0; v < OB_ARRAY_LEN(var); v++) {
         ob_backend *be = backend_with(var[v], val[v]);
         if (!be) continue;
@@ -1049,12 +1045,9 @@ static void test_matvec_q8(void) {
     /* One token's gate and up matmuls on a norm's int8 x and their GLU: one dispatch
      * (matvec_q8.comp's GLU mode) writes the GLU's output and its int8 form, which the down
      * matmul reads; N = 288 leaves a partial workgroup where rows per workgroup exceed 32.
-     * Checked twice: the GLU itself (its f32 output) and the down matmul (its int8 x), on a
-     * backend with ONEBIT_VK_GLU_FUSE=1 (opt-in), with ONEBIT_VK_GLU_PAIR=1 (opt-in: gate
-     * and up rows in one dispatch whose tails write the GLU, u[7] 4) and on the default ones
-     * (gate, up, then the GLU quantizer). Weights of scale 1 / sqrt(K) keep gate and up
-     * ~N(0, 1), as the x of mm_atol. */
-    ob_backend *gfuse = backend_with("ONEBIT_VK_GLU_FUSE", "1"), *pairb = backend_with("ONEBIT_VK_GLU_PAIR", "1");
+     * Checked twice: the GLU itself (its f32 output) and the down matmul (its int8 x), on the
+     * default backends (gate, up, then the GLU quantizer). Weights of scale 1 / sqrt(K) keep
+     * gate and up ~N(0, 1), as the x of mm_atol. */
     const ob_rng keep_rng3 = g_rng;
     ob_rng_seed(&g_rng, 0x6a7eu);
     static const ob_type gtypes[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0};
@@ -1076,43 +1069,20 @@ static void test_matvec_q8(void) {
                 snprintf(what, sizeof(what), "gate/up/glu %s N=%lld %s", ob_type_name(t), (long long)N, down ? "down" : "glu");
                 const double atol = down ? 2 * mm_atol(OB_TYPE_Q8_0, N, 1) : 2 * mm_atol(t, K, 1) / sqrt((double)K);
                 check_graph(g, o, atol, 1e-2, what);
-                int g0 = 0;
-                for (int64_t i = 0; i < vk->n_prev; i++)
-                    g0 += vk->prev[i].pipe == vk->pipes[OB_VK_SH_MATVEC_Q8_GLU][t] || vk->prev[i].pc.u[7] == 4;
-                CHECKF(g0 == 0 && (!vk->q8_fuse || vk->n_prev == 4 + down), "%s: %d fused by default, %lld dispatches",
-                       what, g0, (long long)vk->n_prev);
-                if (pairb) {
-                    check_on_as(pairb, g, o, atol, 1e-2, what, "pair");
-                    const ob_vk *pv = pairb->ctx;
-                    int pairs = 0;
-                    for (int64_t i = 0; i < pv->n_prev; i++) pairs += pv->prev[i].pc.u[7] == 4 && q8_mv(pv, pv->prev[i].pipe, t, 1);
-                    CHECKF(pv->q8_fuse ? pairs == 1 && pv->n_prev == 2 + down : pairs == 0, "%s, pair: %d pairs, %lld dispatches",
-                           what, pairs, (long long)pv->n_prev);
-                }
-                if (gfuse) {
-                    check_on_as(gfuse, g, o, atol, 1e-2, what, "fused");
-                    const ob_vk *fv = gfuse->ctx;
-                    int glus = 0;
-                    for (int64_t i = 0; i < fv->n_prev; i++) glus += fv->prev[i].pipe == fv->pipes[OB_VK_SH_MATVEC_Q8_GLU][t];
-                    const bool want = fv->q8_fuse && fv->info.subgroup >= 8 && fv->info.subgroup <= 32;
-                    CHECKF(want ? glus == 1 && fv->n_prev == 2 + down : glus == 0, "%s, fused: %d fused, %lld dispatches", what,
-                           glus, (long long)fv->n_prev);
-                }
+                CHECKF(!vk->q8_fuse || vk->n_prev == 4 + down, "%s: fused by default, %lld dispatches", what,
+                       (long long)vk->n_prev);
                 ob_graph_free(g);
                 free(wg); free(wu); free(wd); free(x); free(nwt);
             }
     g_rng = keep_rng3;
-    if (gfuse) ob_backend_free(gfuse);
-    if (pairb) ob_backend_free(pairb);
     /* One token's matmul and the residual ADD after it in one dispatch. By default (prenorm)
      * it also writes the int8 x of the sum times the next RMS norm's weight and one sum of
      * squares per workgroup, the norm is not dispatched, and the matmul after it (its one
      * reader) scales its dot products by the norm's r. With ONEBIT_VK_PRENORM=0 the
-     * matmul writes partial sums of squares and the norm runs as N / 256 workgroups; with
-     * ONEBIT_VK_NORM_TAIL=1 (opt-in) the matmul's last workgroup runs the norm (u[7] 3).
+     * matmul writes partial sums of squares and the norm runs as N / 256 workgroups.
      * Checked on the sum and on the matmul after the norm, and with ONEBIT_VK_RES_FUSE=0
      * (the ADD fused into the norm instead). */
-    ob_backend *nores = backend_with("ONEBIT_VK_RES_FUSE", "0"), *tailb = backend_with("ONEBIT_VK_NORM_TAIL", "1");
+    ob_backend *nores = backend_with("ONEBIT_VK_RES_FUSE", "0");
     ob_backend *nopn = backend_with("ONEBIT_VK_PRENORM", "0");
     const ob_rng keep_rng4 = g_rng;
     ob_rng_seed(&g_rng, 0x4e5u);
@@ -1148,14 +1118,14 @@ static void test_matvec_q8(void) {
                 const bool pn_want = vk->prenorm && pnr && pnr % 32 == 0 && N % pnr == 0;
                 CHECKF(pn_want ? vk->pn_count > pn0 : vk->pn_count == pn0, "%s: prenorm %lld times", what,
                        (long long)(vk->pn_count - pn0));
-                for (int b = 0; b < 3; b++) {
-                    ob_backend *bb = b == 0 ? g_be[0] : b == 1 ? tailb : nopn;
+                for (int b = 0; b < 2; b++) {
+                    ob_backend *bb = b == 0 ? g_be[0] : nopn;
                     const ob_vk *bv = bb ? bb->ctx : NULL;
                     if (!bv) continue;
-                    if (b) check_on_as(bb, g, chk, atol, 1e-3, what, b == 1 ? "tail" : "no prenorm");
+                    if (b) check_on_as(bb, g, chk, atol, 1e-3, what, "no prenorm");
                     int fused = 0, split = 0, pnp = 0, pnc = 0;
                     for (int64_t i = 0; i < bv->n_prev; i++) {
-                        fused += q8_mv(bv, bv->prev[i].pipe, t, 1) && bv->prev[i].pc.u[7] == (b == 1 ? 3u : 1u);
+                        fused += q8_mv(bv, bv->prev[i].pipe, t, 1) && bv->prev[i].pc.u[7] == 1u;
                         split += bv->prev[i].pc.u[8] == (uint32_t)(N / 256) &&
                                  (bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM_Q8][OB_TYPE_F32] ||
                                   bv->prev[i].pipe == bv->pipes[OB_VK_SH_NORM][OB_TYPE_F32]);
@@ -1163,11 +1133,10 @@ static void test_matvec_q8(void) {
                         pnc += q8_pnc(bv, bv->prev[i].pipe, OB_TYPE_Q8_0);
                     }
                     const bool ok = !bv->q8_fuse           ? fused == 0 && pnp == 0
-                                    : b == 1               ? fused == 1 && bv->n_prev == 3 + kd
                                     : b == 0 && pn_want    ? pnp == 1 && pnc == 1 && fused == 0 && split == 0 && bv->n_prev == 3 + kd
                                                            : fused == 1 && split == 1 && pnp == 0 && bv->n_prev == 4 + kd;
                     CHECKF(ok, "%s%s: %d fused, %d split, %d/%d prenorm, %lld dispatches", what,
-                           b == 1 ? ", tail" : b == 2 ? ", no prenorm" : "", fused, split, pnp, pnc, (long long)bv->n_prev);
+                           b == 1 ? ", no prenorm" : "", fused, split, pnp, pnc, (long long)bv->n_prev);
                 }
                 if (nores) {
                     check_on_as(nores, g, chk, atol, 1e-3, what, "unfused");
@@ -1182,7 +1151,6 @@ static void test_matvec_q8(void) {
     g_rng = keep_rng4;
     if (nopn) ob_backend_free(nopn);
     if (nores) ob_backend_free(nores);
-    if (tailb) ob_backend_free(tailb);
     /* Gate, up and their GLU on a prenorm's int8 x (after a matmul + residual ADD): one
      * dispatch (OB_VK_SH_MATVEC_Q8_PNG) writes the GLU's output and its int8 form, by
      * default for Q1_0 only, with ONEBIT_VK_PN_GLU=1 for every type, with 0 never. N = 1056

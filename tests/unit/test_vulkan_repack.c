@@ -166,29 +166,25 @@ static void matmul_case(ob_type t, int64_t K, int64_t N, int64_t T, ob_backend *
 
 static void test_matmul(void) {
     /* every one-token row count (ONEBIT_VK_Q8_MIN_WG=0 keeps it at any N; Q6_K too), the
-     * per-row one-token path (0), the f32 matvec's streaming (ONEBIT_VK_Q8=0) and chunk
-     * (also ONEBIT_VK_MATVEC_OLD=1) paths */
+     * per-row one-token path (0), the f32 matvec's streaming path (ONEBIT_VK_Q8=0) */
     setenv("ONEBIT_VK_Q8_MIN_WG", "0", 1);
     setenv("ONEBIT_VK_Q6K_ROWS1", "0", 1);
     static const char *const rows1[] = {"8", "4", "2", "1", "0"};
-    ob_backend *ex[7];
-    const char *names[7] = {"rows1=8", "rows1=4", "rows1=2", "rows1=1", "per row", "f32 streaming", "f32 chunks"};
+    ob_backend *ex[6];
+    const char *names[6] = {"rows1=8", "rows1=4", "rows1=2", "rows1=1", "per row", "f32 streaming"};
     for (int i = 0; i < 5; i++) ex[i] = backend_with("ONEBIT_VK_Q8_ROWS1", rows1[i]);
     unsetenv("ONEBIT_VK_Q8_MIN_WG");
     unsetenv("ONEBIT_VK_Q6K_ROWS1");
     ex[5] = backend_with("ONEBIT_VK_Q8", "0");
-    setenv("ONEBIT_VK_Q8", "0", 1);
-    ex[6] = backend_with("ONEBIT_VK_MATVEC_OLD", "1");
-    unsetenv("ONEBIT_VK_Q8");
     for (size_t ti = 0; ti < OB_ARRAY_LEN(k_types); ti++) {
         const ob_type t = k_types[ti].t;
         const int64_t bs = k_types[ti].bs;
-        matmul_case(t, 8 * bs, 37, 1, ex, names, 7);
-        matmul_case(t, 24 * bs, 70, 1, ex, names, 7);
-        matmul_case(t, 24 * bs, 37, 3, ex + 5, names + 5, 2);
+        matmul_case(t, 8 * bs, 37, 1, ex, names, 6);
+        matmul_case(t, 24 * bs, 70, 1, ex, names, 6);
+        matmul_case(t, 24 * bs, 37, 3, ex + 5, names + 5, 1);
         matmul_case(t, 8 * bs, 70, 12, NULL, NULL, 0);
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 6; i++)
         if (ex[i]) ob_backend_free(ex[i]);
 }
 

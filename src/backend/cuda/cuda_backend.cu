@@ -260,8 +260,8 @@ static bool same_or_apart(const ob_tensor *out, const ob_tensor *in) { return ou
  * single row, or the same rows exactly, is safe; a shifted overlap is not. */
 static bool row_safe(const ob_tensor *out, const ob_tensor *in) { return same_or_apart(out, in) || ob_nrows(out) == 1; }
 
-static bool takes_mmvq(const ob_tensor *n) {
-    return n->op == OB_OP_MATMUL && supports_node(n) && ob_cu_mmvq_applies(n); /* never cuBLAS */
+static bool takes_mmvq(const ob_cu_ctx *cx, const ob_tensor *n) {
+    return n->op == OB_OP_MATMUL && supports_node(n) && ob_cu_mmvq_applies(cx, n); /* never cuBLAS */
 }
 
 /* Node c (index k) is an int8 matvec that reads x, right after it: x's producer may
@@ -269,7 +269,7 @@ static bool takes_mmvq(const ob_tensor *n) {
 static bool feeds_mmvq(const ob_cu_ctx *cx, const ob_graph *g, int64_t k, const ob_tensor *x) {
     if (k >= g->n) return false;
     const ob_tensor *c = &g->nodes[k];
-    return takes_mmvq(c) && c->src[1] == x && ob_cu_mmvq_qx_size(c) <= cx->qx_size;
+    return takes_mmvq(cx, c) && c->src[1] == x && ob_cu_mmvq_qx_size(c) <= cx->qx_size;
 }
 
 static void qx_now_holds(ob_cu_ctx *cx, const ob_tensor *x) {
@@ -400,7 +400,7 @@ static int64_t launch_fused(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
     if (!cx->fuse || !supports_node(n)) return -1;
     const unsigned f = cx->fuse;
     const int64_t j = next_op(g, i);
-    if ((f & OB_CU_FUSE_MMVQ_GROUP) && n->op == OB_OP_MATMUL && takes_mmvq(n)) {
+    if ((f & OB_CU_FUSE_MMVQ_GROUP) && n->op == OB_OP_MATMUL && takes_mmvq(cx, n)) {
         ob_tensor *grp[8];
         const int most = OB_MIN(ob_cu_mmvq_group_max(), (int)OB_ARRAY_LEN(grp));
         int c = 1;
@@ -408,7 +408,7 @@ static int64_t launch_fused(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
         grp[0] = n;
         for (int64_t k = j; k < g->n && c < most; k = next_op(g, k)) {
             ob_tensor *m = &g->nodes[k];
-            if (!takes_mmvq(m) || m->src[1] != n->src[1] || m->src[0]->type != n->src[0]->type) break;
+            if (!takes_mmvq(cx, m) || m->src[1] != n->src[1] || m->src[0]->type != n->src[0]->type) break;
             bool apart = !overlap(m, m->src[1]);
             for (int e = 0; e < c && apart; e++) apart = !overlap(m, grp[e]);
             if (!apart) break;
@@ -518,18 +518,18 @@ static uint64_t graph_key(const ob_graph *g) {
  * (diagnostics: what a stage costs inside the captured graph; the results are wrong). */
 static bool skipped(const ob_cu_ctx *cx, const ob_tensor *n) {
     switch (n->op) {
-    case OB_OP_MATMUL: return (cx->skip & 1) != 0;
-    case OB_OP_ATTENTION: return (cx->skip & 2) != 0;
+    case OB_OP_MATMUL: return (cx->opt.skip & 1) != 0;
+    case OB_OP_ATTENTION: return (cx->opt.skip & 2) != 0;
     case OB_OP_GET_ROWS:
     case OB_OP_SAMPLE: return false;
-    case OB_OP_GLU: return (cx->skip & (4 | 8)) != 0;
-    case OB_OP_ADD: return (cx->skip & (4 | 16)) != 0;
+    case OB_OP_GLU: return (cx->opt.skip & (4 | 8)) != 0;
+    case OB_OP_ADD: return (cx->opt.skip & (4 | 16)) != 0;
     case OB_OP_RMS_NORM:
-        if ((cx->skip & 16) && n->src[0]->op == OB_OP_ADD) return true; /* the residual's norm */
-        return (cx->skip & (4 | 32)) != 0;
+        if ((cx->opt.skip & 16) && n->src[0]->op == OB_OP_ADD) return true; /* the residual's norm */
+        return (cx->opt.skip & (4 | 32)) != 0;
     case OB_OP_ROPE:
-    case OB_OP_KV_STORE: return (cx->skip & (4 | 32)) != 0;
-    default: return (cx->skip & 4) != 0;
+    case OB_OP_KV_STORE: return (cx->opt.skip & (4 | 32)) != 0;
+    default: return (cx->opt.skip & 4) != 0;
     }
 }
 
@@ -538,7 +538,7 @@ static bool enqueue_all(ob_cu_ctx *cx, ob_graph *g) {
     for (int64_t i = 0; i < g->n; i++) {
         ob_tensor *n = &g->nodes[i];
         if (n->op == OB_OP_LEAF || n->op == OB_OP_VIEW) continue;
-        if (cx->skip && skipped(cx, n)) continue;
+        if (cx->opt.skip && skipped(cx, n)) continue;
         bool ok;
         cx->cur_node = (int32_t)i;
         ob_tensor *s0 = n->src[0];
@@ -658,12 +658,12 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
     ob_cu_marks_step(cx);
     if (be->deterministic && !cx->det) { /* set once, before the first step (backend.h) */
         cx->det = true;
-        cx->fuse &= cx->det_fuse;
+        cx->fuse &= cx->opt.det_fuse;
         cx->pass_g = NULL;
     }
     /* One pass on the host: support, scratch size, and whether the step can be captured. */
     size_t need = 0, qneed = 0, cneed = 0;
-    bool capturable = cx->use_graphs, any_fallback = false;
+    bool capturable = cx->opt.graphs, any_fallback = false;
     const bool same = g->version && g == cx->pass_g && g->version == cx->pass_version;
     if (same) {
         need = cx->pass_need;
@@ -688,7 +688,7 @@ static ob_status cu_compute(ob_backend *be, ob_graph *g, char *err, size_t err_l
         /* the int8 x of the matvec, and of MMQ's batch path (T <= 16), which reuses it
          * across matmuls of one x (q/k/v, gate/up) as the matvec does */
         if (n->op == OB_OP_MATMUL && !ob_cu_matmul_uses_blas(cx, n) &&
-            (ob_cu_mmvq_applies(n) || (ob_cu_mmq_applies(n) && ob_nrows(n->src[1]) <= OB_CU_MMVQ_MAX_T)) &&
+            (ob_cu_mmvq_applies(cx, n) || (ob_cu_mmq_applies(cx, n) && ob_nrows(n->src[1]) <= OB_CU_MMVQ_MAX_T)) &&
             ob_cu_mmvq_qx_size(n) > qneed)
             qneed = ob_cu_mmvq_qx_size(n);
         if (n->op == OB_OP_MATMUL && ob_cu_matmul_det_qx_size(cx, n) > qneed) qneed = ob_cu_matmul_det_qx_size(cx, n);
@@ -947,14 +947,11 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->device = device;
     cx->allow_fallback = allow_fallback;
     cx->sm_count = prop.multiProcessorCount;
-    const char *ng = getenv("ONEBIT_CUDA_GRAPHS");
-    cx->use_graphs = !(ng && ng[0] == '0');
-    const char *nf = getenv("ONEBIT_CUDA_FUSE");
-    cx->fuse = nf && nf[0] ? (unsigned)strtoul(nf, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_ALL;
-    const char *df = getenv("ONEBIT_CUDA_DET_FUSE");
-    cx->det_fuse = df && df[0] ? (unsigned)strtoul(df, NULL, 0) & (unsigned)OB_CU_FUSE_ALL : (unsigned)OB_CU_FUSE_KV_PAIR;
-    const char *pf = getenv("ONEBIT_CUDA_PROFILE");
-    cx->prof = pf && pf[0] == '1';
+    size_t n_env = 0;
+    const ob_env_var *env = ob_cuda_env(&n_env);
+    ob_env_parse(env, n_env, &cx->opt);
+    cx->fuse = cx->opt.fuse;
+    cx->prof = cx->opt.profile;
     bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx) &&
               ob_cu_marks_init(cx);
     if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
@@ -966,38 +963,19 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
         snprintf(cx->last_err, sizeof(cx->last_err), "cublasSetStream failed");
         ok = false;
     }
-    const char *tm = getenv("ONEBIT_CUDA_TIMING");
     cx->t_last_kind = -1;
-    if (ok && tm && tm[0] == '1') {
+    if (ok && cx->opt.timing) {
         cx->timing = cudaEventCreate(&cx->tev[0]) == cudaSuccess && cudaEventCreate(&cx->tev[1]) == cudaSuccess;
         if (!cx->timing) cudaGetLastError();
     }
     /* PDL needs an sm_90 device running sm_90 code: kernels JIT-compiled from older PTX
      * lack the wait, and the attribute would then let them race. Profiling puts events
      * between launches: plain launches there. */
-    const char *pd = getenv("ONEBIT_CUDA_PDL");
-    cx->pdl = ok && !(pd && pd[0] == '0') && !cx->prof && pdl_capable(&prop);
-    const char *tv = getenv("ONEBIT_CUDA_TMV");
-    const unsigned tmask = tv && tv[0] ? (unsigned)strtoul(tv, NULL, 0) & (unsigned)OB_CU_TMA_ALL : (unsigned)OB_CU_TMA_ALL;
-    cx->tma = ok && pdl_capable(&prop) ? tmask : 0u;
-    const char *sk = getenv("ONEBIT_CUDA_SKIP");
-    cx->skip = sk && sk[0] ? (unsigned)strtoul(sk, NULL, 0) & 63u : 0u;
-    const char *as = getenv("ONEBIT_CUDA_ATTN_SPLIT");
-    cx->attn_split = as ? atoi(as) : 0;
-    const char *ao = getenv("ONEBIT_CUDA_ATTN_OLD");
-    cx->attn_old_pf = ao && ao[0] == '1';
-    const char *al = getenv("ONEBIT_CUDA_ATTN_LATE");
-    cx->attn_late = al && al[0] == '1';
-    const char *au = getenv("ONEBIT_CUDA_ATTN_U");
-    cx->attn_u = au && au[0] ? (atoi(au) >= 1 ? 1 : 0) : -1;
-    const char *ah = getenv("ONEBIT_CUDA_ATTN_H");
-    cx->attn_h = ah && ah[0] ? atoi(ah) : 2;
-    const char *rg = getenv("ONEBIT_CUDA_RMS_G");
-    cx->rms_g = rg && atoi(rg) >= 1 && atoi(rg) <= 4 ? atoi(rg) : 2;
-    const char *fa = getenv("ONEBIT_CUDA_FA");
-    cx->fa_off = (fa && fa[0] == '0') || prop.major < 8;
-    const char *ns = getenv("ONEBIT_CUDA_STAGE");
-    if (ok && !(ns && ns[0] == '0')) {
+    cx->pdl = ok && cx->opt.pdl && !cx->prof && pdl_capable(&prop);
+    cx->tma = ok && pdl_capable(&prop) ? cx->opt.tmv : 0u;
+    cx->fa_off = !cx->opt.fa || prop.major < 8;
+    ob_cu_mmq_init(cx, &prop);
+    if (ok && cx->opt.stage) {
         /* Without pinned staging, uploads stay plain blocking copies. */
         if (cudaMallocHost((void **)&cx->stage, (size_t)1 << 16) == cudaSuccess) cx->stage_size = (size_t)1 << 16;
         else { cudaGetLastError(); cx->stage = NULL; }

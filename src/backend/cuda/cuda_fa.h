@@ -7,7 +7,7 @@
 
 /* Whether ATTENTION node n can take the mma kernel: T >= 32 tokens, head size 64 or 128,
  * K and V caches F16 or Q8_0, at most 64 query heads per kv head, an sm_80+ CUDA device
- * (never HIP), not disabled by ONEBIT_CUDA_FA=0 (cx->fa_off) or ONEBIT_CUDA_ATTN_OLD=1.
+ * (never HIP), not disabled by ONEBIT_CUDA_FA=0 (cx->fa_off).
  * Depends on shapes and types only, so a captured step stays valid. */
 bool ob_cu_fa_applies(const ob_cu_ctx *cx, const ob_tensor *n);
 /* Enqueues the kernel for n (ob_cu_fa_applies must hold); false on a launch error. */

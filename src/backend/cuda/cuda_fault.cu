@@ -74,8 +74,7 @@ bool ob_cu_marks_init(ob_cu_ctx *cx) {
     const char *tf = getenv("ONEBIT_TEST_FAULT");
     cx->fault_name = tf && tf[0] ? tf : NULL;
     cx->cur_node = -1;
-    const char *e = getenv("ONEBIT_CUDA_MARKS");
-    if ((e && e[0] == '0') || cx->device < 0 || cx->device >= OB_CU_MARK_DEVICES) return true;
+    if (!cx->opt.marks || cx->device < 0 || cx->device >= OB_CU_MARK_DEVICES) return true;
     pthread_mutex_lock(&g_marks_mu);
     marks_slot *s = &g_marks[cx->device];
     if (!s->tried) {

@@ -11,6 +11,7 @@ extern "C" {
 #include "graph/op_table.h"
 }
 #include "backend/cuda/cuda_stats.h"
+#include "backend/cuda/cuda_env.h"
 
 #define OB_CU_MAX_EXEC 4
 #define OB_CU_MMVQ_MAX_T 16 /* int8 decode matvec up to this many columns (16 parallel sequences) */
@@ -34,22 +35,10 @@ typedef struct ob_cu_exec {
     int64_t log_n;
 } ob_cu_exec;
 
-enum {
-    OB_CU_FUSE_MMVQ_GROUP = 1, OB_CU_FUSE_ADD_NORM = 2, OB_CU_FUSE_NORM_ROPE = 4, OB_CU_FUSE_NORM_Q = 8,
-    OB_CU_FUSE_KV_PAIR = 16, OB_CU_FUSE_ATTN_Q = 32, OB_CU_FUSE_GLU_Q = 64,
-    /* split decode attention merges in its last-arriving block (no merge launch) */
-    OB_CU_FUSE_ATTN_ONE = 128,
-    /* q norm+rope, k norm+rope + its cache rows, V's cache rows: one launch (OB_CU_FUSE_QKV) */
-    OB_CU_FUSE_QKV = 256,
-    /* that tail folded into the one-token decode attention (k_attn_h's F) */
-    OB_CU_FUSE_ATTN_QKV = 512, OB_CU_FUSE_ALL = 1023
-};
-
-enum { OB_CU_TMA_TQ2_0 = 1, OB_CU_TMA_Q4_K = 2, OB_CU_TMA_Q6_K = 4, OB_CU_TMA_ALL = 7 };
-
 typedef struct ob_cu_ctx {
     int device;
     bool allow_fallback;
+    ob_cu_opts opt;            /* the switches (cuda_env.cu), read when the backend is made */
     bool faulted;              /* a device error happened: every later call fails */
     int sm_count;
     cudaStream_t stream;
@@ -64,35 +53,27 @@ typedef struct ob_cu_ctx {
     size_t stage_size, stage_used;
     ob_cu_exec execs[OB_CU_MAX_EXEC];
     uint64_t last_key, tick;
-    int rms_g;                 /* ONEBIT_CUDA_RMS_G: 4-element groups a thread of the fused
-                                  residual + norm (1-4, default 2) */
     /* What the host pass of cu_compute derived from the graph last time, kept for a graph
      * that comes back with the same nonzero version (unchanged: see ob_graph.version). */
     const ob_graph *pass_g;
     uint64_t pass_version, pass_key;
     size_t pass_need, pass_qneed, pass_cneed;
     bool pass_capturable;
-    bool use_graphs;
-    int64_t mmq_max_t;         /* ONEBIT_CUDA_MMQ_MAX_T (op_quant.cu): larger T go to cuBLAS */
     int64_t slab_elems;        /* ONEBIT_CUDA_BLAS_SLAB: f16 weight elements per GEMM slab */
+    /* op_mmq.cu: the fewest columns MMQ takes (INT32_MAX: none, where the device has no
+     * int8 MMA or ONEBIT_CUDA_MMQ=0), and the streaming decode kernel's grid target */
+    int mmq_min_t, mmq_dec_blocks;
     /* Fused decode patterns, one bit each (OB_CU_FUSE_*): ONEBIT_CUDA_FUSE=0 turns all off
      * (for tests), =MASK keeps only those bits (to bisect a wrong result on a device). */
     unsigned fuse;
     /* Batch-invariant mode (ob_backend.deterministic, taken at the first compute): MATMUL
      * through one plan for every T (op_quant.cu, op_mmq.cu), attention through the split
      * kernels with a split count of the cache size alone (op_attention.cu), and of the
-     * fusions only those in det_fuse (ONEBIT_CUDA_DET_FUSE=MASK, default OB_CU_FUSE_KV_PAIR:
+     * fusions only those in opt.det_fuse (ONEBIT_CUDA_DET_FUSE=MASK, default OB_CU_FUSE_KV_PAIR:
      * the others apply at some batch sizes only, and their reductions or roundings are not
      * the unfused kernels'). */
     bool det;
-    unsigned det_fuse;
-    int attn_split;            /* ONEBIT_CUDA_ATTN_SPLIT=N: decode attention splits forced to N (bisecting) */
     bool fa_off;               /* ONEBIT_CUDA_FA=0 or below sm_80: no tensor-core prefill attention (op_flash_attn.cu) */
-    bool attn_old_pf;          /* ONEBIT_CUDA_ATTN_OLD=1: prefill through the per-cell kernel (comparison) */
-    bool attn_late;            /* ONEBIT_CUDA_ATTN_LATE=1: decode attention loads nothing before the PDL wait (comparison) */
-    int attn_u;                /* ONEBIT_CUDA_ATTN_U=0/1: k_attn's early loads (1) or not (0); -1: 1 for one token */
-    int attn_h;                /* ONEBIT_CUDA_ATTN_H: the decode kernel k_attn_h never (0), for one token (1) or every
-                                * decode batch (2, default) */
     /* ONEBIT_CUDA_PROFILE=1: steps run uncaptured with an event around every launch; the
      * GPU time per op (fused or not) is printed to stderr when the backend is freed. */
     bool prof;
@@ -108,10 +89,6 @@ typedef struct ob_cu_ctx {
      * them where sm_90 code runs on an sm_90+ device, none elsewhere; ONEBIT_CUDA_TMV=MASK
      * keeps only those bits (0: off, for comparisons). */
     unsigned tma;
-    /* ONEBIT_CUDA_SKIP=MASK (diagnostics: wrong results, timing only): launches left out,
-     * 1 matmuls, 2 attention, 4 every other op but GET_ROWS and SAMPLE; or of those 8 GLU,
-     * 16 ADD (with the norm it fuses), 32 RMS_NORM, ROPE, KV_STORE (the q/k/v tail). */
-    unsigned skip;
     /* Split decode attention's arrival counters, one per (token, head), zero between
      * launches (the last block resets its own). */
     unsigned *attn_cnt;
@@ -221,7 +198,7 @@ bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_cpy(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_tables_init(ob_cu_ctx *cx);
 /* int8-activation matvec for hot types (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0) at T <= 8. */
-bool ob_cu_mmvq_applies(const ob_tensor *n);
+bool ob_cu_mmvq_applies(const ob_cu_ctx *cx, const ob_tensor *n);
 size_t ob_cu_mmvq_qx_size(const ob_tensor *n);
 bool ob_cu_op_mmvq(ob_cu_ctx *cx, ob_tensor *n);
 /* x F32 [n] -> int8 blocks of 32 in qx and (scale, scale x sum) per block in dx, as the

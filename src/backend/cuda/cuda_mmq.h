@@ -11,20 +11,21 @@
 
 #include "backend/cuda/cuda_int.h"
 
-/* Whether op_mmq.cu takes MATMUL node n (pure apart from reading the env and the device's
- * compute capability once). */
-bool ob_cu_mmq_applies(const ob_tensor *n);
+/* cx->mmq_min_t and cx->mmq_dec_blocks from the switches and the device (at creation). */
+void ob_cu_mmq_init(ob_cu_ctx *cx, const cudaDeviceProp *prop);
+/* Whether op_mmq.cu takes MATMUL node n (pure: shapes, types, alignment and cx's options). */
+bool ob_cu_mmq_applies(const ob_cu_ctx *cx, const ob_tensor *n);
 /* Bytes of cx->tmp the node needs: int8 x [T][K], then (at ob_cu_qx_dx_offset) float2 [T][K/32]
  * (used only when cx->qx is too small for them), then the split-K partial sums. */
-size_t ob_cu_mmq_tmp_size(const ob_tensor *n);
+size_t ob_cu_mmq_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);
 /* Enqueues the quantization of x and the matmul on cx->stream; false on a launch error. */
 bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n);
 
 /* Batch-invariant mode (cx->det): whether k_mmq_dec takes node n at every T (Q4_K, Q6_K,
  * Q8_0; K % 256 == 0; 16-aligned x and weights; int8 MMA on the device), its scratch in
  * cx->tmp, and the launch (columns in fixed chunks, one plan for every T). */
-bool ob_cu_mmq_det_applies(const ob_tensor *n);
-size_t ob_cu_mmq_det_tmp_size(const ob_tensor *n);
+bool ob_cu_mmq_det_applies(const ob_cu_ctx *cx, const ob_tensor *n);
+size_t ob_cu_mmq_det_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n);
 bool ob_cu_op_mmq_det(ob_cu_ctx *cx, ob_tensor *n);
 
 #endif

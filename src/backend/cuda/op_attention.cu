@@ -18,18 +18,14 @@
  * exp and V load in sequence: two memory latencies per cell, so a deep context made
  * decode latency-bound. k_attn_h gives each lane hd/32 consecutive elements (one 4-16 byte
  * load per row) and takes 4 cells per warp per round, every load of a round issued before
- * any is used. H200, 2026-11-30 09:05 UTC, the session's start binary against this code in
- * one call (`1bit bench -p 0 -n 32 -d D -c 8192`): qwen3-8b TQ2_0 101 -> 372 tok/s at depth
- * 4096, 246 -> 467 at 1024, 447 -> 541 at depth 0 (tg128); Q4_K_M 96 -> 309 at 4096, and
- * at 16 sequences (`-np 16`) 1,882 -> 2,048-2,060 (bench/NOTES.md, session 8).
+ * any is used: deep contexts ran 2-4x faster (bench/NOTES.md: Session 8, k_attn_h).
  * For one token (T = 1, causal, pos and seq inputs of the step) both load the rows of
  * earlier positions before the PDL wait: only row p is written by the kernel ahead.
  * With f16 caches k_attn_h can also take the layer's q/k/v tail (q/k norm, rope, the K/V
- * stores of row p; OB_CU_FUSE_ATTN_QKV), which then needs no launch of its own: H200,
- * 2026-11-30 10:31 / 10:35 UTC, `1bit bench -p 0 -n 128 -r 2`, against the same binary with
- * it off (ONEBIT_CUDA_FUSE=511): qwen3-8b TQ2_0 608-609 / 602-604 tok/s against 600 / 599,
- * Q4_K_M 444 / 440-443 against 436 / 435. It applies where the planner kept the attention's
- * output apart from the raw k and v (24 of qwen3-8b's 36 layers). */
+ * stores of row p; OB_CU_FUSE_ATTN_QKV), which then needs no launch of its own (a few % of
+ * a decode step: bench/NOTES.md, Session 9, the q/k/v tail folded into k_attn_h). It
+ * applies where the planner kept the attention's output apart from the raw k and v (24 of
+ * qwen3-8b's 36 layers). */
 #include "backend/cuda/rowops.cuh"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_fa.h"
@@ -40,9 +36,9 @@
 #define OB_ATTN_CELLS_PER_SPLIT 16 /* fewest cells per split when the whole cache is in use */
 #define OB_ATTN_MAX_SPLIT 256
 /* Batches up to 16 tokens take the split decode kernel (k_attn), larger ones k_attn_pf or
- * flash attention. At 16 parallel sequences k_attn_pf gave 128 blocks of 10 us (Nsight
- * Compute) and no fused quantization of the output: qwen3-8b Q4_K_M, H200, 2026-11-30,
- * `-np 16`: 1,637 tok/s there against 1,859 on k_attn (`ONEBIT_CUDA_ATTN_OLD=1`). */
+ * flash attention: at 16 parallel sequences k_attn_pf's blocks were few and long and its
+ * output skipped the fused quantization (bench/NOTES-cuda-3-7.md: Session 7, attention for
+ * 9-16 tokens). */
 #define OB_ATTN_SPLIT_T 16
 
 /* ---- KV_STORE ---------------------------------------------------------------------------- */
@@ -108,15 +104,14 @@ typedef struct ob_attn_args {
 /* Up to eight blocks per SM over (split, head, token) (a block walks its cells one per
  * warp at a time, so short splits hide the latency of those dependent loads), at most one
  * split per OB_ATTN_CELLS_PER_SPLIT cells of the cache, and 8 splits until the cache is
- * large enough for 512 cells per split. H200, 2026-11-29/30, tg128 (positions 0-127) in a
- * 648-cell context, `ONEBIT_CUDA_ATTN_SPLIT=N`: qwen3-8b Q4_K_M 4 splits 241 tok/s, 6 247,
- * 8 260, 16 258, 33 (the old rule) 235; qwen3-0.6b 4 610, 6 615, 8 707, 16 666, 41 599.
- * Fewer splits leave each block a long serial walk, more add blocks and merge work. */
+ * large enough for 512 cells per split. Fewer splits leave each block a long serial walk,
+ * more add blocks and merge work (bench/NOTES-cuda-3-7.md: Session 3, decode attention
+ * splits). */
 static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
     const int64_t T = q->ne[2] * q->ne[3], H = q->ne[1];
     if (T > OB_ATTN_SPLIT_T && !cx->det) return 1;
-    if (cx->attn_split > 0) return OB_MIN(cx->attn_split, OB_ATTN_MAX_SPLIT);
+    if (cx->opt.attn_split > 0) return OB_MIN(cx->opt.attn_split, OB_ATTN_MAX_SPLIT);
     const int64_t want = (8 * (int64_t)OB_MAX(cx->sm_count, 1) + H * T - 1) / (H * T);
     const int64_t cells = n->ip[0];
     const int64_t most = OB_MIN((cells + OB_ATTN_CELLS_PER_SPLIT - 1) / OB_ATTN_CELLS_PER_SPLIT,
@@ -192,10 +187,10 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
 
 /* As merge_head, with the splits' (max, sum) read once into shared memory as weights
  * f_k / L, so each element is a sum of independent loads rather than a walk that loads
- * and tests each split's sum again. H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2` on
- * qwen3-8b TQ2_0, one sequence (8 splits): 435 -> 477 tok/s. At 16 sequences (`-np 16`
- * on Q4_K_M, 2 splits) merge_head stays: 1,813-1,828 with this one against 1,844-1,853. Every split's row is written (zeros
- * when it saw no cell), as the sums here take each split's elements unconditionally. */
+ * and tests each split's sum again: faster at one sequence (8 splits), slower at 16 (2
+ * splits), where merge_head stays (bench/NOTES.md: Session 8, split weights in the merge).
+ * Every split's row is written (zeros when it saw no cell), as the sums here take each
+ * split's elements unconditionally. */
 template <bool cg>
 static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
                                                     int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item) {
@@ -278,10 +273,9 @@ static __device__ __forceinline__ void attn_range(const ob_attn_args &a, int sp,
     if (!valid) hi = -1;
     hi = OB_MIN(hi, a.cps - 1);
     if (a.nsplit > 1 && hi >= lo) {
-        /* ceil(used / nsplit): the used cells spread over every split, however few. A floor
-         * of 32 cells per split (fewer, longer splits early in a large cache) made decode
-         * slower on the H200 (2026-11-29, qwen3-8b Q4_K_M tg128 236 -> 210 tok/s): at batch 1
-         * the walk over a split's cells is latency-bound, so more splits win. */
+        /* ceil(used / nsplit): the used cells spread over every split, however few. At batch 1
+         * the walk over a split's cells is latency-bound, so more splits win: a floor of 32
+         * cells per split was slower (bench/NOTES-cuda-3-7.md: Session 3). */
         const int64_t chunk = (hi - lo + a.nsplit) / a.nsplit;
         lo += (int64_t)sp * chunk;
         hi = OB_MIN(hi, lo + chunk - 1);
@@ -380,7 +374,8 @@ static __device__ __forceinline__ void attn_round(const ob_attn_args &a, float (
 /* k_attn<U>: U = 0 walks one cell per warp at a time with every load after the PDL wait; U >= 1
  * loads rounds of U cells (cells j0 + u * OB_ATTN_WARPS, u < U) and, for one token, the first
  * round before the wait (a.early). Only U = 1 is launched: with 4 cells per round this
- * kernel held 168 registers and ran slower than 1 (the k_attn_h layout does it in 72). */
+ * kernel held 168 registers and ran slower than 1 (the k_attn_h layout does it in 72;
+ * bench/NOTES.md: Session 8). */
 
 /* One round's K and V elements of this lane (0 past hi, and for cell `skip`). */
 template <int U>
@@ -840,7 +835,7 @@ bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return at
 
 /* Whether decode ATTENTION n (T <= OB_ATTN_SPLIT_T) takes k_attn_h: f16 or Q8_0 K and V (each)
  * with hd = 64, 128, 256, rows aligned for the loads (16 bytes; 2 for Q8_0's 34-byte
- * blocks), and cx->attn_h (ONEBIT_CUDA_ATTN_H: 0 never, 1 one token, 2 every decode batch). */
+ * blocks), and cx->opt.attn_h (ONEBIT_CUDA_ATTN_H: 0 never, 1 one token, 2 every decode batch). */
 static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const int64_t hd = q->ne[0], T = q->ne[2] * q->ne[3];
@@ -848,14 +843,14 @@ static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16;
     return (kq || kc->type == OB_TYPE_F16) && (vq || vc->type == OB_TYPE_F16) && (hd == 64 || hd == 128 || hd == 256) &&
            ((uintptr_t)kc->data % kal) == 0 && ((uintptr_t)vc->data % val) == 0 && ob_row_size(kc->type, kc->ne[0]) % kal == 0 &&
-           ob_row_size(vc->type, vc->ne[0]) % val == 0 && (cx->attn_h >= 2 || (cx->attn_h == 1 && (T == 1 || cx->det)));
+           ob_row_size(vc->type, vc->ne[0]) % val == 0 && (cx->opt.attn_h >= 2 || (cx->opt.attn_h == 1 && (T == 1 || cx->det)));
 }
 
 /* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
  * pos and seq inputs of the step (the early loads), f16 K and V. */
 bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
-    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && !cx->attn_late && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
+    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
            n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && n->src[1]->type == OB_TYPE_F16 &&
            n->src[2]->type == OB_TYPE_F16 && attn_h_ok(cx, n);
 }
@@ -885,7 +880,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     a.vtype = (int)vc->type;
     a.causal = n->ip[3] != 0;
     a.nsplit = attn_nsplit(cx, n);
-    a.early = a.T == 1 && a.causal && n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && !cx->attn_late;
+    a.early = a.T == 1 && a.causal && n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF;
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
@@ -907,7 +902,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     /* batch-invariant mode: the split kernels at every T (their per-token sums do not
      * depend on T: each (split, head, token) block walks that token's own cells) */
     if (a.T > OB_ATTN_SPLIT_T && !cx->det && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
-    if (a.T > OB_ATTN_SPLIT_T && !cx->det && !cx->attn_old_pf) {
+    if (a.T > OB_ATTN_SPLIT_T && !cx->det) {
         (void)OB_CU_LAUNCH_PLAIN(cx, (k_attn_pf), ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, a);
         return OB_CU_LAUNCHED(cx);
     }
@@ -919,11 +914,8 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     if (one) cx->stats[OB_CU_STAT_ATTN_ONE]++;
     dim3 grid((unsigned)a.nsplit, (unsigned)a.H, (unsigned)a.T);
     const dim3 blk(OB_ATTN_WARPS * OB_WARP);
-    /* k_attn_h where attn_h_ok says so, 4 cells a round. 8 cells a round ran no
-     * faster: H200, 2026-11-30, `1bit bench -p 0 -n 64 -r 2 -np 16` on qwen3-8b Q4_K_M 2,039
-     * tok/s against 2,048-2,060, tg128 on TQ2_0 513 against 513 (bench/NOTES.md, session 8).
-     * A q8_0 cache at depth 4096 (`-d 4096 -c 8192 -ctk q8_0 -ctv q8_0`): qwen3-8b Q4_K_M
-     * 103.5 -> 270.8 tok/s (session 9). */
+    /* k_attn_h where attn_h_ok says so, 4 cells a round: 8 ran no faster (bench/NOTES.md:
+     * Session 8, k_attn_h); it takes q8_0 caches too (Session 9, q8_0 caches on k_attn_h). */
     const int epl = (int)(a.hd / 32);
     const bool kq = kc->type == OB_TYPE_Q8_0, vq = vc->type == OB_TYPE_Q8_0;
     const bool hk = attn_h_ok(cx, n);
@@ -947,8 +939,8 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
         if (!ok) return false;
     } else {
         /* early loads (k_attn<1>: the first cell of each warp before the PDL wait) for one
-         * token (cx->attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
-        const int U = cx->attn_u >= 0 ? cx->attn_u : a.T == 1 ? 1 : 0;
+         * token (cx->opt.attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
+        const int U = cx->opt.attn_u >= 0 ? cx->opt.attn_u : a.T == 1 ? 1 : 0;
         if (U == 0) a.early = 0;
         if (!(U == 0 ? OB_CU_LAUNCH(cx, k_attn<0>, grid, blk, 0, a) : OB_CU_LAUNCH(cx, k_attn<1>, grid, blk, 0, a)))
             return false;

@@ -245,15 +245,12 @@ bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bo
     const uintptr_t al = (uintptr_t)a->data | (uintptr_t)xb | (uintptr_t)xs | (uintptr_t)w | (uintptr_t)norm->data;
     const int64_t ng = n / 4;
     if (n % 4 == 0 && (al & 15) == 0 && ng <= 4 * 1024) {
-        /* cx->rms_g groups of 4 a thread (512 threads at n = 4096 by default). H200,
-         * 2026-11-30 10:17 UTC, `1bit bench -p 0 -n 128 -r 2` (ONEBIT_CUDA_RMS_G=1 / 4 / 2):
-         * qwen3-8b TQ2_0 595 / 589 / 600 tok/s, Q4_K_M 436 / 425-427 / 435, qwen3-0.6b
-         * 1,159 / 1,092-1,096 / 1,152. 1 and 2 are within the spread; 4 (256 threads, which
-         * fit beside the matvec ahead and so start early) lost: the block's serial part
-         * after the wait grew more than the early start saved. Letting the next kernel start
-         * only after this one's loads (not at its wait) lost too: TQ2_0 599 / 606 against
-         * 607 / 614 (10:40 UTC): the next matvec's early weight copies are worth more. */
-        const int64_t per = (ng + cx->rms_g - 1) / cx->rms_g;
+        /* cx->opt.rms_g groups of 4 a thread (512 threads at n = 4096 by default). 4 (256
+         * threads, early beside the matvec ahead) lost: the block's serial part after the
+         * wait grew more than the early start saved; and letting the next kernel start only
+         * after this one's loads lost to its early weight copies (bench/NOTES.md: Session 9,
+         * fused residual + norm at 512 threads, and tried and dropped). */
+        const int64_t per = (ng + cx->opt.rms_g - 1) / cx->opt.rms_g;
         const int bt = (int)OB_MAX((int64_t)32, OB_MIN((int64_t)1024, (per + 31) / 32 * 32)), G = (int)((ng + bt - 1) / bt);
         float *y = (float *)norm->data;
         const float eps = norm->fp[0];

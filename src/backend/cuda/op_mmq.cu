@@ -20,7 +20,7 @@
  *
  * Decode batches (T <= 16) of Q4_K, Q6_K and Q8_0 take k_mmq_dec instead: per-warp
  * cp.async rings of raw weight bytes, A fragments unpacked straight from them (see its
- * comment; knobs ONEBIT_CUDA_MMQ_DEC / _WARPS / _STAGES / _BLOCKS at mmq_dec_cfg). */
+ * comment; knobs ONEBIT_CUDA_MMQ_DEC / _WARPS / _STAGES / _BLOCKS, cuda_env.cu). */
 #include "backend/cuda/cuda_mmq.h"
 #include <stdlib.h>
 #include <string.h>
@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(WM * WK * OB_WARP)
 /* k_mmq above unpacks each stage's weights into a shared int8 tile between two block
  * barriers, so a block has one stage of loads in flight and then computes; at T <= 16 the
  * tensor cores are nearly idle and that serialization, not bandwidth, set the speed
- * (~0.5-0.7 TB/s on an H200). Here every warp owns 16 weight rows and a share of the K
+ * (bench/NOTES-cuda-3-7.md: Session 5, Nsight Compute at 16 sequences). Here every warp owns 16 weight rows and a share of the K
  * stages and runs its own ring of `nst` raw-byte stage buffers filled by cp.async (16-byte
  * pieces, L1 bypassed), so nst - 1 stages per warp are in flight while it computes one;
  * the A fragments are unpacked in registers straight from the raw bytes, B (x, at most
@@ -443,7 +443,7 @@ static __device__ __forceinline__ void mmq_dec_x(const int8_t *const (&xq)[NF], 
 /* The MMAs of one stage (256 elements) from the raw bytes of rows g (p0) and g + 8 (p1),
  * x through the lane's stage pointers (mmq_dec_x). Sub-block s + 1's x loads are issued
  * before sub-block s's MMAs, so their latency (L1 or L2) overlaps the math; issued just
- * before use, they stalled the warps ~40% of the time (Nsight Compute, 16 columns). */
+ * before use, they stalled the warps (bench/NOTES-cuda-3-7.md: Session 5, Nsight Compute). */
 template <int T, int NF>
 static __device__ __forceinline__ void mmq_dec_stage(float (&acc)[NF][4], const uint8_t *p0, const uint8_t *p1,
                                                      const int8_t *const (&xq)[NF], const float2 *const (&xd0)[NF],
@@ -516,7 +516,8 @@ static __device__ __forceinline__ void mmq_dec_stage(float (&acc)[NF][4], const 
         asub(s, a, sw, mw);
         if constexpr (NF == 1) {
             /* fully unrolled, the compiler schedules these loads early itself; the explicit
-             * prefetch cost 2-6% at 4 and 8 columns */
+             * prefetch cost a little at 4 and 8 columns (bench/NOTES.md: Moved from source
+             * comments) */
             if (s > 0) mmq_dec_x<NF>(xq, xd0, xd1, s, b0, b1, x0, x1);
             mmq_dec_sub<T == OB_TYPE_Q6_K, T == OB_TYPE_Q4_K, NF>(acc, a, b0, b1, x0, x1, sw, mw);
             continue;
@@ -653,45 +654,30 @@ static bool mmq_type(ob_type t) {
            t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
 }
 
-/* The env knobs and the device's mma support, read once (they do not change while the
- * process runs; one device kind per process). */
-static int g_mmq_min_explicit; /* ONEBIT_CUDA_MMQ_MIN_T is set (mmq_min_t reads it) */
-static int mmq_min_t(void) {
-    static int v = -1;
-    if (v < 0) {
-        int m = 2;
-        const char *on = getenv("ONEBIT_CUDA_MMQ"), *mt = getenv("ONEBIT_CUDA_MMQ_MIN_T");
-        g_mmq_min_explicit = mt != NULL;
-        if (mt && atoi(mt) > 0) m = atoi(mt);
-        if (on && on[0] == '0') m = 0x7fffffff;
+void ob_cu_mmq_init(ob_cu_ctx *cx, const cudaDeviceProp *prop) {
+    int m = cx->opt.mmq_min_t > 0 ? cx->opt.mmq_min_t : 2;
+    if (!cx->opt.mmq) m = 0x7fffffff;
 #ifdef OB_HIP
-        m = 0x7fffffff;
+    m = 0x7fffffff;
 #else
-        int dev = 0, major = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-        if (major < 8) m = 0x7fffffff;
+    if (prop->major < 8) m = 0x7fffffff;
 #endif
-        v = m;
-    }
-    return v;
+    cx->mmq_min_t = m;
+    const int sms = prop->multiProcessorCount > 0 ? prop->multiProcessorCount : 132;
+    cx->mmq_dec_blocks = cx->opt.mmq_blocks > 0 ? cx->opt.mmq_blocks : 4 * sms;
 }
 
-bool ob_cu_mmq_applies(const ob_tensor *n) {
+bool ob_cu_mmq_applies(const ob_cu_ctx *cx, const ob_tensor *n) {
     if (n->op != OB_OP_MATMUL || !n->src[0] || !n->src[1]) return false;
     const ob_tensor *w = n->src[0], *x = n->src[1];
     const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(x);
     if (!mmq_type(w->type) || x->type != OB_TYPE_F32 || n->type != OB_TYPE_F32) return false;
     if (K % 128 != 0 || K > 0x3fffffff || N < 1 || T < 1 || T > 0x3fffffff) return false;
-    if (T < mmq_min_t()) return false;
+    if (T < cx->mmq_min_t) return false;
     /* Small matrices at up to 4 columns stay on the int8 matvec, whose single launch beats
-     * MMQ's quantize + stream (+ reduce) there (H200, 2026-11-29, 4 sequences: qwen3-0.6b,
-     * all matrices <= 3.1M elements, 1,805 tok/s on the matvec vs 1,710; qwen3-8b, >= 4.2M,
-     * 745 on MMQ vs ~500). An explicit ONEBIT_CUDA_MMQ_MIN_T decides alone. */
-    if (T <= 4 && K * N < ((int64_t)4 << 20) && !g_mmq_min_explicit) return false;
+     * MMQ's quantize + stream (+ reduce) there (bench/NOTES-cuda-3-7.md: Session 3). An
+     * explicit ONEBIT_CUDA_MMQ_MIN_T decides alone. */
+    if (T <= 4 && K * N < ((int64_t)4 << 20) && cx->opt.mmq_min_t <= 0) return false;
     if (((uintptr_t)x->data & 15) != 0) return false; /* float4 loads of x */
     const uintptr_t a = (uintptr_t)w->data;
     return w->type == OB_TYPE_Q4_K || w->type == OB_TYPE_Q5_K ? (a & 15) == 0 : (a & 1) == 0;
@@ -719,38 +705,10 @@ __global__ void k_mmq_reduce(const float *__restrict__ p, float *__restrict__ y,
  * ksplit elements so that the grid reaches the block target. */
 typedef struct mmq_plan { int cfg, S, dec, nw, nst; int64_t kc, ksplit; } mmq_plan;
 
-/* Knobs of the streaming decode kernel, read once: ONEBIT_CUDA_MMQ_DEC = the largest T it
- * takes (0 off, at most 16; default 16, but Q8_0 at most 8). On the H200 (2026-11-30,
- * qwen3-8b Q4_K_M, one machine per comparison), with the lane pointers and the x prefetch
- * of mmq_dec_stage, it gave 1,594 tok/s at 16 sequences against 1,545-1,549 on the tiled
- * kernel (qwen3-0.6b: 4,499 against 4,180), and 834 at 4 and 1,338 at 8 against 788 and
- * 1,254 before those changes; Q8_0 at 16: 1,433 against 1,486 tiled.
- * ONEBIT_CUDA_MMQ_WARPS warps per block (1..8, default 4), ONEBIT_CUDA_MMQ_STAGES ring
- * depth (2..8; default 2, Q8_0 4), ONEBIT_CUDA_MMQ_BLOCKS the grid size below which K is
- * split (default 4 per SM). */
-typedef struct mmq_dec_knobs { int max_t, nw, nst, blocks; } mmq_dec_knobs;
-static const mmq_dec_knobs *mmq_dec_cfg(void) {
-    static mmq_dec_knobs k = {-1, 4, 0, 528};
-    if (k.max_t < 0) {
-        const char *e;
-        int v = 16;
-        if ((e = getenv("ONEBIT_CUDA_MMQ_DEC")) != NULL) v = atoi(e);
-        k.max_t = v < 0 ? 0 : v > 16 ? 16 : v;
-        if ((e = getenv("ONEBIT_CUDA_MMQ_WARPS")) != NULL && atoi(e) >= 1 && atoi(e) <= 8) k.nw = atoi(e);
-        if ((e = getenv("ONEBIT_CUDA_MMQ_STAGES")) != NULL && atoi(e) >= 2 && atoi(e) <= 8) k.nst = atoi(e);
-        int sms = 132;
-#ifndef OB_HIP /* never launched there (ob_cu_mmq_applies) */
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-            cudaGetLastError();
-            sms = 132;
-        }
-#endif
-        k.blocks = 4 * (sms > 0 ? sms : 132);
-        if ((e = getenv("ONEBIT_CUDA_MMQ_BLOCKS")) != NULL && atoi(e) >= 1) k.blocks = atoi(e);
-    }
-    return &k;
-}
+/* The streaming decode kernel's knobs are cx->opt.mmq_dec (the largest T it takes; Q8_0
+ * at most 8), mmq_warps, mmq_stages (0: chosen per type) and cx->mmq_dec_blocks. Against
+ * the tiled kernel it won at 4, 8 and 16 sequences but lost on Q8_0 at 16, hence its cap
+ * (bench/NOTES-cuda-3-7.md: Session 5). */
 
 /* Bytes of a 16-row buffer of one stage (mmq_dec_tr<T>::RB * 16), 0 for types k_mmq_dec
  * does not take. */
@@ -762,23 +720,18 @@ static int mmq_dec_stb(ob_type t) {
 
 /* k_mmq_dec's warps, ring depth and K split for W [K, N] of type t: from the weight shape,
  * the knobs and the GPU alone (never T, which batch-invariant mode relies on). */
-static void mmq_dec_split(mmq_plan *p, ob_type t, int64_t K, int64_t N) {
-    const mmq_dec_knobs *kn = mmq_dec_cfg();
-    p->nw = kn->nw;
+static void mmq_dec_split(const ob_cu_ctx *cx, mmq_plan *p, ob_type t, int64_t K, int64_t N) {
+    p->nw = cx->opt.mmq_warps;
     /* ring depth 2: the shared memory it leaves to L1 keeps more of x there, which the
-     * x fragment loads wait on (H200, 2026-11-30, qwen3-8b Q4_K_M, one machine per
-     * comparison, `scripts/device_runs.sh`: 16 sequences 1,675-1,680 tok/s against
-     * 1,626-1,629 with the former 3; 8: 1,467 against 1,362 with the former 4; 4: 892
-     * against 826). Session 5 had 3 beat 4 at 16 (1,617-1,621 against 1,586-1,594).
-     * Q8_0 (at most 8 columns) keeps 4: 8 sequences on qwen3-8b Q8_0 ran 1,038-1,041 with
-     * 2 against 1,069-1,072 with 4. */
-    p->nst = kn->nst > 0 ? kn->nst : t == OB_TYPE_Q8_0 ? 4 : 2;
+     * x fragment loads wait on; Q8_0 (at most 8 columns) keeps 4, where 2 lost
+     * (bench/NOTES-cuda-3-7.md: Session 7, MMQ ring depth 2). */
+    p->nst = cx->opt.mmq_stages > 0 ? cx->opt.mmq_stages : t == OB_TYPE_Q8_0 ? 4 : 2;
     /* ring depth within 100 KB a block (at least two blocks an SM) */
     while (p->nst > 2 && (int64_t)p->nw * p->nst * mmq_dec_stb(t) > 100 * 1024) p->nst--;
     p->cfg = 0;
     p->kc = 256;
     const int64_t blocks = (N + 15) / 16, stages = K / 256;
-    int64_t S = (kn->blocks + blocks - 1) / blocks;
+    int64_t S = (cx->mmq_dec_blocks + blocks - 1) / blocks;
     if (S > 8) S = 8;
     if (S > stages) S = stages;
     if (S < 1) S = 1;
@@ -788,16 +741,16 @@ static void mmq_dec_split(mmq_plan *p, ob_type t, int64_t K, int64_t N) {
 
 /* aligned: whether the weights are 16-aligned (a k_mmq_dec condition); the scratch size
  * takes both answers, so it does not depend on where the weights were at planning. */
-static mmq_plan mmq_plan_of(const ob_tensor *n, bool aligned) {
+static mmq_plan mmq_plan_of(const ob_cu_ctx *cx, const ob_tensor *n, bool aligned) {
     const ob_tensor *w = n->src[0];
     const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(n->src[1]);
     mmq_plan p;
     memset(&p, 0, sizeof(p));
-    const mmq_dec_knobs *kn = mmq_dec_cfg();
-    p.dec = T <= (w->type == OB_TYPE_Q8_0 && kn->max_t > 8 ? 8 : kn->max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
+    const int max_t = cx->opt.mmq_dec;
+    p.dec = T <= (w->type == OB_TYPE_Q8_0 && max_t > 8 ? 8 : max_t) && mmq_dec_stb(w->type) > 0 && K % 256 == 0 &&
             aligned;
     if (p.dec) {
-        mmq_dec_split(&p, w->type, K, N);
+        mmq_dec_split(cx, &p, w->type, K, N);
         return p;
     }
     p.cfg = T <= 8 ? 0 : T <= 16 ? 1 : T <= 32 ? 2 : 3;
@@ -819,9 +772,9 @@ static size_t mmq_part_offset(int64_t K, int64_t T) {
     return (ob_cu_qx_dx_offset(K, T) + (size_t)(K / 32 * T) * sizeof(float2) + 255) & ~(size_t)255;
 }
 
-size_t ob_cu_mmq_tmp_size(const ob_tensor *n) {
+size_t ob_cu_mmq_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
-    const mmq_plan p = mmq_plan_of(n, true), q = mmq_plan_of(n, false);
+    const mmq_plan p = mmq_plan_of(cx, n, true), q = mmq_plan_of(cx, n, false);
     const int S = p.S > q.S ? p.S : q.S;
     return mmq_part_offset(K, T) + (S > 1 ? (size_t)S * (size_t)(T * N) * sizeof(float) : 0);
 }
@@ -884,7 +837,7 @@ static void mmq_launch(ob_cu_ctx *cx, const ob_tensor *n, const int8_t *qx, cons
 bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_tensor *x = n->src[1];
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(x);
-    const mmq_plan p = mmq_plan_of(n, ((uintptr_t)n->src[0]->data & 15) == 0);
+    const mmq_plan p = mmq_plan_of(cx, n, ((uintptr_t)n->src[0]->data & 15) == 0);
     float *part = (float *)((char *)cx->tmp + mmq_part_offset(K, T)), *y = p.S > 1 ? part : (float *)n->data;
     /* x quantized into cx->qx where it fits (the matvec's buffer, kept while x is: q/k/v
      * and gate/up share one quantization, as in op_mmvq.cu), else into cx->tmp. */
@@ -933,28 +886,28 @@ bool ob_cu_op_mmq(ob_cu_ctx *cx, ob_tensor *n) {
 
 static int det_chunk(ob_type t) { return t == OB_TYPE_Q8_0 ? 8 : 16; }
 
-bool ob_cu_mmq_det_applies(const ob_tensor *n) {
+bool ob_cu_mmq_det_applies(const ob_cu_ctx *cx, const ob_tensor *n) {
     if (n->op != OB_OP_MATMUL || !n->src[0] || !n->src[1]) return false;
     const ob_tensor *w = n->src[0], *x = n->src[1];
     const int64_t K = w->ne[0], N = w->ne[1], T = ob_nrows(x);
     if (mmq_dec_stb(w->type) == 0 || x->type != OB_TYPE_F32 || n->type != OB_TYPE_F32) return false;
     if (K % 256 != 0 || K > 0x3fffffff || N < 1 || T < 1 || T > 0x3fffffff) return false;
-    if (mmq_min_t() == 0x7fffffff) return false; /* no int8 MMA here (HIP, below sm_80, ONEBIT_CUDA_MMQ=0) */
+    if (cx->mmq_min_t == 0x7fffffff) return false; /* no int8 MMA here (HIP, below sm_80, ONEBIT_CUDA_MMQ=0) */
     return ((uintptr_t)x->data & 15) == 0 && ((uintptr_t)w->data & 15) == 0;
 }
 
-static mmq_plan det_plan(const ob_tensor *n) {
+static mmq_plan det_plan(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *w = n->src[0];
     mmq_plan p;
     memset(&p, 0, sizeof(p));
     p.dec = 1;
-    mmq_dec_split(&p, w->type, w->ne[0], w->ne[1]);
+    mmq_dec_split(cx, &p, w->type, w->ne[0], w->ne[1]);
     return p;
 }
 
-size_t ob_cu_mmq_det_tmp_size(const ob_tensor *n) {
+size_t ob_cu_mmq_det_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
-    const mmq_plan p = det_plan(n);
+    const mmq_plan p = det_plan(cx, n);
     const int64_t c = OB_MIN(T, (int64_t)det_chunk(n->src[0]->type));
     return mmq_part_offset(K, T) + (p.S > 1 ? (size_t)p.S * (size_t)(c * N) * sizeof(float) : 0);
 }
@@ -962,7 +915,7 @@ size_t ob_cu_mmq_det_tmp_size(const ob_tensor *n) {
 bool ob_cu_op_mmq_det(ob_cu_ctx *cx, ob_tensor *n) {
     const ob_type t = n->src[0]->type;
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
-    const mmq_plan p = det_plan(n);
+    const mmq_plan p = det_plan(cx, n);
     int8_t *qx = (int8_t *)cx->tmp;
     float2 *dx = (float2 *)((char *)cx->tmp + ob_cu_qx_dx_offset(K, T));
     float *part = (float *)((char *)cx->tmp + mmq_part_offset(K, T));

@@ -484,10 +484,10 @@ static bool hot_type(ob_type t) {
     return t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
 }
 
-bool ob_cu_mmvq_applies(const ob_tensor *n) {
+bool ob_cu_mmvq_applies(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *w = n->src[0];
     const int64_t T = ob_nrows(n->src[1]);
-    if (ob_cu_mmq_applies(n)) return false; /* the tensor-core path takes it (op_mmq.cu) */
+    if (ob_cu_mmq_applies(cx, n)) return false; /* the tensor-core path takes it (op_mmq.cu) */
     if (!hot_type(w->type) || T < 1 || T > OB_CU_MMVQ_MAX_T || w->ne[0] > 0x3fffffff) return false;
     if (((uintptr_t)n->src[1]->data & 15) != 0) return false; /* float4 loads of x */
     /* Q4_K reads whole 16-byte pieces; the others 16-bit words. Weights are 32-aligned
@@ -544,21 +544,10 @@ template <int T> static void launch_run(ob_cu_ctx *cx, const ob_mmvq_set *set, u
     if (ok) __atomic_fetch_add(&g_run_launches, 1, __ATOMIC_RELAXED);
 }
 
-/* ONEBIT_CUDA_MMVQ_OLD=1: one column through k_mmvq as before k_mmvq_run (comparison
- * runs). Read once per process. */
-static bool mmvq_old(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("ONEBIT_CUDA_MMVQ_OLD");
-        v = e && e[0] == '1';
-    }
-    return v == 1;
-}
-
 /* Whether k_mmvq_run takes one column of these matrices: 16-byte aligned rows of at least
  * 1 KB (shorter rows leave most of a warp idle; k_mmvq splits them over fewer lanes). */
 static bool use_run(ob_tensor *const *ns, int count, size_t rb, int64_t T) {
-    if (T != 1 || rb % 16 != 0 || rb < 1024 || mmvq_old()) return false;
+    if (T != 1 || rb % 16 != 0 || rb < 1024) return false;
     for (int i = 0; i < count; i++)
         if (((uintptr_t)ns[i]->src[0]->data & 15) != 0) return false;
     return true;

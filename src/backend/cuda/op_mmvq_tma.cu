@@ -4,7 +4,7 @@
  * Why a kernel of its own: a TQ2_0 row of K = 4096 is 1,056 bytes, so the staged matvec
  * (k_mmvq_run, op_mmvq.cu) gives each warp one short run to load, wait for and decode, and
  * its per-slot decode (shift, mask, a second dp4a for the -1 offset) costs ~2 instructions
- * per weight: it moved ~1 TB/s. Here:
+ * per weight: it moved ~1 TB/s (bench/NOTES-cuda-3-7.md: Session 4). Here:
  *   - the grid is persistent (as many blocks as fit an SM); each warp owns chunks w, w +
  *     GW, ... (GW = warps in the grid) of up to 4 consecutive rows and keeps `stages`
  *     chunks in flight: one bulk copy per chunk into the warp's ring in shared memory,
@@ -17,12 +17,9 @@
  *     into x's scale; the -1 of each trit comes off as the sum of x over the half, which
  *     the activation quantizer already stores (dx.y = d * sum(q)). One LOP3 and one dp4a
  *     per 4 weights. Q4_K and Q6_K decode their half the same way (nibbles in place).
- * Measured (H200, 2026-11-30, `1bit bench -p 0 -n 128 -r 2`, against ONEBIT_CUDA_TMV=0 in
- * the same call): qwen3-8b TQ2_0 321-335 -> 427-443 tok/s, Q4_K_M 285-292 -> 327-331
- * (and 329-333 -> 339-348 once Q6_K at K = 12288, half the ffn_down of that mix, came too).
- * A read-only probe (bench/stream_bw.cu, back-to-back launches, H200, 2026-11-30) streams
- * 26 MB in ~9 us by bulk copies or plain 16-byte loads alike: past ~5 TB/s per extra byte,
- * each launch costs ~3.5 us of its own.
+ * It took a qwen3-8b TQ2_0 decode step a third faster, and the launch itself, not the bytes,
+ * is now what a matvec costs (bench/NOTES-cuda-3-7.md: Session 6; the Q6_K K = 12288 figures
+ * in bench/NOTES.md: Moved from source comments).
  * Used for one column (T = 1) when K is 4096 * HPL, rows are 16-byte aligned (cp.async.bulk
  * needs it) and the device runs sm_90 code (ONEBIT_CUDA_TMV=0: off, =mask: per type, for
  * comparisons; read into cx->tma when the backend starts). ONEBIT_CUDA_TMV_CHUNK / _STAGES /
@@ -319,11 +316,6 @@ __global__ void __launch_bounds__(TMV_WARPS * OB_WARP)
 static int64_t g_tmv_launches;
 extern "C" int64_t ob_cu_mmvq_tma_launches(void) { return __atomic_load_n(&g_tmv_launches, __ATOMIC_RELAXED); }
 
-static int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && e[0] ? atoi(e) : dflt;
-}
-
 extern "C" bool ob_cu_backend_tma(const ob_backend *be) { return ((const ob_cu_ctx *)be->ctx)->tma != 0; }
 
 /* Up to which K = 4096 * HPL a type takes the kernel (the lanes keep HPL halves of x in
@@ -337,7 +329,7 @@ static int tmv_max_hpl(const ob_cu_ctx *cx, ob_type t) {
     }
 }
 
-static size_t tmv_plan(size_t rb, int hpl, int *cr_out, int *stages_out);
+static size_t tmv_plan(const ob_cu_ctx *cx, size_t rb, int hpl, int *cr_out, int *stages_out);
 
 bool ob_cu_mmvq_tma_applies(const ob_cu_ctx *cx, ob_tensor *const *ns, int count) {
     if (count < 1 || count > TMV_GROUP) return false;
@@ -352,18 +344,18 @@ bool ob_cu_mmvq_tma_applies(const ob_cu_ctx *cx, ob_tensor *const *ns, int count
     const size_t rb = ob_row_size(w0->type, K);
     int cr, stages;
     /* 227 KB of shared memory per block on sm_90 */
-    return rows < 0x7fffffff && rb % 16 == 0 && tmv_plan(rb, (int)(K / 4096), &cr, &stages) <= 220 * 1024;
+    return rows < 0x7fffffff && rb % 16 == 0 && tmv_plan(cx, rb, (int)(K / 4096), &cr, &stages) <= 220 * 1024;
 }
 
 /* Rows per bulk copy (ONEBIT_CUDA_TMV_CHUNK, default 4, fewer where that passes 12 KB),
  * copies in flight per warp (ONEBIT_CUDA_TMV_STAGES, default ~12 KB of weights, at least
  * 2) and the block's shared memory for rows of rb bytes and K = 4096 * hpl. */
-static size_t tmv_plan(size_t rb, int hpl, int *cr_out, int *stages_out) {
-    int cr = env_int("ONEBIT_CUDA_TMV_CHUNK", 0);
+static size_t tmv_plan(const ob_cu_ctx *cx, size_t rb, int hpl, int *cr_out, int *stages_out) {
+    int cr = cx->opt.tmv_chunk;
     if (cr <= 0) cr = (int)(12 * 1024 / rb);
     cr = cr < 1 ? 1 : cr > TMV_MAX_CHUNK ? TMV_MAX_CHUNK : cr;
     const size_t sb = (size_t)cr * rb;
-    int stages = env_int("ONEBIT_CUDA_TMV_STAGES", 0);
+    int stages = cx->opt.tmv_stages;
     if (stages <= 0) stages = (int)((12 * 1024 + sb - 1) / sb);
     stages = stages < 2 ? 2 : stages > TMV_MAX_STAGES ? TMV_MAX_STAGES : stages;
     *cr_out = cr;
@@ -378,7 +370,7 @@ static bool tmv_launch(ob_cu_ctx *cx, tmv_set *set, size_t rb, const int8_t *qx,
     return false; /* no bulk copies there: cx->tma is always 0 */
 #else
     int cr, stages;
-    const size_t shm = tmv_plan(rb, HPL, &cr, &stages);
+    const size_t shm = tmv_plan(cx, rb, HPL, &cr, &stages);
     /* Shared memory over 48 KB must be opted into; the blocks that fit an SM, once per
      * (kernel, size). */
     static size_t set_shm;
@@ -390,7 +382,7 @@ static bool tmv_launch(ob_cu_ctx *cx, tmv_set *set, size_t rb, const int8_t *qx,
         per_sm = n < 1 ? 1 : n;
         set_shm = shm;
     }
-    int bps = env_int("ONEBIT_CUDA_TMV_BLOCKS", 0); /* blocks per SM (0: as many as fit) */
+    int bps = cx->opt.tmv_blocks; /* blocks per SM (0: as many as fit) */
     if (bps <= 0 || bps > per_sm) bps = per_sm;
     set->cr = cr;
     set->chunks = 0;
@@ -400,12 +392,12 @@ static bool tmv_launch(ob_cu_ctx *cx, tmv_set *set, size_t rb, const int8_t *qx,
     }
     /* at least rmin chunks per warp where the matrices are small (ONEBIT_CUDA_TMV_RMIN): each
      * warp's set-up (barriers, x) then serves several */
-    const int rmin = env_int("ONEBIT_CUDA_TMV_RMIN", 1);
+    const int rmin = cx->opt.tmv_rmin;
     const int64_t per = (int64_t)TMV_WARPS * (rmin < 1 ? 1 : rmin);
     const int64_t need = (set->chunks + per - 1) / per, cap = (int64_t)cx->sm_count * bps;
     const unsigned grid = (unsigned)(need < cap ? need : cap);
     if (grid == 0) return true; /* no rows: nothing to launch (a grid of 0 is an error) */
-    const int flags = env_int("ONEBIT_CUDA_TMV_FLAGS", 0); /* 1: skip the dot products (streaming only; diagnostics) */
+    const int flags = (int)cx->opt.tmv_flags; /* 1: skip the dot products (streaming only; diagnostics) */
     if (!OB_CU_LAUNCH(cx, k_mmvq_tma<T, HPL>, grid, TMV_WARPS * OB_WARP, shm, *set, rb, qx, dx, stages, flags)) return false;
     __atomic_fetch_add(&g_tmv_launches, 1, __ATOMIC_RELAXED);
     return true;

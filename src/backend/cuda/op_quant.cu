@@ -24,27 +24,15 @@
 
 #define OB_MMV_MAX_T 8 /* f32-activation matvec up to this many columns */
 
-/* Routing knobs, read when a backend is created (per backend, in its context):
- *   ONEBIT_CUDA_MMQ_MAX_T=N   MATMULs with more than N columns skip the int8 MMQ and take
- *                             dequant-to-f16 + cuBLAS. Default 32: on the H200 (2026-11-29,
- *                             qwen3-8b Q4_K_M, `1bit bench -p 512`) prefill ran at 19,867
- *                             tok/s this way against 6,698 through MMQ's prefill tiles.
- *   ONEBIT_CUDA_BLAS_SLAB=M   f16 weight elements staged per GEMM, in units of 2^20 (default
- *                             64; 16 was slower on the H200: 11,143 tok/s). */
-static void read_knobs(ob_cu_ctx *cx) {
-    const char *e = getenv("ONEBIT_CUDA_MMQ_MAX_T");
-    cx->mmq_max_t = e && e[0] && atoll(e) >= 0 ? atoll(e) : 32;
-    e = getenv("ONEBIT_CUDA_BLAS_SLAB");
-    cx->slab_elems = e && atoll(e) > 0 && atoll(e) <= 4096 ? atoll(e) << 20 : (int64_t)64 << 20;
-}
-
-/* op_mmq.cu accepts n and ONEBIT_CUDA_MMQ_MAX_T does not send it to cuBLAS. */
+/* op_mmq.cu accepts n and ONEBIT_CUDA_MMQ_MAX_T does not send it to cuBLAS: above 32
+ * columns prefill through dequant to f16 + cuBLAS beat MMQ's prefill tiles 3x, and slabs
+ * of 64 x 2^20 weights beat 16 (bench/NOTES-cuda-3-7.md: Session 3). */
 static bool mmq_takes(const ob_cu_ctx *cx, const ob_tensor *n) {
-    return ob_cu_mmq_applies(n) && ob_nrows(n->src[1]) <= cx->mmq_max_t;
+    return ob_cu_mmq_applies(cx, n) && ob_nrows(n->src[1]) <= cx->opt.mmq_max_t;
 }
 
 bool ob_cu_tables_init(ob_cu_ctx *cx) {
-    read_knobs(cx);
+    cx->slab_elems = (int64_t)cx->opt.blas_slab << 20;
     return OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_ksigns), ob_iq_ksigns, sizeof(ob_iq_ksigns))) &&
            OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xxs), ob_iq2xxs_grid, sizeof(ob_iq2xxs_grid))) &&
            OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xs), ob_iq2xs_grid, sizeof(ob_iq2xs_grid))) &&
@@ -434,7 +422,7 @@ bool ob_cu_supports_quant_op(const ob_tensor *n) {
 }
 
 bool ob_cu_matmul_uses_blas(const ob_cu_ctx *cx, const ob_tensor *n) {
-    return !cx->det && ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(n) &&
+    return !cx->det && ob_nrows(n->src[1]) > OB_MMV_MAX_T && !mmq_takes(cx, n) && !ob_cu_mmvq_applies(cx, n) &&
            !plain_odd(n->src[0]->type, n->src[0]->ne[0]);
 }
 
@@ -444,8 +432,8 @@ static int64_t slab_rows(const ob_cu_ctx *cx, int64_t K, int64_t N) {
 }
 
 size_t ob_cu_matmul_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
-    if (cx->det) return ob_cu_mmq_det_applies(n) ? ob_cu_mmq_det_tmp_size(n) : 0; /* else a column at a time */
-    if (mmq_takes(cx, n)) return ob_cu_mmq_tmp_size(n);
+    if (cx->det) return ob_cu_mmq_det_applies(cx, n) ? ob_cu_mmq_det_tmp_size(cx, n) : 0; /* else a column at a time */
+    if (mmq_takes(cx, n)) return ob_cu_mmq_tmp_size(cx, n);
     if (!ob_cu_matmul_uses_blas(cx, n) || n->src[0]->type == OB_TYPE_F32) return 0;
     const int64_t K = n->src[0]->ne[0], N = n->src[0]->ne[1], T = ob_nrows(n->src[1]);
     size_t w = n->src[0]->type == OB_TYPE_F16 ? 0 : (size_t)(slab_rows(cx, K, N) * K) * 2;
@@ -547,7 +535,7 @@ static bool matmul_blas(ob_cu_ctx *cx, ob_tensor *n) {
 static bool matmul_by_size(ob_cu_ctx *cx, ob_tensor *n);
 
 size_t ob_cu_matmul_det_qx_size(const ob_cu_ctx *cx, const ob_tensor *n) {
-    if (!cx->det || ob_cu_mmq_det_applies(n)) return 0;
+    if (!cx->det || ob_cu_mmq_det_applies(cx, n)) return 0;
     const int64_t K = n->src[0]->ne[0];
     return ob_cu_qx_dx_offset(K, 1) + (size_t)(K / 32) * sizeof(float2);
 }
@@ -556,7 +544,7 @@ size_t ob_cu_matmul_det_qx_size(const ob_cu_ctx *cx, const ob_tensor *n) {
  * (op_mmq.cu), otherwise each column alone through the path a single token takes, so a
  * column's sum never depends on how many came with it. */
 static bool matmul_det(ob_cu_ctx *cx, ob_tensor *n) {
-    if (ob_cu_mmq_det_applies(n)) return ob_cu_op_mmq_det(cx, n);
+    if (ob_cu_mmq_det_applies(cx, n)) return ob_cu_op_mmq_det(cx, n);
     const int64_t T = ob_nrows(n->src[1]), K = n->src[1]->ne[0], N = n->ne[0];
     if (T == 1) return matmul_by_size(cx, n);
     ob_tensor col = *n, xc = *n->src[1];
@@ -576,7 +564,7 @@ bool ob_cu_op_matmul(ob_cu_ctx *cx, ob_tensor *n) { return cx->det ? matmul_det(
 static bool matmul_by_size(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t T = ob_nrows(n->src[1]);
     if (mmq_takes(cx, n)) return ob_cu_op_mmq(cx, n);
-    if (ob_cu_mmvq_applies(n)) return ob_cu_op_mmvq(cx, n);
+    if (ob_cu_mmvq_applies(cx, n)) return ob_cu_op_mmvq(cx, n);
     if (T > OB_MMV_MAX_T && !plain_odd(n->src[0]->type, n->src[0]->ne[0])) return matmul_blas(cx, n);
     switch (n->src[0]->type) {
 #define X(tt) case tt: launch_mmv<tt>(cx, n, (int)T); break;

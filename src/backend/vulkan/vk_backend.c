@@ -316,14 +316,12 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
     if (*slot) { *out = *slot; return OB_OK; }
     /* constant 0: the weight type; 1: matvec_q8.comp's token count, 2: its rows per
      * subgroup of the one-token path (attn_dec.comp: query heads per workgroup), 3: its
-     * gate/up/GLU mode, 4: its tail (1 norm, 2 pair) (all ignored elsewhere) */
-    const bool tail = sh >= OB_VK_SH_MATVEC_Q8_NT && sh <= OB_VK_SH_MATVEC_Q8_PR1;
+     * gate/up/GLU mode (the prenorm consumer's), 4: unused (all ignored elsewhere) */
     const bool png = sh == OB_VK_SH_MATVEC_Q8_PNG;
     const bool pn = (sh >= OB_VK_SH_MATVEC_Q8_PNP && sh <= OB_VK_SH_MATVEC_Q8_PNC1) || png;
-    const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_GLU) || tail || pn;
+    const bool one = (sh >= OB_VK_SH_MATVEC_Q8_1 && sh <= OB_VK_SH_MATVEC_Q8_1R1) || pn;
     /* RS 8, 4, 2, 1 (the prenorm producer: 4) */
-    const int tv = tail ? (int)(sh - OB_VK_SH_MATVEC_Q8_NT) % 4
-                   : sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : png ? 2 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
+    const int tv = sh == OB_VK_SH_MATVEC_Q8_PNP ? 1 : png ? 2 : pn ? (int)(sh - OB_VK_SH_MATVEC_Q8_PNC) : -1;
     const uint32_t rs = sh == OB_VK_SH_MATVEC_Q8_1R4 || sh == OB_VK_SH_ATTN_DEC || tv == 1                 ? 4u
                         : sh == OB_VK_SH_MATVEC_Q8_1R2 || sh == OB_VK_SH_ATTN_DEC_G2 || tv == 2 ? 2u
                         : sh == OB_VK_SH_MATVEC_Q8_1R1 || sh == OB_VK_SH_ATTN_DEC_G1 || sh == OB_VK_SH_ATTN_FOLD ||
@@ -336,8 +334,7 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
      * (matvec.comp's and matvec_q8.glsl's DET: any token count, in chunks), 10 and 11: the
      * weight type's elements and bytes per block from the C type table (dequant.glsl) */
     const ob_type_traits *tt = ob_type_traits_get(type);
-    uint32_t spec[12] = {(uint32_t)type, one ? 1u : 8u, rs, sh == OB_VK_SH_MATVEC_Q8_GLU || png,
-                         !tail ? 0u : sh < OB_VK_SH_MATVEC_Q8_PR ? 1u : 2u,
+    uint32_t spec[12] = {(uint32_t)type, one ? 1u : 8u, rs, png, 0u,
                          sh == OB_VK_SH_MATVEC_Q8_PNP ? 1u : pn ? 2u : 0u,
                          sh == OB_VK_SH_MATVEC_Q8_PNP ? 256u
                          : png                        ? (x16 ? 8u * vk->info.subgroup : 512u)
@@ -540,34 +537,22 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         int64_t j = ob_vk_next_node(g, *i), k = ob_vk_next_node(g, j);
         if (k < g->n && ob_vk_fusable_matmul_add(vk, n, &g->nodes[j], &g->nodes[k], j)) {
             rec_node(vk, n);
-            ob_tensor *norm = ob_vk_norm_tail_ok(vk, &g->nodes[j], &g->nodes[k]) ? &g->nodes[k] : NULL;
-            if (!norm && ob_vk_prenorm_ok(vk, g, &g->nodes[j], &g->nodes[k], k)) {
+            if (ob_vk_prenorm_ok(vk, g, &g->nodes[j], &g->nodes[k], k)) {
                 *i = k;
                 return ob_vk_record_matmul_add_pn(vk, n, &g->nodes[j], &g->nodes[k], err, err_len);
             }
-            *i = norm ? k : j;
-            return ob_vk_record_matmul_add(vk, n, &g->nodes[j], norm, err, err_len);
+            *i = j;
+            return ob_vk_record_matmul_add(vk, n, &g->nodes[j], err, err_len);
         }
         if (k < g->n && g->nodes[k].op == OB_OP_GLU) {
             ob_tensor *a = n, *b = &g->nodes[j], *glu = &g->nodes[k];
             if (glu->src[0] == b) { a = b; b = n; } /* up recorded first */
-            /* on a prenorm's x (ONEBIT_VK_PN_GLU; unset: Q1_0), then the two opt-in ones,
-             * ONEBIT_VK_GLU_FUSE=1 before ONEBIT_VK_GLU_PAIR=1 */
+            /* on a prenorm's x (ONEBIT_VK_PN_GLU; unset: Q1_0) */
             const int pn = ob_vk_fusable_gate_up_pn(vk, g, a, b, glu, k);
             if (pn) {
                 rec_node(vk, n);
                 *i = k;
                 return ob_vk_record_gate_up_glu(vk, a, b, glu, pn, err, err_len);
-            }
-            if (ob_vk_fusable_gate_up_glu(vk, a, b, glu, k)) {
-                rec_node(vk, n);
-                *i = k;
-                return ob_vk_record_gate_up_glu(vk, a, b, glu, 0, err, err_len);
-            }
-            if (ob_vk_fusable_gate_up_pair(vk, a, b, glu, k)) {
-                rec_node(vk, n);
-                *i = k;
-                return ob_vk_record_gate_up_pair(vk, a, b, glu, err, err_len);
             }
         }
     }

@@ -33,69 +33,7 @@ static bool has_extension(VkPhysicalDevice p, const char *name) {
     return found;
 }
 
-/* Whether the device's VK_NV_cooperative_matrix offers the one configuration
- * shaders/matmul_coop.comp is written for: 16x16x16, f16 A and B, f32 C and D, subgroup
- * scope. The query is an extension command, so it comes through the instance. */
-static bool coopmat_nv_16(VkInstance inst, VkPhysicalDevice p) {
-    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV get =
-        (PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)vkGetInstanceProcAddr(
-            inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV");
-    uint32_t n = 0;
-    if (!get || get(p, &n, NULL) != VK_SUCCESS || n == 0 || n > 256) return false;
-    VkCooperativeMatrixPropertiesNV *cp = calloc(n, sizeof(*cp));
-    if (!cp) return false;
-    for (uint32_t i = 0; i < n; i++) cp[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
-    bool found = false;
-    if (get(p, &n, cp) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !found; i++)
-            found = cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
-                    cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-                    cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].DType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-                    cp[i].scope == VK_SCOPE_SUBGROUP_NV;
-    free(cp);
-    return found;
-}
-
-/* VK_KHR_cooperative_matrix: Debian 12's Vulkan headers (1.3.239) predate it, so its two
- * structures and its query are declared here with the registry's layouts and values. */
-#define OB_VK_STYPE_COOPMAT_FEATURES_KHR ((VkStructureType)1000506000)
-#define OB_VK_STYPE_COOPMAT_PROPERTIES_KHR ((VkStructureType)1000506001)
-typedef struct ob_vk_coopmat_features_khr {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
-} ob_vk_coopmat_features_khr;
-typedef struct ob_vk_coopmat_props_khr {
-    VkStructureType sType;
-    void *pNext;
-    uint32_t MSize, NSize, KSize;
-    VkComponentTypeNV AType, BType, CType, ResultType; /* same values as VkComponentTypeKHR */
-    VkBool32 saturatingAccumulation;
-    VkScopeNV scope;                                   /* same values as VkScopeKHR */
-} ob_vk_coopmat_props_khr;
-typedef VkResult(VKAPI_PTR *ob_vk_coopmat_query_khr)(VkPhysicalDevice, uint32_t *, ob_vk_coopmat_props_khr *);
-
-/* The KHR twin of coopmat_nv_16: 16x16x16, f16 A and B, f32 C and result, subgroup scope. */
-static bool coopmat_khr_16(VkInstance inst, VkPhysicalDevice p) {
-    ob_vk_coopmat_query_khr get =
-        (ob_vk_coopmat_query_khr)vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
-    uint32_t n = 0;
-    if (!get || get(p, &n, NULL) != VK_SUCCESS || n == 0 || n > 256) return false;
-    ob_vk_coopmat_props_khr *cp = calloc(n, sizeof(*cp));
-    if (!cp) return false;
-    for (uint32_t i = 0; i < n; i++) cp[i].sType = OB_VK_STYPE_COOPMAT_PROPERTIES_KHR;
-    bool found = false;
-    if (get(p, &n, cp) == VK_SUCCESS)
-        for (uint32_t i = 0; i < n && !found; i++)
-            found = cp[i].MSize == 16 && cp[i].NSize == 16 && cp[i].KSize == 16 &&
-                    cp[i].AType == VK_COMPONENT_TYPE_FLOAT16_NV && cp[i].BType == VK_COMPONENT_TYPE_FLOAT16_NV &&
-                    cp[i].CType == VK_COMPONENT_TYPE_FLOAT32_NV && cp[i].ResultType == VK_COMPONENT_TYPE_FLOAT32_NV &&
-                    cp[i].scope == VK_SCOPE_SUBGROUP_NV;
-    free(cp);
-    return found;
-}
-
-static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
+static void describe(VkPhysicalDevice p, ob_vk_dev_info *d, bool allow_cpu) {
     memset(d, 0, sizeof(*d));
     d->phys = p;
     VkPhysicalDeviceSubgroupProperties sg = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
@@ -116,23 +54,12 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
     if (d->api < VK_API_VERSION_1_2) { d->unusable = "Vulkan 1.2 needed"; return; }
     VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f11};
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
-    bool nv = has_extension(p, "VK_NV_cooperative_matrix");
-    ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR};
     VkPhysicalDeviceShaderIntegerDotProductFeatures fid = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES};
     const bool idp = has_extension(p, "VK_KHR_shader_integer_dot_product");
-    f11.pNext = nv ? &fcm : NULL;
-    if (d->coopmat) { fck.pNext = f11.pNext; f11.pNext = &fck; }
-    if (idp) { fid.pNext = f11.pNext; f11.pNext = &fid; }
+    if (idp) f11.pNext = &fid;
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
     vkGetPhysicalDeviceFeatures2(p, &f);
-    /* glslang declares the Vulkan memory model in every GL_NV_cooperative_matrix shader. */
-    d->coopmat_nv = nv && fcm.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel && d->subgroup == 32 &&
-                    coopmat_nv_16(inst, p);
-    d->coopmat_khr = d->coopmat && fck.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel &&
-                     d->subgroup == 32 && coopmat_khr_16(inst, p);
     d->int_dot = idp && fid.shaderIntegerDotProduct;
     d->float64 = f.features.shaderFloat64;
     d->shuffle = (sg.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) && d->subgroup >= 8 && d->subgroup % 8 == 0;
@@ -146,8 +73,7 @@ static void describe(VkInstance inst, VkPhysicalDevice p, ob_vk_dev_info *d) {
         d->unusable = "no subgroup arithmetic in compute";
     else if (d->type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
         /* A software rasterizer is slower than our CPU backend: only for tests. */
-        const char *e = getenv("ONEBIT_VULKAN_ALLOW_CPU");
-        if (!e || strcmp(e, "1")) d->unusable = "software device (ONEBIT_VULKAN_ALLOW_CPU=1 to use)";
+        if (!allow_cpu) d->unusable = "software device (ONEBIT_VULKAN_ALLOW_CPU=1 to use)";
     }
 }
 
@@ -164,14 +90,14 @@ static int cmp_dev(const void *pa, const void *pb) {
     return a->mem > b->mem ? -1 : a->mem < b->mem ? 1 : 0;
 }
 
-int ob_vk_enum_devices(VkInstance inst, ob_vk_dev_info *out, int cap, int *n_usable) {
+int ob_vk_enum_devices(VkInstance inst, ob_vk_dev_info *out, int cap, int *n_usable, bool allow_cpu) {
     *n_usable = 0;
     VkPhysicalDevice phys[OB_VK_MAX_DEVICES];
     uint32_t n = OB_VK_MAX_DEVICES;
     VkResult r = vkEnumeratePhysicalDevices(inst, &n, phys);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE) return 0;
     int k = 0;
-    for (uint32_t i = 0; i < n && k < cap; i++) describe(inst, phys[i], &out[k++]);
+    for (uint32_t i = 0; i < n && k < cap; i++) describe(phys[i], &out[k++], allow_cpu);
     qsort(out, (size_t)k, sizeof(*out), cmp_dev);
     for (int i = 0; i < k; i++) *n_usable += out[i].unusable == NULL;
     return k;
@@ -194,19 +120,17 @@ void ob_vulkan_list_devices(FILE *f) {
         fprintf(f, "vulkan: %s\n", err);
         return;
     }
+    ob_vk_opts o;
+    ob_vk_env_parse(&o);
     ob_vk_dev_info d[OB_VK_MAX_DEVICES];
-    int nu, n = ob_vk_enum_devices(inst, d, OB_VK_MAX_DEVICES, &nu);
+    int nu, n = ob_vk_enum_devices(inst, d, OB_VK_MAX_DEVICES, &nu, o.allow_cpu);
     if (n == 0) fprintf(f, "vulkan: no devices\n");
     for (int i = 0; i < n; i++) {
         char idx[16];
         snprintf(idx, sizeof(idx), "%d", i);
-        /* coopmat: KHR / NV say which extensions exist; "f16" that the prefill shader can use it. */
-        const char *cm = d[i].coopmat_khr ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16)" : "khr(f16 16x16x16)")
-                         : d[i].coopmat ? (d[i].coopmat_nv ? "khr+nv(f16 16x16x16 nv only)" : "khr (no f16 16x16x16)")
-                         : d[i].coopmat_nv ? "nv(f16 16x16x16)" : "no";
         fprintf(f, "vulkan:%s  %s (%s)  %.1f GiB  subgroup %u  coopmat %s  Vulkan %u.%u%s%s\n",
                 d[i].unusable ? "-" : idx, d[i].name, type_name(d[i].type), d[i].mem / 1073741824.0,
-                d[i].subgroup, cm, VK_API_VERSION_MAJOR(d[i].api),
+                d[i].subgroup, d[i].coopmat ? "khr" : "no", VK_API_VERSION_MAJOR(d[i].api),
                 VK_API_VERSION_MINOR(d[i].api), d[i].unusable ? "  unusable: " : "",
                 d[i].unusable ? d[i].unusable : "");
     }
@@ -218,8 +142,7 @@ void ob_vulkan_list_devices(FILE *f) {
 /* Device-local memory on the largest device-local heap; mappable if such a type exists
  * there (integrated GPUs, resizable BAR, lavapipe), else plain device-local plus staging. */
 static bool pick_memory(ob_vk *vk, VkPhysicalDeviceMemoryProperties *mp) {
-    const char *force = getenv("ONEBIT_VULKAN_STAGING"); /* tests the staging path on mappable devices */
-    bool no_map = force && !strcmp(force, "1");
+    const bool no_map = vk->opt.staging; /* tests the staging path on mappable devices */
     int heap = -1;
     for (uint32_t i = 0; i < mp->memoryHeapCount; i++)
         if ((mp->memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
@@ -241,19 +164,20 @@ static bool pick_memory(ob_vk *vk, VkPhysicalDeviceMemoryProperties *mp) {
     }
     if (best < 0) return false;
     vk->mem_type = (uint32_t)best;
-    /* The H200's Vulkan decode spent ~30 ms a step reading 600 KB of logits through the
-     * uncached BAR mapping; a GPU copy into cached host memory takes microseconds. */
-    const char *sr = getenv("ONEBIT_VULKAN_STAGED_READS");
+    /* Reading logits through an uncached BAR mapping cost tens of ms a step; a GPU copy
+     * into cached host memory takes microseconds (bench/NOTES-vulkan-3-11.md: Staged reads
+     * measured). */
     vk->staged_reads = vk->host_visible && (!(mp->memoryTypes[best].propertyFlags & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) ||
-                                            (sr && !strcmp(sr, "1")));
+                                            vk->opt.staged_reads);
     return true;
 }
 
 ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
+    ob_vk_env_parse(&vk->opt);
     ob_status st = ob_vk_instance_new(&vk->inst, err, err_len);
     if (st) return st;
     ob_vk_dev_info d[OB_VK_MAX_DEVICES];
-    int nu, n = ob_vk_enum_devices(vk->inst, d, OB_VK_MAX_DEVICES, &nu);
+    int nu, n = ob_vk_enum_devices(vk->inst, d, OB_VK_MAX_DEVICES, &nu, vk->opt.allow_cpu);
     if (nu == 0) {
         if (n > 0)
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: no usable device (%s: %s)", d[0].name,
@@ -277,8 +201,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) fam = (int)i;
     if (fam < 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s has no compute queue", vk->info.name);
     vk->qfam = (uint32_t)fam;
-    const char *pf = getenv("ONEBIT_VK_PROFILE");
-    if (pf && pf[0] >= '1' && pf[0] <= '4') {
+    const int pf = vk->opt.profile;
+    if (pf >= 1) {
         VkPhysicalDeviceProperties pp;
         vkGetPhysicalDeviceProperties(vk->info.phys, &pp);
         uint32_t bits = qf[fam].timestampValidBits;
@@ -289,9 +213,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
                    vk->info.name);
         } else {
             vk->prof.on = true;
-            vk->prof.start_waits = pf[0] == '2';
-            vk->prof.timeline = pf[0] == '3';
-            vk->prof.levels = pf[0] == '4';
+            vk->prof.start_waits = pf == 2;
+            vk->prof.timeline = pf == 3;
+            vk->prof.levels = pf == 4;
             vk->prof.ns_per_tick = pp.limits.timestampPeriod;
             vk->prof.mask = bits >= 64 ? UINT64_MAX : ((uint64_t)1 << bits) - 1;
             ob_log(OB_LOG_INFO, "vulkan: profiling: %u-bit timestamps, %.3f ns per tick%s", bits,
@@ -307,144 +231,73 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
                                             .pNext = &f11, .bufferDeviceAddress = VK_TRUE,
                                             .storageBuffer8BitAccess = VK_TRUE};
-    /* Cooperative matrices only where matmul_coop.comp can run, and only on request
-     * (ONEBIT_VK_COOPMAT=1): on the H200's driver (2026-11-29/30) its results were 3-4x the
-     * op test's tolerance, also with the low halves of the split f16 operands scaled by
-     * 2^12 (so not a flush of f16 subnormals; cause not found), so the plain tiled
-     * prefill is the default. ONEBIT_VK_NO_COOPMAT=1 still forces it off. */
-    const char *no_cm = getenv("ONEBIT_VK_NO_COOPMAT"), *no_mv = getenv("ONEBIT_VK_NO_MATVEC");
-    const char *want_cm = getenv("ONEBIT_VK_COOPMAT");
-    /* NV where the device has it; the KHR rewrite only where NV is missing or on request
-     * (ONEBIT_VK_COOPMAT_KHR=1): on the H200 (2026-11-29) the KHR module built and ran
-     * but its products were wrong (the op test 1e4 x its tolerance), cause not found yet. */
-    const char *cm_khr = getenv("ONEBIT_VK_COOPMAT_KHR");
-    const bool pref_khr = cm_khr && !strcmp(cm_khr, "1");
-    vk->use_coop = (vk->info.coopmat_nv || vk->info.coopmat_khr) && want_cm && !strcmp(want_cm, "1") &&
-                   !(no_cm && !strcmp(no_cm, "1"));
-    vk->coop_khr = vk->use_coop && vk->info.coopmat_khr && (pref_khr || !vk->info.coopmat_nv);
-    vk->no_matvec = no_mv && !strcmp(no_mv, "1");
-    const char *cm_fast = getenv("ONEBIT_VK_COOPMAT_FAST");
-    vk->coop_fast = cm_fast && !strcmp(cm_fast, "1");
+    const ob_vk_opts *o = &vk->opt;
+    vk->no_matvec = o->no_matvec;
     /* Decode knobs for measuring on a real GPU: rows per subgroup trade workgroups in
      * flight against how many rows share one staged copy of x. */
-    const char *mv_rows = getenv("ONEBIT_VK_MATVEC_ROWS"), *mv_stage = getenv("ONEBIT_VK_MATVEC_STAGE");
-    int rps = mv_rows ? atoi(mv_rows) : 1;
-    if (rps < 1 || rps > 16) rps = 1;
+    const int rps = o->matvec_rows > 0 ? o->matvec_rows : 1;
     uint32_t sg_per_wg = vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup;
     vk->matvec_rows = sg_per_wg * (uint32_t)rps;
-    vk->matvec_stage = !(mv_stage && !strcmp(mv_stage, "0"));
+    vk->matvec_stage = o->matvec_stage;
     /* The streaming matvec (Q4_K, Q6_K, Q8_0, Q1_0, TQ2_0): rows per subgroup share each
-     * load of x; 4 unless ONEBIT_VK_MATVEC_ROWS says (at most 4, the shader's RMAX). On
-     * the H200 (2026-11-29, tg64): 4 rows beat 2 by 17% on qwen3-8b Q4_K_M (122.8 vs
-     * 105.4 tok/s), 28% on Q1_0, 10% on TQ2_0, 8% on qwen3-0.6b.
-     * ONEBIT_VK_MATVEC_OLD=1 sends those types through the chunk decoder too. */
-    const char *mv_old = getenv("ONEBIT_VK_MATVEC_OLD");
-    uint32_t frps = mv_rows ? (uint32_t)(rps > 4 ? 4 : rps) : 4;
-    vk->matvec_fast_rps = mv_old && !strcmp(mv_old, "1") ? 0 : frps;
+     * load of x; 4 unless ONEBIT_VK_MATVEC_ROWS says (at most 4, the shader's RMAX): 4 beat 2
+     * (bench/NOTES-vulkan-3-11.md: Decode rework and cooperative matrices). */
+    const uint32_t frps = o->matvec_rows > 0 ? (uint32_t)(rps > 4 ? 4 : rps) : 4;
+    vk->matvec_fast_rps = frps;
     vk->matvec_fast_rows = sg_per_wg * frps;
     /* matvec.comp's split-K path for one token: x in registers for a workgroup's rows.
-     * Opt-in: on the H200 it did not beat the streaming path (qwen3-8b Q4_K_M tg64 113.4
-     * against tg128 114.6, `scripts/device_vulkan.sh bench`, 2026-11-30); its partial sums
-     * need subgroups of 4..128. */
-    const char *mv_sk = getenv("ONEBIT_VK_MATVEC_SPLITK");
-    vk->matvec_splitk = mv_sk && !strcmp(mv_sk, "1") && vk->info.subgroup >= 4 && vk->info.subgroup <= 128;
+     * Opt-in: it did not beat the streaming path (bench/NOTES-cuda-3-7.md: Session 7, Vulkan
+     * on the same card); its partial sums need subgroups of 4..128. */
+    vk->matvec_splitk = o->matvec_splitk && vk->info.subgroup >= 4 && vk->info.subgroup <= 128;
     /* Decode on int8 activations where the device has integer dot products. */
-    const char *q8 = getenv("ONEBIT_VK_Q8"), *q8_stage = getenv("ONEBIT_VK_Q8_STAGE"), *q8_rows = getenv("ONEBIT_VK_Q8_ROWS");
-    vk->q8 = vk->info.int_dot && !(q8 && !strcmp(q8, "0"));
-    /* x staged in shared memory: slower on the H200 (qwen3-8b Q4_K_M tg64 123.0 against
-     * 135.6 read from global memory, TQ2_0 134.3 / 145.5, 2026-11-30), so on request */
-    vk->q8_stage = q8_stage && !strcmp(q8_stage, "1");
-    const char *q8_fuse = getenv("ONEBIT_VK_Q8_FUSE");
-    vk->q8_fuse = vk->q8 && vk->info.shuffle && !(q8_fuse && !strcmp(q8_fuse, "0"));
-    int q8r = q8_rows ? atoi(q8_rows) : 2;
-    vk->q8_rows = q8r < 1 ? 1 : q8r > 16 ? 16 : (uint32_t)q8r;
-    const char *q8_rows1 = getenv("ONEBIT_VK_Q8_ROWS1");
-    int q8r1 = q8_rows1 ? atoi(q8_rows1) : 8;
-    vk->q8_rows1_auto = !q8_rows1;
+    vk->q8 = vk->info.int_dot && o->q8;
+    /* x staged in shared memory: slower than read from global memory, so on request
+     * (bench/NOTES-vulkan-3-11.md: Session 10, int8 activations; bench/NOTES.md: Moved from
+     * source comments) */
+    vk->q8_stage = o->q8_stage;
+    vk->q8_fuse = vk->q8 && vk->info.shuffle && o->q8_fuse;
+    vk->q8_rows = (uint32_t)o->q8_rows;
+    const int q8r1 = o->q8_rows1 >= 0 ? o->q8_rows1 : 8;
+    vk->q8_rows1_auto = o->q8_rows1 < 0;
     /* 8, 4, 2 or 1 (a pipeline each), 0 off */
     vk->q8_rows1 = q8r1 >= 8 ? 8 : q8r1 >= 4 ? 4 : q8r1 >= 2 ? 2 : q8r1 >= 1 ? 1 : 0;
-    const char *q8_mwg = getenv("ONEBIT_VK_Q8_MIN_WG");
-    int mwg = q8_mwg ? atoi(q8_mwg) : 256;
-    vk->q8_min_wg = mwg < 0 ? 0 : mwg > 65536 ? 65536 : (uint32_t)mwg; /* 0: never fewer */
-    vk->q8_min_wg_auto = !q8_mwg;
-    const char *no_reuse = getenv("ONEBIT_VK_NO_REUSE"), *all_bar = getenv("ONEBIT_VK_ALL_BARRIERS");
-    vk->reuse = !(no_reuse && !strcmp(no_reuse, "1"));
-    vk->all_barriers = all_bar && !strcmp(all_bar, "1");
-    const char *bar_c = getenv("ONEBIT_VK_BARRIER_COMPUTE");
-    vk->bar_compute = bar_c && !strcmp(bar_c, "1");
-    const char *no_fuse = getenv("ONEBIT_VK_NO_FUSE");
-    vk->no_fuse = no_fuse && !strcmp(no_fuse, "1");
-    const char *split = getenv("ONEBIT_VK_ATTN_SPLIT");
-    int splits = split ? atoi(split) : 16;
-    vk->attn_splits = splits < 1 ? 1 : splits > 64 ? 64 : (uint32_t)splits;
-    const char *acells = getenv("ONEBIT_VK_ATTN_CELLS");
-    int ac = acells ? atoi(acells) : 1024;
-    vk->attn_cells = ac < 32 ? 32 : ac > 65536 ? 65536 : (uint32_t)ac;
-    const char *gluf = getenv("ONEBIT_VK_GLU_FUSE");
-    /* slower on the H200 (qwen3-8b TQ2_0 tg64 256.9 against 269.9, Q4_K_M 217.7 / 238.5,
-     * 2026-11-30 15:01 UTC), so on request */
-    vk->glu_fuse = gluf && !strcmp(gluf, "1");
-    const char *resf = getenv("ONEBIT_VK_RES_FUSE");
-    vk->res_fuse = !(resf && !strcmp(resf, "0"));
-    const char *ntail = getenv("ONEBIT_VK_NORM_TAIL"), *gpair = getenv("ONEBIT_VK_GLU_PAIR");
-    /* both slower on the H200 (qwen3-8b TQ2_0 tg64 304.1 without, 291.2 with the norm tail,
-     * 265.2 with both; Q4_K_M 251.6 / 245.8 / 206.7; 2026-11-30 19:52 UTC), so on request */
-    vk->norm_tail = ntail && !strcmp(ntail, "1");
-    vk->glu_pair = gpair && !strcmp(gpair, "1");
-    const char *pnv = getenv("ONEBIT_VK_PRENORM");
-    vk->prenorm = vk->q8_fuse && !(pnv && !strcmp(pnv, "0"));
-    const char *aq8 = getenv("ONEBIT_VK_ATTN_Q8");
-    vk->attn_q8 = !(aq8 && !strcmp(aq8, "0"));
-    const char *alast = getenv("ONEBIT_VK_ATTN_LAST");
-    vk->attn_last = !(alast && !strcmp(alast, "0"));
-    const char *adec = getenv("ONEBIT_VK_ATTN_DEC");
-    vk->attn_dec = !(adec && !strcmp(adec, "0"));
-    const char *asolo = getenv("ONEBIT_VK_ATTN_SOLO");
-    vk->attn_solo = asolo ? (uint32_t)atoi(asolo) & 255u : 4u;
-    const char *q6r = getenv("ONEBIT_VK_Q6K_ROWS1");
-    vk->q6k_rows1 = q6r ? (uint32_t)atoi(q6r) : 4u;
-    const char *rpk = getenv("ONEBIT_VK_REPACK");
-    vk->repack = !(rpk && !strcmp(rpk, "0"));
-    const char *pglu = getenv("ONEBIT_VK_PN_GLU");
-    vk->pn_glu = !pglu ? 2u : !strcmp(pglu, "0") ? 0u : 1u;
-    const char *pglu16 = getenv("ONEBIT_VK_PN_GLU16");
-    vk->pn_glu16 = !pglu16 ? 1u : !strcmp(pglu16, "0") ? 0u : !strcmp(pglu16, "all") ? 2u : 1u;
+    vk->q8_min_wg = o->q8_min_wg >= 0 ? (uint32_t)o->q8_min_wg : 256u; /* 0: never fewer */
+    vk->q8_min_wg_auto = o->q8_min_wg < 0;
+    vk->reuse = !o->no_reuse;
+    vk->all_barriers = o->all_barriers;
+    vk->bar_compute = o->barrier_compute;
+    vk->no_fuse = o->no_fuse;
+    vk->attn_splits = (uint32_t)o->attn_split;
+    vk->attn_cells = (uint32_t)o->attn_cells;
+    vk->res_fuse = o->res_fuse;
+    vk->prenorm = vk->q8_fuse && o->prenorm;
+    vk->attn_q8 = o->attn_q8;
+    vk->attn_last = o->attn_last;
+    vk->attn_dec = o->attn_dec;
+    vk->attn_solo = (uint32_t)o->attn_solo;
+    vk->q6k_rows1 = (uint32_t)o->q6k_rows1;
+    vk->repack = o->repack;
+    vk->pn_glu = (uint32_t)o->pn_glu;
+    vk->pn_glu16 = !strcmp(o->pn_glu16, "0") ? 0u : !strcmp(o->pn_glu16, "all") ? 2u : 1u;
     /* Polling the fence instead of sleeping in the driver's wait cuts the time from the
-     * GPU's end to the host's return (0.132 -> 0.033 ms a qwen3-8b TQ2_0 step; tg128 518-540
-     * -> 554-567 tok/s, H200, 2026-12-01 19:30 UTC). A step's wait on a GPU polls for up to
+     * GPU's end to the host's return to a quarter (bench/NOTES.md: Session 21, the fence
+     * polled). A step's wait on a GPU polls for up to
      * 20 ms (a decode step of any model here), then blocks; on a CPU device (lavapipe) the
      * poll would take a core from the device's own threads, so it blocks at once. */
-    const char *spin = getenv("ONEBIT_VK_SPIN_US");
-    const int spin_us = spin ? atoi(spin) : vk->info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : 20000;
-    vk->spin_us = spin_us < 0 ? 0u : spin_us > 1000000 ? 1000000u : (uint32_t)spin_us;
-    const char *afold = getenv("ONEBIT_VK_ATTN_FOLD");
-    vk->attn_fold = !(afold && !strcmp(afold, "0"));
-    ob_vk_fault_env(vk); /* ONEBIT_VK_MARKS, ONEBIT_VK_TIMEOUT_S, ONEBIT_TEST_FAULT */
-    const char *agw = getenv("ONEBIT_VK_ATTN_GW");
-    /* 1: on the H200 a workgroup per query head beat 2 and 4 (qwen3-8b TQ2_0 tg64 275.8 /
-     * 265.5 / 235.1, attention.comp 253.9; 2026-11-30 17:51 UTC): its per-invocation work,
-     * not the extra key and value reads, sets the time */
-    int gw = agw ? atoi(agw) : 1;
-    vk->attn_gw = gw >= 4 ? 4 : gw >= 2 ? 2 : 1;
-    VkPhysicalDeviceCooperativeMatrixFeaturesNV fcm = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV, .cooperativeMatrix = VK_TRUE};
-    ob_vk_coopmat_features_khr fck = {.sType = OB_VK_STYPE_COOPMAT_FEATURES_KHR, .cooperativeMatrix = VK_TRUE};
-    const char *ext_cm = vk->coop_khr ? "VK_KHR_cooperative_matrix" : "VK_NV_cooperative_matrix";
-    if (vk->use_coop) {
-        f11.pNext = vk->coop_khr ? (void *)&fck : (void *)&fcm;
-        f12.shaderFloat16 = VK_TRUE;
-        f12.vulkanMemoryModel = VK_TRUE;
-    }
+    vk->spin_us = o->spin_us >= 0 ? (uint32_t)o->spin_us : vk->info.type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0u : 20000u;
+    vk->attn_fold = o->attn_fold;
+    ob_vk_fault_env(vk); /* the marks, the timeout, ONEBIT_TEST_FAULT */
+    /* 1: a workgroup per query head beat 2 and 4: its per-invocation work, not the extra
+     * key and value reads, sets the time (bench/NOTES-vulkan-12-16.md: Session 12) */
+    vk->attn_gw = o->attn_gw >= 4 ? 4 : o->attn_gw >= 2 ? 2 : 1;
     VkPhysicalDeviceShaderIntegerDotProductFeatures fid = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES, .shaderIntegerDotProduct = VK_TRUE};
-    const char *exts[3];
+    const char *exts[2];
     uint32_t n_ext = 0;
-    if (vk->use_coop) exts[n_ext++] = ext_cm;
-    const char *pst = getenv("ONEBIT_VK_PIPE_STATS");
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR fpe = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
         .pipelineExecutableInfo = VK_TRUE};
-    vk->pipe_stats = pst && !strcmp(pst, "1") && has_extension(vk->info.phys, "VK_KHR_pipeline_executable_properties");
+    vk->pipe_stats = o->pipe_stats && has_extension(vk->info.phys, "VK_KHR_pipeline_executable_properties");
     if (vk->pipe_stats) {
         exts[n_ext++] = "VK_KHR_pipeline_executable_properties";
         fpe.pNext = f11.pNext;
@@ -486,15 +339,14 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
         /* (the attention fold, after the int8 matmuls, needs shuffles and not int8 dot
          * products: with ONEBIT_VK_Q8=0 or a device without them it had no module, and
          * its pipeline failed, VkResult -13 on lavapipe, a crash on the H200) */
-        if ((s == OB_VK_SH_MATMUL_COOP && !vk->use_coop) ||
-            (((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_GLU) || (s >= OB_VK_SH_MATVEC_Q8_NT && s <= OB_VK_SH_MATVEC_Q8_PNG)) &&
+        if ((((s >= OB_VK_SH_MATVEC_Q8 && s <= OB_VK_SH_MATVEC_Q8_1R1) || (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG)) &&
              !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
             (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm) ||
             (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle) || (s == OB_VK_SH_SAMPLE && !vk->info.float64) ||
             (s == OB_VK_SH_FAULT && !vk->fault_node[0]))
             continue;
-        const ob_vk_spv *spv = s == OB_VK_SH_MATMUL_COOP && vk->coop_khr ? &ob_vk_spv_matmul_coop_khr : &ob_vk_spv_table[s];
+        const ob_vk_spv *spv = &ob_vk_spv_table[s];
         VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
                                         .codeSize = spv->size, .pCode = spv->code};
         OB_VK_CHECK(vkCreateShaderModule(vk->dev, &mci, NULL, &vk->mods[s]));
@@ -505,12 +357,9 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     }
     st = ob_vk_fault_init(vk, err, err_len);
     if (st) return st;
-    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; streaming %s; int8 %s), prefill %s",
+    ob_log(OB_LOG_INFO, "vulkan: matmul: decode %s (%u rows per workgroup%s; int8 %s), prefill tiled f32",
            vk->no_matvec ? "tiled" : "matvec", vk->matvec_rows, vk->matvec_stage ? ", x in shared memory" : "",
-           vk->matvec_fast_rps ? "on" : "off", !vk->q8 ? "off" : vk->q8_fuse ? "on, fused" : "on",
-           !vk->use_coop    ? "tiled f32"
-           : vk->coop_fast ? (vk->coop_khr ? "cooperative matrix (KHR, f16)" : "cooperative matrix (NV, f16)")
-                           : (vk->coop_khr ? "cooperative matrix (KHR, split f16)" : "cooperative matrix (NV, split f16)"));
+           !vk->q8 ? "off" : vk->q8_fuse ? "on, fused" : "on");
     return OB_OK;
 }
 
@@ -531,8 +380,6 @@ void ob_vk_device_free(ob_vk *vk) {
         if (vk->pn_buf.buf) ob_vk_buffer_free(vk, &vk->pn_buf);
         if (vk->q8_buf2.buf) ob_vk_buffer_free(vk, &vk->q8_buf2);
         if (vk->ss_buf.buf) ob_vk_buffer_free(vk, &vk->ss_buf);
-        if (vk->tail_norm.buf) ob_vk_buffer_free(vk, &vk->tail_norm);
-        if (vk->tail_glu.buf) ob_vk_buffer_free(vk, &vk->tail_glu);
         if (vk->fold_par.buf) ob_vk_buffer_free(vk, &vk->fold_par);
         for (int i = 0; i < vk->n_retired; i++) ob_vk_buffer_free(vk, &vk->retired[i]);
         for (int s = 0; s < OB_VK_SH_COUNT; s++) {

@@ -9,22 +9,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define OB_VK_TIMEOUT_DEFAULT_S 120.0
 #define OB_VK_FAULT_LIST 4 /* dispatches of the unfinished level named in the line */
 
 void ob_vk_fault_env(ob_vk *vk) {
-    const char *mk = getenv("ONEBIT_VK_MARKS");
-    vk->marks = !(mk && !strcmp(mk, "0"));
-    const char *to = getenv("ONEBIT_VK_TIMEOUT_S");
-    vk->timeout_s = OB_VK_TIMEOUT_DEFAULT_S;
-    if (to) {
-        char *end = NULL;
-        double v = strtod(to, &end);
-        /* at most a year: the wait's nanoseconds stay far inside 64 bits */
-        if (end != to && !*end && isfinite(v) && v > 0 && v <= 3.2e7) vk->timeout_s = v;
-        else ob_log(OB_LOG_WARN, "vulkan: ONEBIT_VK_TIMEOUT_S=%s is not a positive number of seconds; %g s", to,
-                    OB_VK_TIMEOUT_DEFAULT_S);
-    }
+    vk->marks = vk->opt.marks;
+    vk->timeout_s = vk->opt.timeout_s; /* at most a year: the wait's nanoseconds stay far inside 64 bits */
     const char *fn = getenv("ONEBIT_TEST_FAULT");
     vk->fault_node[0] = 0;
     if (fn && *fn) {

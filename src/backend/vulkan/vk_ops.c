@@ -14,7 +14,7 @@
  *    never staged, never split-K); both with DET, which takes any T in chunks of their
  *    token width, each chunk summed as a batch of its own. Never the one-token pipelines,
  *    the tiled shader (unless ONEBIT_VK_NO_MATVEC=1, then it for every T: an output's sum
- *    runs over k in order wherever its tile lies) or cooperative matrices.
+ *    runs over k in order wherever its tile lies).
  *  - ATTENTION: attn_dec.comp wherever its shape fits (causal, head size, cache types),
  *    at its split count from the cells a sequence holds (the solo walk hangs on the
  *    token's position only), the tokens in chunks as many as have tickets, a barrier
@@ -22,7 +22,7 @@
  *    The splits' partials are merged in split order by whichever finishes last: the
  *    ticket's atomic picks who merges, not the order of the sum.
  *  - Fusions that apply only to some T are off: the one-token matmul + residual ADD (and
- *    the norm's partial sums, tails and prenorm), gate/up/GLU, the attention fold, and the
+ *    the norm's partial sums and prenorm), gate/up/GLU, the attention fold, and the
  *    int8 outputs of norms, GLUs and attentions (the quantizer writes the same bytes from
  *    the same floats, but the norm that writes them is other code). RMS_NORM + ROPE (+ K
  *    store) is off too: norm_rope.comp sums a head's squares in its own order, and its
@@ -263,7 +263,7 @@ static ob_status dispatch_quant(ob_vk *vk, ob_vk_pc *pc, uint64_t n, char *err, 
     return ob_vk_dispatch(vk, x4 ? OB_VK_SH_QUANT_X4 : OB_VK_SH_QUANT_X, OB_TYPE_F32, pc, cdiv(pc->u[1], 64), err, err_len);
 }
 
-/* A scratch buffer (attn_part, tail_norm, tail_glu) of at least `bytes` after its
+/* A scratch buffer (attn_part) of at least `bytes` after its
  * tickets, which are zeroed where the buffer is new: in the command buffer being recorded
  * (the next dispatch then waits for the fill), or by a submission of its own when none is
  * (a graph being listed). Either way the hazard ranges stand: callers record a node whose
@@ -288,8 +288,8 @@ static ob_status ticket_scratch(ob_vk *vk, ob_vk_alloc *b, uint64_t bytes, char 
     return st;
 }
 
-/* After a dispatch that wrote the int8 form of node n's output at qx (q8_buf, q8_buf2 or a
- * tail's buffer): the next matmuls of n read it there. */
+/* After a dispatch that wrote the int8 form of node n's output at qx (q8_buf or q8_buf2):
+ * the next matmuls of n read it there. */
 static void q8_written(ob_vk *vk, const ob_tensor *n, uint64_t qx) {
     vk->q8_addr = qx;
     vk->q8_x16 = false;
@@ -314,30 +314,27 @@ static ob_vk_shader norm_q8_pc(ob_vk *vk, const ob_tensor *norm, ob_vk_pc *pc) {
 static uint32_t q8_sgs(const ob_vk *vk) { return vk->info.subgroup >= 128 ? 1 : 128 / vk->info.subgroup; }
 
 /* The one-token pipeline for N rows of type t and its rows per subgroup: up to q8_rows1
- * (unset: 4, except Q8_0's 8; H200, qwen3-8b Q4_K_M tg64: 8 / 4 / 2 rows 229 / 245 / 240,
- * 2026-11-30 14:37 UTC; tg128 8 / 4 rows: TQ2_0 320.9 / 336.9, Q1_0 335.9 / 351.0, 20:4x
- * UTC), fewer while that leaves under q8_min_wg workgroups. */
+ * (unset: 4, except Q8_0's 8: 4 beat 8 and 2, bench/NOTES-vulkan-3-11.md: Session 11, and
+ * NOTES-vulkan-12-16.md: Session 13, rows per subgroup), fewer while that leaves under
+ * q8_min_wg workgroups. */
 static ob_vk_shader one_token_rows(const ob_vk *vk, ob_type t, uint64_t N, uint32_t *rps_out) {
     uint32_t rps = vk->q8_rows1;
     if (vk->q8_rows1_auto && t != OB_TYPE_Q8_0 && rps > 4) rps = 4;
-    /* Q6_K: at most q6k_rows1 (4 unless set). H200, qwen3-8b synth, `1bit bench -p 0 -n 128
-     * -r 2` tg128, 2026-12-01: with two units a lane, 2 rows beat 4 (the output matrix 210.4
-     * -> 195.4 us a launch, 10:43 UTC); with one (matvec_q8.glsl's CH), 4 beat 2 in all six
-     * pairs, 2 / 4: TQ2_0 428.4, 409.7 / 438.8, 421.7; Q4_K_M 335.8, 333.3 / 338.8, 346.8;
-     * Q1_0 432.4, 438.5 / 440.7, 444.2 (12:44-12:46 UTC). */
+    /* Q6_K: at most q6k_rows1 (4 unless set): with two units a lane 2 rows had beaten 4
+     * (bench/NOTES.md: Session 17), with one (matvec_q8.glsl's CH) 4 beat 2 (Session 18,
+     * kept: Q6_K at up to 4 rows a subgroup again). */
     if (t == OB_TYPE_Q6_K && vk->q6k_rows1 && rps > vk->q6k_rows1) rps = vk->q6k_rows1;
     /* unset: TQ2_0 keeps its rows a subgroup down to 64 workgroups (qwen3-8b's k and v then
-     * take q's 4 rows and pipeline: H200 tg128 484.4, 490.3, 487.9 against 480.6, 477.8,
-     * 486.7 at 128, the q/k/v level 8.02 against 8.30 us, 2026-12-01 19:10 UTC; 128 had
-     * beaten 256, 07:25-07:28 UTC; Q4_K_M and Q1_0 keep 256) */
+     * take q's 4 rows and pipeline; bench/NOTES.md: Session 21, and NOTES-vulkan-12-16.md:
+     * Session 16, where 128 had beaten 256); Q4_K_M and Q1_0 keep 256 */
     const uint32_t mw = vk->q8_min_wg_auto && t == OB_TYPE_TQ2_0 ? 64u : vk->q8_min_wg;
     while (rps > 1 && N < (uint64_t)q8_sgs(vk) * rps * mw) rps /= 2;
     *rps_out = rps;
     return rps >= 8 ? OB_VK_SH_MATVEC_Q8_1 : rps == 4 ? OB_VK_SH_MATVEC_Q8_1R4 : rps == 2 ? OB_VK_SH_MATVEC_Q8_1R2
                                                                                           : OB_VK_SH_MATVEC_Q8_1R1;
 }
-/* The same rows per subgroup with a tail: base OB_VK_SH_MATVEC_Q8_NT or _PR. */
-static ob_vk_shader tail_rows(ob_vk_shader base, uint32_t rps) {
+/* The same rows per subgroup on the prenorm consumer (base OB_VK_SH_MATVEC_Q8_PNC). */
+static ob_vk_shader pnc_rows(ob_vk_shader base, uint32_t rps) {
     return (ob_vk_shader)(base + (rps >= 8 ? 0 : rps == 4 ? 1 : rps == 2 ? 2 : 3));
 }
 
@@ -394,7 +391,7 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
                                            : OB_VK_SH_MATVEC_Q8;
     if (pn) {
         if (!one) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: %s: a prenorm consumer off its path", n->name);
-        sh = tail_rows(OB_VK_SH_MATVEC_Q8_PNC, rps);
+        sh = pnc_rows(OB_VK_SH_MATVEC_Q8_PNC, rps);
         pc->e = vk->pn_ss;
         pc->u[8] = vk->pn_nss;
         pc->f[0] = vk->pn_eps;
@@ -410,8 +407,8 @@ static ob_status record_matvec_q8(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, b
     return ob_vk_dispatch(vk, sh, pn ? ob_vk_wtype(vk, w) : q8_wtype(vk, w), pc, cdiv(N, pc->u[4]), err, err_len);
 }
 
-/* A tail's two addresses (matvec_q8.comp's tail_g, tail_h), as bits in f[1..3] and u[9]. */
-static void tail_pc(ob_vk_pc *pc, uint64_t g, uint64_t h) {
+/* The prenorm's two addresses (matvec_q8.glsl's tail_g, tail_h), as bits in f[1..3] and u[9]. */
+static void pn_addr_pc(ob_vk_pc *pc, uint64_t g, uint64_t h) {
     const uint32_t w[3] = {(uint32_t)g, (uint32_t)(g >> 32), (uint32_t)(h >> 32)};
     memcpy(&pc->f[1], w, sizeof(w));
     pc->u[9] = (uint32_t)h;
@@ -432,14 +429,6 @@ bool ob_vk_fusable_matmul_add(ob_vk *vk, const ob_tensor *mm, const ob_tensor *a
            matvec_q8_ok(vk, w, x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
            q8_reads_ok(vk, w) && is_f32(res) && ob_nelements(res) == N && ob_nelements(add) == N && N % 512 == 0 && N <= 8192 &&
            (addr(res) | addr(add) | addr(norm) | addr(norm->src[1])) % 16 == 0;
-}
-
-/* The RMS norm after a fusable matmul + ADD as the matmul's tail: a plain norm of the one
- * row, its weight (if any) F32 of the row's length. */
-bool ob_vk_norm_tail_ok(const ob_vk *vk, const ob_tensor *add, const ob_tensor *norm) {
-    const ob_tensor *nw = norm->src[1];
-    return vk->norm_tail && vk->q8_fuse && ob_nrows(norm) == 1 && norm->ne[0] == add->ne[0] && is_f32(norm) &&
-           (!nw || (is_f32(nw) && ob_nelements(nw) == norm->ne[0]));
 }
 
 /* The one-token matmul + residual ADD's push constants (matvec_q8.glsl, u[7] 1): W w, the
@@ -463,47 +452,27 @@ static void matmul_add_pc(ob_vk_pc *pc, const ob_tensor *w, const ob_tensor *res
     pc->u[7] = 1;
 }
 
-ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, ob_tensor *norm, char *err,
-                                  size_t err_len) {
+ob_status ob_vk_record_matmul_add(ob_vk *vk, ob_tensor *mm, ob_tensor *add, char *err, size_t err_len) {
     const ob_tensor *w = mm->src[0], *res = add->src[0] == mm ? add->src[1] : add->src[0];
     const uint32_t K = (uint32_t)w->ne[0], N = (uint32_t)w->ne[1];
     uint32_t rps;
     const ob_vk_shader sh = one_token_rows(vk, w->type, N, &rps);
     const uint32_t np = (uint32_t)cdiv(N, rps);
-    uint64_t qb, db, qn, dn;
+    uint64_t qb, db;
     q8_sizes(K, 1, &qb, &db);
-    q8_sizes(N, 1, &qn, &dn);
-    ob_status st = norm ? ticket_scratch(vk, &vk->tail_norm, qn + dn, err, err_len)
-                        : scratch_buffer(vk, &vk->ss_buf, (uint64_t)np * 4, err, err_len);
+    ob_status st = scratch_buffer(vk, &vk->ss_buf, (uint64_t)np * 4, err, err_len);
     if (st) return st;
     /* reads the int8 x, the weights and the residual; writes the sum (the matmul's own
-     * output is never written: the ADD was its one reader) and the partial sums, or with
-     * the norm's tail its output and int8 form (and its ticket) */
-    const uint64_t q0 = vk->q8_addr, ss = norm ? vk->tail_norm.addr : vk->ss_buf.addr;
-    const uint64_t ss_end = norm ? ss + OB_VK_TICKET_BYTES + qn + dn : ss + (uint64_t)np * 4;
-    ob_vk_range rd[4] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
-                         {addr(res), addr(res) + ob_nbytes(res), false}, {0, 0, false}};
-    ob_vk_range wr[3] = {{addr(add), addr(add) + ob_nbytes(add), false}, {ss, ss_end, false}, {0, 0, false}};
-    if (norm) {
-        if (norm->src[1]) rd[3] = (ob_vk_range){addr(norm->src[1]), addr(norm->src[1]) + ob_nbytes(norm->src[1]), false};
-        wr[2] = (ob_vk_range){addr(norm), addr(norm) + ob_nbytes(norm), false};
-    }
-    ob_vk_hz(vk, rd, norm && norm->src[1] ? 4 : 3, wr, norm ? 3 : 2);
+     * output is never written: the ADD was its one reader) and the partial sums */
+    const uint64_t q0 = vk->q8_addr, ss = vk->ss_buf.addr;
+    ob_vk_range rd[3] = {{q0, q0 + qb + db, false}, {addr(w), addr(w) + ob_nbytes(w), false},
+                         {addr(res), addr(res) + ob_nbytes(res), false}};
+    ob_vk_range wr[2] = {{addr(add), addr(add) + ob_nbytes(add), false}, {ss, ss + (uint64_t)np * 4, false}};
+    ob_vk_hz(vk, rd, 3, wr, 2);
     ob_vk_pc pc;
     matmul_add_pc(&pc, w, res, add, q0, qb, ss, q8_sgs(vk) * rps);
-    if (norm) {
-        pc.u[7] = 3;
-        pc.e = addr(norm);
-        tail_pc(&pc, addr(norm->src[1]), ss);
-        pc.f[0] = norm->fp[0];
-    }
-    st = ob_vk_dispatch(vk, norm ? tail_rows(OB_VK_SH_MATVEC_Q8_NT, rps) : sh, q8_wtype(vk, w), &pc, cdiv(N, pc.u[4]), err,
-                        err_len);
+    st = ob_vk_dispatch(vk, sh, q8_wtype(vk, w), &pc, cdiv(N, pc.u[4]), err, err_len);
     if (st) return st;
-    if (norm) {
-        q8_written(vk, norm, ss + OB_VK_TICKET_BYTES);
-        return OB_OK;
-    }
     vk->ss_src = addr(add);
     vk->ss_n = np;
     return OB_OK;
@@ -566,7 +535,7 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     ob_vk_hz(vk, rd, nw ? 4 : 3, wr, 2);
     ob_vk_pc pc;
     matmul_add_pc(&pc, w, res, add, q0, qb, ss, rw);
-    tail_pc(&pc, addr(nw), h);
+    pn_addr_pc(&pc, addr(nw), h);
     st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNP, q8_wtype(vk, w), &pc, nwg, err, err_len);
     if (st) return st;
     q8_written(vk, norm, h);
@@ -582,11 +551,11 @@ ob_status ob_vk_record_matmul_add_pn(ob_vk *vk, ob_tensor *mm, ob_tensor *add, o
     return OB_OK;
 }
 
-/* What the gate/up/GLU fusions need: MATMUL gate and up of one x and their GLU (the one
- * reader of both), one token on an int8 x already written (pn: a prenorm's, else a
- * quantized x's), the same weight type and shape, rows in whole 32-row blocks. */
+/* What the gate/up/GLU fusion needs: MATMUL gate and up of one x and their GLU (the one
+ * reader of both), one token on a prenorm's int8 x, the same weight type and shape, rows
+ * in whole 32-row blocks. */
 static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                            int64_t glu_index, bool pn) {
+                            int64_t glu_index) {
     if (!vk->q8_fuse || !vk->q8_rows1 || vk->det || gate->op != OB_OP_MATMUL || up->op != OB_OP_MATMUL ||
         glu->op != OB_OP_GLU)
         return false;
@@ -594,27 +563,24 @@ static bool gate_up_fusable(ob_vk *vk, const ob_tensor *gate, const ob_tensor *u
     if (glu->src[0] != gate || glu->src[1] != up || up->src[1] != x || gate->last_use != glu_index ||
         up->last_use != glu_index || !ob_vk_supports_node(vk, gate) || !ob_vk_supports_node(vk, up) || !ob_vk_supports_node(vk, glu))
         return false;
-    const bool xq = pn ? vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0]
-                       : vk->pn_src != addr(x) && vk->q8_src == addr(x) && vk->q8_K == (uint32_t)x->ne[0] && vk->q8_T == 1 &&
-                             !vk->q8_x16;
+    const bool xq = vk->pn_src == addr(x) && vk->pn_K == (uint32_t)x->ne[0];
     return ob_nrows(x) == 1 && xq && ob_vk_wtype(vk, wg) == ob_vk_wtype(vk, wu) && wg->ne[0] == wu->ne[0] &&
            wg->ne[1] == wu->ne[1] &&
            matvec_q8_ok(vk, wg, x) && matvec_q8_ok(vk, wu, x) && wg->ne[1] % 32 == 0;
 }
 
-/* What the gate/up recorders share: the hazards (reads: the int8 x, both weights and, pn,
- * the prenorm's sums of squares; writes: wr) and the push constants of both matmuls' rows
- * on one int8 x (pn: the prenorm's). */
-static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, const ob_tensor *glu, bool pn,
+/* The gate/up recorder's hazards (reads: the prenorm's int8 x and sums of squares, both
+ * weights; writes: wr) and the push constants of both matmuls' rows on that x. */
+static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, const ob_tensor *glu,
                        const ob_vk_range *wr, int nwr, ob_vk_pc *pc) {
     const uint32_t K = (uint32_t)wg->ne[0];
     uint64_t qin, din;
     q8_sizes(K, 1, &qin, &din);
-    const uint64_t q0 = pn ? vk->pn_q8 : vk->q8_addr;
+    const uint64_t q0 = vk->pn_q8;
     ob_vk_range rd[4] = {{q0, q0 + qin + din, false}, {addr(wg), addr(wg) + ob_nbytes(wg), false},
                          {addr(wu), addr(wu) + ob_nbytes(wu), false},
                          {vk->pn_ss, vk->pn_ss + (uint64_t)vk->pn_nss * 4, false}};
-    ob_vk_hz(vk, rd, pn ? 4 : 3, wr, nwr);
+    ob_vk_hz(vk, rd, 4, wr, nwr);
     memset(pc, 0, sizeof(*pc));
     pc->a = addr(wg);
     pc->b = q0;
@@ -628,58 +594,13 @@ static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, cons
     pc->u[8] = (uint32_t)glu->ip[0];
 }
 
-bool ob_vk_fusable_gate_up_pair(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                                int64_t glu_index) {
-    /* a ticket per 32-row block */
-    const int64_t N = gate->src[0] ? gate->src[0]->ne[1] : 0;
-    return vk->glu_pair && gate_up_fusable(vk, gate, up, glu, glu_index, false) && N / 32 <= OB_VK_TICKET_BYTES / 4 &&
-           is_f32(gate) && is_f32(up) && is_f32(glu) && ob_nelements(glu) == N;
-}
-
-ob_status ob_vk_record_gate_up_pair(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, char *err,
-                                    size_t err_len) {
-    const ob_tensor *wg = gate->src[0], *wu = up->src[0];
-    const uint32_t N = (uint32_t)wg->ne[1];
-    uint64_t qout, dout;
-    q8_sizes(N, 1, &qout, &dout);
-    ob_status st = ticket_scratch(vk, &vk->tail_glu, qout + dout, err, err_len);
-    if (st) return st;
-    /* writes gate, up, the GLU, its int8 form and the tickets */
-    const uint64_t t0 = vk->tail_glu.addr;
-    ob_vk_range wr[4] = {{addr(gate), addr(gate) + ob_nbytes(gate), false}, {addr(up), addr(up) + ob_nbytes(up), false},
-                         {addr(glu), addr(glu) + ob_nbytes(glu), false},
-                         {t0, t0 + OB_VK_TICKET_BYTES + qout + dout, false}};
-    ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, false, wr, 4, &pc);
-    uint32_t rps;
-    (void)one_token_rows(vk, wg->type, N, &rps);
-    pc.e = addr(up);
-    pc.o = addr(gate);
-    tail_pc(&pc, addr(glu), t0);
-    pc.u[4] = q8_sgs(vk) * rps;
-    pc.u[7] = 4;
-    st = ob_vk_dispatch(vk, tail_rows(OB_VK_SH_MATVEC_Q8_PR, rps), ob_vk_wtype(vk, wg), &pc, 2 * cdiv(N, pc.u[4]), err,
-                        err_len);
-    if (!st) q8_written(vk, glu, t0 + OB_VK_TICKET_BYTES);
-    return st;
-}
-
-bool ob_vk_fusable_gate_up_glu(ob_vk *vk, const ob_tensor *gate, const ob_tensor *up, const ob_tensor *glu,
-                               int64_t glu_index) {
-    /* a workgroup's 8 rows per subgroup whole 32-row blocks of the int8 output */
-    return vk->glu_fuse && gate_up_fusable(vk, gate, up, glu, glu_index, false) && vk->info.subgroup >= 8 &&
-           (q8_sgs(vk) * 8) % 32 == 0 &&
-           glu_q8_ok(vk, glu) && ob_nelements(glu) == gate->src[0]->ne[1];
-}
-
 /* Rows a workgroup of the X16 gate/up/GLU consumer: 8 subgroups of 2 gate and 2 up rows,
  * whole 16-row blocks of its int8 output. */
 #define PNG16_ROWS 16u
 
-/* The fused GLU (pn 0: OB_VK_SH_MATVEC_Q8_GLU on a quantized x) and the prenorm one (pn 1:
- * OB_VK_SH_MATVEC_Q8_PNG; pn 2: the same at 16 rows a workgroup, its int8 output X16): one
- * dispatch writes the GLU's output and its int8 form into q8_buf2 (the gate and up outputs
- * are never written: the GLU was their one reader). */
+/* The prenorm gate/up/GLU consumer (pn 1: OB_VK_SH_MATVEC_Q8_PNG; pn 2: the same at 16 rows
+ * a workgroup, its int8 output X16): one dispatch writes the GLU's output and its int8 form
+ * into q8_buf2 (the gate and up outputs are never written: the GLU was their one reader). */
 ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob_tensor *glu, int pn, char *err,
                                    size_t err_len) {
     const ob_tensor *wg = gate->src[0], *wu = up->src[0];
@@ -692,23 +613,18 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     const uint64_t o2 = vk->q8_buf2.addr;
     ob_vk_range wr[2] = {{addr(glu), addr(glu) + ob_nbytes(glu), false}, {o2, o2 + qout + dout, false}};
     ob_vk_pc pc;
-    gate_up_pc(vk, wg, wu, glu, pn != 0, wr, 2, &pc);
+    gate_up_pc(vk, wg, wu, glu, wr, 2, &pc);
     pc.o = o2;
     pc.u[9] = (uint32_t)qout;
-    if (pn) {
-        /* e and u[8] hold the prenorm's sums; the GLU's output and the ob_act go in f[1..3] */
-        pc.e = vk->pn_ss;
-        pc.u[4] = x16 ? PNG16_ROWS : pn_rows(vk);
-        pc.u[8] = vk->pn_nss;
-        pc.f[0] = vk->pn_eps;
-        const uint64_t ga = addr(glu);
-        const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
-        memcpy(&pc.f[1], gw, sizeof(gw));
-    } else {
-        pc.e = addr(glu);
-        pc.u[4] = q8_sgs(vk) * 8;
-    }
-    st = ob_vk_dispatch(vk, pn ? OB_VK_SH_MATVEC_Q8_PNG : OB_VK_SH_MATVEC_Q8_GLU,
+    /* e and u[8] hold the prenorm's sums; the GLU's output and the ob_act go in f[1..3] */
+    pc.e = vk->pn_ss;
+    pc.u[4] = x16 ? PNG16_ROWS : pn_rows(vk);
+    pc.u[8] = vk->pn_nss;
+    pc.f[0] = vk->pn_eps;
+    const uint64_t ga = addr(glu);
+    const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
+    memcpy(&pc.f[1], gw, sizeof(gw));
+    st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNG,
                         (ob_type)((unsigned)ob_vk_wtype(vk, wg) | (x16 ? OB_VK_X16 : 0u)), &pc, cdiv(N, pc.u[4]), err,
                         err_len);
     if (st) return st;
@@ -717,16 +633,15 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     return OB_OK;
 }
 
-/* The 32-row form (1), unset, only for Q1_0 weights: H200, qwen3-8b synth, `1bit bench -p 0
- * -n 128 -r 2` tg128 without / with, Q1_0 413.4, 422.2, 421.6 / 440.2, 442.3, 442.9; TQ2_0
- * 411.2, 405.8 / 392.9, 388.8; Q4_K_M 308.8, 314.7 / 270.4, 275.2 (2026-12-01 11:02-11:03
- * UTC). Likely (inferred, not measured): 512 invocations of the wider types' registers leave
- * fewer warps an SM than their 128-invocation gate and up workgroups. The X16 form (2) keeps
+/* The 32-row form (1), unset, only for Q1_0 weights: it won there and lost on TQ2_0 and Q4_K
+ * (bench/NOTES.md: Session 17). Likely (inferred, not measured): 512 invocations of the
+ * wider types' registers leave fewer warps an SM than their 128-invocation gate and up
+ * workgroups. The X16 form (2) keeps
  * 8 subgroups a workgroup; unset, TQ2_0 gate/up take it where the GLU's readers can. */
 int ob_vk_fusable_gate_up_pn(ob_vk *vk, const ob_graph *g, const ob_tensor *gate, const ob_tensor *up,
                              const ob_tensor *glu, int64_t glu_index) {
     const ob_tensor *wg = gate->src[0];
-    if (!vk->pn_glu || !wg || !gate_up_fusable(vk, gate, up, glu, glu_index, true) || !glu_q8_ok(vk, glu) ||
+    if (!vk->pn_glu || !wg || !gate_up_fusable(vk, gate, up, glu, glu_index) || !glu_q8_ok(vk, glu) ||
         ob_nelements(glu) != wg->ne[1] || !is_f32(glu))
         return 0;
     const uint32_t sgs = vk->info.subgroup, rw = pn_rows(vk);
@@ -1114,7 +1029,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[2] = (uint32_t)T;
         pc.u[3] = (uint32_t)ob_row_size(a->type, a->ne[0]);
         /* Up to 8 tokens (decode, small batches) W is read once by matvec.comp; beyond, the
-         * 64 x 64 output tiles of matmul.comp / matmul_coop.comp. Batch-invariant: the
+         * 64 x 64 output tiles of matmul.comp. Batch-invariant: the
          * matvecs for every T (their DET pipelines), or with ONEBIT_VK_NO_MATVEC=1 the
          * tiled f32 shader for every T (an output's sum runs over k in order, whatever
          * tile holds it). */
@@ -1143,9 +1058,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             pc.u[5] = vk->matvec_stage && !vk->det;
             return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, vk->matvec_rows), err, err_len);
         }
-        pc.u[4] = vk->coop_fast;
-        const ob_vk_shader tiled = vk->use_coop && !vk->det ? OB_VK_SH_MATMUL_COOP : OB_VK_SH_MATMUL;
-        return ob_vk_dispatch(vk, tiled, ob_vk_wtype(vk, a), &pc, cdiv(N, 64) * cdiv(T, 64), err, err_len);
+        return ob_vk_dispatch(vk, OB_VK_SH_MATMUL, ob_vk_wtype(vk, a), &pc, cdiv(N, 64) * cdiv(T, 64), err, err_len);
     }
     case OB_OP_GLU:
         if (vk->q8_next.hi > vk->q8_next.lo) {

@@ -23,13 +23,6 @@ static const uint32_t spv_matmul[] = {
 static const uint32_t spv_matvec[] = {
 #include "matvec.spv.inc"
 };
-static const uint32_t spv_matmul_coop[] = {
-#include "matmul_coop.spv.inc"
-};
-static const uint32_t spv_matmul_coop_khr[] = {
-#include "matmul_coop_khr.spv.inc"
-};
-const ob_vk_spv ob_vk_spv_matmul_coop_khr = {spv_matmul_coop_khr, sizeof(spv_matmul_coop_khr), "matmul_coop_khr"};
 static const uint32_t spv_kv_store[] = {
 #include "kv_store.spv.inc"
 };
@@ -66,9 +59,6 @@ static const uint32_t spv_sample[] = {
 static const uint32_t spv_matvec_q8[] = {
 #include "matvec_q8.spv.inc"
 };
-static const uint32_t spv_matvec_q8_tail[] = {
-#include "matvec_q8_tail.spv.inc"
-};
 
 static const uint32_t spv_fault[] = {
 #include "fault.spv.inc"
@@ -85,7 +75,6 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_GET_ROWS] = {spv_get_rows, sizeof(spv_get_rows), "get_rows"},
     [OB_VK_SH_MATMUL] = {spv_matmul, sizeof(spv_matmul), "matmul"},
     [OB_VK_SH_MATVEC] = {spv_matvec, sizeof(spv_matvec), "matvec"},
-    [OB_VK_SH_MATMUL_COOP] = {spv_matmul_coop, sizeof(spv_matmul_coop), "matmul_coop"},
     [OB_VK_SH_KV_STORE] = {spv_kv_store, sizeof(spv_kv_store), "kv_store"},
     [OB_VK_SH_CPY] = {spv_cpy, sizeof(spv_cpy), "cpy"},
     [OB_VK_SH_ATTENTION] = {spv_attention, sizeof(spv_attention), "attention"},
@@ -97,21 +86,12 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_1R4] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
     [OB_VK_SH_MATVEC_Q8_1R2] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
     [OB_VK_SH_MATVEC_Q8_1R1] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8"},
-    [OB_VK_SH_MATVEC_Q8_GLU] = {spv_matvec_q8, sizeof(spv_matvec_q8), "matvec_q8_glu"},
     [OB_VK_SH_QUANT_X4] = {spv_quant_x4, sizeof(spv_quant_x4), "quant_x4"},
     [OB_VK_SH_NORM_Q8] = {spv_norm_q8, sizeof(spv_norm_q8), "norm_q8"},
     [OB_VK_SH_ATTN_DEC] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec"},
     [OB_VK_SH_ATTN_DEC_G2] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g2"},
     [OB_VK_SH_ATTN_DEC_G1] = {spv_attn_dec, sizeof(spv_attn_dec), "attn_dec_g1"},
     [OB_VK_SH_ATTN_FOLD] = {spv_attn_fold, sizeof(spv_attn_fold), "attn_fold"},
-    [OB_VK_SH_MATVEC_Q8_NT] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
-    [OB_VK_SH_MATVEC_Q8_NT4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
-    [OB_VK_SH_MATVEC_Q8_NT2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
-    [OB_VK_SH_MATVEC_Q8_NT1] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_norm"},
-    [OB_VK_SH_MATVEC_Q8_PR] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
-    [OB_VK_SH_MATVEC_Q8_PR4] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
-    [OB_VK_SH_MATVEC_Q8_PR2] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
-    [OB_VK_SH_MATVEC_Q8_PR1] = {spv_matvec_q8_tail, sizeof(spv_matvec_q8_tail), "matvec_q8_pair"},
     [OB_VK_SH_MATVEC_Q8_PNP] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnp"},
     [OB_VK_SH_MATVEC_Q8_PNC] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNC4] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},

@@ -164,8 +164,8 @@ void main() {
             if (kwide) {
                 // one 16-byte load per 8 f16 or 4 f32 of the cell's key (rows 16-aligned)
                 // (four loads issued together: hd is a multiple of 16 elements where they
-                // are whole, else one at a time; sixteen together measured slower on the
-                // H200, 2026-11-30)
+                // are whole, else one at a time; sixteen together were slower:
+                // bench/NOTES.md, Moved from source comments)
                 uint64_t kr = pc.b + (r * rl + kh * hd) * (kt == 0u ? 4 : 2);
                 uint step = kt == 0u ? 4 : 8, e = 0;
                 for (; e + 4 * step <= hd; e += 4 * step) {
@@ -189,7 +189,7 @@ void main() {
         for (uint k = 0; k < MAXD; k++) acc[k] *= corr;
         int nj = min(WG, hi - j0 + 1), jj = 0;
         // eight cells' values loaded together, then accumulated (in cell order, as below;
-        // 32 together measured slower on the H200, 2026-11-30)
+        // 32 together were slower: bench/NOTES.md, Moved from source comments)
         for (; jj + 8 <= nj; jj += 8)
             for (uint k = 0; k < MAXD; k++) {
                 uint e = tid + k * WG;

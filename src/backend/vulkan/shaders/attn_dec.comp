@@ -9,9 +9,9 @@
 // (cell, head)); each cell lane keeps its own running max, sum and output dims (online
 // softmax over its cells), and the lanes are merged at the end as splits are.
 // GW (1, 2 or 4) is a specialization constant. With GW > 1 a key and value serve several
-// heads, but every invocation carries GW heads' dots, sums and outputs: on the H200 the
-// per-invocation work, not the reads, set the time (decode attention 8.2 / 11.4 / 23.7 us
-// for GW 1 / 2 / 4 at 16 cells, qwen3-8b; attention.comp 12.5), so the default is 1.
+// heads, but every invocation carries GW heads' dots, sums and outputs: the per-invocation
+// work, not the reads, set the time, so the default is 1 (bench/NOTES-vulkan-12-16.md:
+// Session 12, heads per workgroup).
 // a q F32 [hd, H, T], b K cache, c V cache ([hd * n_kv, cells] of TYPE: F32, F16 or Q8_0,
 // both the same), d pos I32 [T], e seq I32 [T], o y F32 [hd * H, T].
 // u[0] hd (a multiple of 8, 32..256; of 32 for Q8_0), u[1] H | n_kv << 16, u[2] T | CPI << 16 |

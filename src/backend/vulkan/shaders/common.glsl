@@ -14,13 +14,9 @@ layout(buffer_reference, std430, buffer_reference_align = 2) buffer BU16 { uint1
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer BU8 { uint8_t v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 1) buffer BI8 { int8_t v[]; };
 
-// a..e, p: source addresses, o: destination; u/f: per-op integer and float parameters.
-// Mirrors ob_vk_pc in vk_internal.h (128 bytes, the least every device takes).
-layout(push_constant) uniform PC {
-    uint64_t a, b, c, d, e, o, p;
-    uint u[12];
-    float f[6];
-} pc;
+// The push constants: pc.glsl's fields, the same names and offsets as ob_vk_pc in C.
+#include "pc.glsl"
+layout(push_constant) uniform PC { OB_VK_PC_FIELDS(uint) } pc;
 
 // Workgroups beyond 65535 are laid out in 2D; u[11] is always the x extent.
 uint group_id() { return gl_WorkGroupID.y * pc.u[11] + gl_WorkGroupID.x; }

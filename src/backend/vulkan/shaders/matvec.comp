@@ -202,7 +202,7 @@ void main_fast(uint g) {
 }
 
 // ---- split-K path (u[7] = pieces per invocation PPI = K / 4096, 1..3; one token) ----------
-// ONEBIT_VK_MATVEC_SPLITK=1; off by default: no faster on the H200 (vk_device.c). Invocation i of the
+// ONEBIT_VK_MATVEC_SPLITK=1; off by default: no faster (bench/NOTES-cuda-3-7.md: Session 7). Invocation i of the
 // workgroup owns pieces i + WG j (j < PPI) of every row, so its x (8 vec4 per piece) is
 // loaded once, into registers, and serves all u[4] rows of the workgroup (the streaming
 // path above loads x again for every R rows). A batch of SK_RB rows at a time: each

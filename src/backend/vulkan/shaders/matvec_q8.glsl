@@ -1,5 +1,4 @@
-// The body of matvec_q8.comp and matvec_q8_tail.comp (MATVEC_TAILS: the tails below;
-// apart, so the pipelines without them are compiled from a module that lacks their code).
+// The body of matvec_q8.comp and matvec_q8_pn.comp (MATVEC_PN).
 // MATMUL for decode and small batches (T <= 8) on int8 activations: y = W x with W [K, N]
 // of Q4_K, Q6_K, Q8_0, Q1_0 or TQ2_0 and x already quantized by quant_x.comp.
 // a W, b qx int8 [T][K], c dx vec2 [T][K/32] (d, d * sum(q)), o y F32 [N, T].
@@ -9,19 +8,6 @@
 // per-row path), u[7] 1 (that path):
 // the residual ADD after the matmul fused in (d the other addend, o the sum, e one sum of
 // squares per subgroup), u[10] workgroups.
-// Tails (one-token path): the workgroup that draws a ticket last finishes the node after
-// the matmul, reading the other workgroups' rows coherent (past L1), so that node needs no
-// dispatch and no barrier of its own. The tickets are the first TICKET_BYTES of a scratch
-// buffer at H (zeroed when made; the last drawer sets its ticket back to 0) whose int8
-// output follows them: qx at H + TICKET_BYTES, dx after N bytes of qx. H and G are packed
-// into u[9] and f[1..3] (tail_h, tail_g: the push constants hold 112 bytes).
-//   u[7] 3: the residual ADD as above, then the RMS norm of the whole sum (its one ticket):
-//     G the norm weight (0: none), f[0] eps, e the norm's F32 output, and its int8 form.
-//     N a multiple of 32, at most 8192.
-//   u[7] 4: gate and up: workgroups [0, u[10] / 2) take rows of W a (output o), the rest
-//     the same rows of W d (output e); per 32-row block a ticket, and its last drawer writes
-//     act(gate) * up (u[8] the ob_act) to G and its int8 form. N a multiple of 32, at most
-//     32 * 1024.
 //
 // The f32 matvec (matvec.comp) turns every weight into a float and spends ~6 instructions
 // per weight; here weight bytes meet int8 activations in 4-wide integer dot products
@@ -50,9 +36,7 @@ layout(constant_id = 1) const uint MAXT = 8;
 // Rows per subgroup of the one-token path (8, 4, 2 or 1), and the units per lane whose x it
 // holds at once: 1, or 2 for Q1_0 and Q8_0 under 8 rows (a K = 4096 row of 64 units then
 // fills the lanes twice). One unit at a time is faster for Q4_K, Q6_K and TQ2_0 (not by
-// registers: TQ2_0's 4-row pipeline keeps 76). H200, qwen3-8b synth, `1bit bench -p 0 -n 128
-// -r 2` tg128 against 2 (2026-12-01 12:37 UTC): Q4_K_M 312.0, 312.9 -> 339.7, 337.5; TQ2_0
-// 417.4, 415.3 -> 434.3, 430.5; Q1_0 431.3, 433.5 -> 418.6, 421.4 (so it keeps 2).
+// registers: TQ2_0's 4-row pipeline keeps 76); Q1_0 keeps 2 (bench/NOTES.md: Session 18).
 layout(constant_id = 2) const uint RS = 8;
 // Gate/up/GLU mode of the one-token path (RS = 8; 2 in matvec_q8_pn.comp's consumer, at
 // 512 invocations): a W gate and d W up (both u[3] row bytes), rows of both dotted with the
@@ -60,13 +44,6 @@ layout(constant_id = 2) const uint RS = 8;
 // per 32 rows, dx at o + u[9]. A workgroup's rows (u[4]) are whole 32-row blocks and N a
 // multiple of 32 (the host checks).
 layout(constant_id = 3) const bool GLU = false;
-// The tail of the one-token path (below): 0 none, 1 the RMS norm (u[7] 3), 2 gate and up
-// with the GLU (u[7] 4); matvec_q8.comp has none.
-#ifdef MATVEC_TAILS
-layout(constant_id = 4) const uint TAIL = 0;
-#else
-const uint TAIL = 0;
-#endif
 // Int8 x with scales per 16 elements, not 32 (dx: float [K / 16], in q8_vec4_16's order).
 // Without GLU, x is read so: TQ2_0 and Q6_K rows only (their units pair x with the weights in runs
 // of 16 elements, one scale a run), never staged. In GLU mode (the prenorm gate/up/GLU
@@ -101,14 +78,10 @@ int dp4su(uint a, uint b, int c) { return c + sudot4_(a, b, 0); }
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer BU4 { uvec4 v[]; };
 layout(buffer_reference, std430, buffer_reference_align = 8) buffer BV2 { vec2 v[]; };
 
-#if defined(MATVEC_TAILS) || defined(MATVEC_PN)
-// The tails' (and prenorm's) two addresses: G in f[1] | f[2] << 32, H in u[9] | f[3] << 32,
-// as bits.
+#ifdef MATVEC_PN
+// The prenorm's two addresses: G in f[1] | f[2] << 32, H in u[9] | f[3] << 32, as bits.
 uint64_t tail_g() { return uint64_t(floatBitsToUint(pc.f[1])) | uint64_t(floatBitsToUint(pc.f[2])) << 32; }
 uint64_t tail_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])) << 32; }
-#endif
-
-#ifdef MATVEC_PN
 // Prenorm (vk_ops.c, ob_vk_prenorm_ok): the RMS norm between a one-token matmul + residual
 // ADD and the one-token matmuls that read it is not dispatched. The producer (PN 1, the
 // residual path, rows in whole 32-row blocks per workgroup) writes each block of h * w (h
@@ -116,22 +89,13 @@ uint64_t tail_h() { return uint64_t(pc.u[9]) | uint64_t(floatBitsToUint(pc.f[3])
 // up to 16 bytes) and its workgroup's sum of h^2 to e[g]. The int8 x of h * w differs from
 // that of the norm's output only by the factor r = 1 / sqrt(mean(h^2) + eps) on every
 // block scale, so each consumer (PN 2) takes r from the u[8] sums at e (f[0] eps, u[0] the
-// row length) and scales its dot products by it. G and H are packed as the tails' are.
+// row length) and scales its dot products by it.
 layout(constant_id = 5) const uint PN = 0;
 float pn_scale() {
     float s = 0.0;
     for (uint i = gl_SubgroupInvocationID; i < pc.u[8]; i += gl_SubgroupSize) s += BF32(pc.e).v[i];
     return inversesqrt(subgroupAdd(s) / float(pc.u[0]) + pc.f[0]);
 }
-#endif
-
-#ifdef MATVEC_TAILS
-layout(buffer_reference, std430, buffer_reference_align = 16) coherent buffer BCV4 { vec4 v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) coherent buffer BCF { float v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer BTK { uint v[]; };
-layout(buffer_reference, std430, buffer_reference_align = 16) buffer BV4 { vec4 v[]; };
-#define TICKET_BYTES 4096 // OB_VK_TICKET_BYTES
-shared uint tk_s;
 #endif
 
 shared uvec4 sq[SQ];
@@ -340,69 +304,6 @@ void unit_acc(uint64_t row, uint u, uint t0, uint T, inout float acc[MAXT]) {
     }
 }
 
-#ifdef MATVEC_TAILS
-
-// u[7] 3, after every row of the sum is written: the last workgroup normalises it (two
-// 32-element blocks per invocation at most) and writes it as F32 and int8.
-void norm_tail(uint tid, uint N) {
-    memoryBarrierBuffer();
-    barrier();
-    if (tid == 0u) tk_s = atomicAdd(BTK(tail_h()).v[0], 1u);
-    barrier();
-    if (tk_s != pc.u[10] - 1u) return; // uniform over the workgroup
-    memoryBarrierBuffer();
-    const uint nb = N / 32;
-    vec4 v[2][8], wv[2][8];
-    float ss = 0.0;
-    for (uint k = 0; k < 2; k++) { // every load first, the weights' too
-        uint b = min(tid + k * WG, nb - 1);
-        for (uint j = 0; j < 8; j++) v[k][j] = BCV4(pc.o).v[8 * b + j];
-        for (uint j = 0; j < 8; j++) wv[k][j] = tail_g() != 0ul ? BV4(tail_g()).v[8 * b + j] : vec4(1.0);
-    }
-    for (uint k = 0; k < 2; k++)
-        for (uint j = 0; j < 8; j++) ss += tid + k * WG < nb ? dot(v[k][j], v[k][j]) : 0.0;
-    float scale = inversesqrt(wg_sum(ss) / float(N) + pc.f[0]);
-    uint64_t qx = tail_h() + TICKET_BYTES, dx = qx + N;
-    for (uint k = 0; k < 2; k++) {
-        uint b = tid + k * WG;
-        if (b >= nb) break;
-        float y[32];
-        for (uint j = 0; j < 8; j++) {
-            vec4 t = v[k][j] * scale * wv[k][j];
-            BV4(pc.e).v[8 * b + j] = t;
-            y[4 * j] = t.x;
-            y[4 * j + 1] = t.y;
-            y[4 * j + 2] = t.z;
-            y[4 * j + 3] = t.w;
-        }
-        q8_block(y, qx + 32 * b, dx + 8 * b);
-    }
-    if (tid == 0u) BTK(tail_h()).v[0] = 0u;
-}
-
-// u[7] 4, after this workgroup's rows [r0, r0 + RW) of gate or up are written: per 32-row
-// block they touch a ticket; the last of its 2 * max(1, 32 / RW) drawers writes the block's
-// act(gate) * up and its int8 form.
-void glu_tail(uint tid, uint r0, uint RW, uint N) {
-    memoryBarrierBuffer();
-    barrier();
-    const uint b = r0 / 32 + tid, parts = RW >= 32u ? 2u : 2u * (32u / RW);
-    if (tid >= max(RW / 32, 1u) || 32 * b >= N) return;
-    if (atomicAdd(BTK(tail_h() + 4 * b).v[0], 1u) != parts - 1u) return;
-    memoryBarrierBuffer();
-    float gt[32], up[32];
-    for (uint i = 0; i < 32; i++) gt[i] = BCF(pc.o).v[32 * b + i];
-    for (uint i = 0; i < 32; i++) up[i] = BCF(pc.e).v[32 * b + i];
-    for (uint i = 0; i < 32; i++) {
-        gt[i] = act(pc.u[8], gt[i]) * up[i];
-        BF32(tail_g()).v[32 * b + i] = gt[i];
-    }
-    uint64_t qx = tail_h() + TICKET_BYTES;
-    q8_block(gt, qx + 32 * b, qx + N + 8 * b);
-    BTK(tail_h() + 4 * b).v[0] = 0u;
-}
-#endif
-
 void main() {
     uint tid = gl_LocalInvocationID.x;
     uint g = group_id();
@@ -416,10 +317,10 @@ void main() {
         barrier();
     }
     uint U = K / BS * UPB, lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
-    // The one-token pipelines of fewer than 8 rows a subgroup, the prenorm's and the tails'
-    // only ever take the x-in-registers path (the host sets u[6] for them), so the per-row
-    // path after it is not compiled into them: less code for each SM to fetch at a launch.
-#if defined(MATVEC_PN) || defined(MATVEC_TAILS)
+    // The one-token pipelines of fewer than 8 rows a subgroup and the prenorm's only ever
+    // take the x-in-registers path (the host sets u[6] for them), so the per-row path after
+    // it is not compiled into them: less code for each SM to fetch at a launch.
+#if defined(MATVEC_PN)
     const bool REG_ONLY = true;
 #else
     const bool REG_ONLY = MAXT == 1 && RS < 8;
@@ -430,13 +331,9 @@ void main() {
         // its loads. No branch guards a load (rows and units past the end are clamped and
         // their products dropped): every weight load of a step can be issued before the
         // first arithmetic, as a branch or a store between them would prevent.
-        // pair (u[7] 4): the second half of the workgroups takes W d's rows
-        // every branch on TAIL folds away where it is 0 (matvec_q8.comp)
-        const bool second = TAIL == 2u && g >= pc.u[10] / 2u;
-        const uint gr = second ? g - pc.u[10] / 2u : g;
-        const uint64_t wa = second ? pc.d : pc.a;
-        uint n0 = gr * RW + gl_SubgroupID * RS;
-        if (!GLU && TAIL == 0u && n0 >= N) return; // uniform over the subgroup; no barrier follows (tails: none returns)
+        const uint64_t wa = pc.a;
+        uint n0 = g * RW + gl_SubgroupID * RS;
+        if (!GLU && n0 >= N) return; // uniform over the subgroup; no barrier follows
 #ifdef MATVEC_PN
         const float rr = PN == 2u ? pn_scale() : 1.0; // loads issued ahead of the weights'
         // the producer's residual rows and norm weights, also loaded ahead of the weights
@@ -475,7 +372,7 @@ void main() {
                 }
             }
         }
-        if (!GLU && (TAIL == 1u || (TAIL == 0u && pc.u[7] != 0u))) {
+        if (!GLU && pc.u[7] != 0u) {
             // the residual ADD fused in: o = d + W x (o may be d: each row is read, then
             // written, by this subgroup alone, all reads first), and the sum of the rows'
             // squares to e[n0 / RS] for the RMS norm after it
@@ -512,12 +409,6 @@ void main() {
                 return;
             }
 #endif
-#ifdef MATVEC_TAILS
-            if (TAIL == 1u) {
-                norm_tail(tid, N);
-                return;
-            }
-#endif
             if (subgroupElect()) BF32(pc.e).v[n0 / RS] = ss;
             return;
         }
@@ -527,11 +418,8 @@ void main() {
 #ifdef MATVEC_PN
                 s *= rr;
 #endif
-                if (subgroupElect() && n0 + r < N) BF32(second ? pc.e : pc.o).v[n0 + r] = s;
+                if (subgroupElect() && n0 + r < N) BF32(pc.o).v[n0 + r] = s;
             }
-#ifdef MATVEC_TAILS
-            if (TAIL == 2u) glu_tail(tid, gr * RW, RW, N);
-#endif
             return;
         }
         // GLU: act(gate) * up per row, then each block of 32 rows as int8

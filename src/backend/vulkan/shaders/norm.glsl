@@ -15,7 +15,8 @@
 // u[8] G > 1 (RMS, register path, one row, no fused ADD): the row's sum of squares comes
 // as u[9] partial sums at d (the matmul before wrote them with the row), so G workgroups
 // each normalise 1 / G of the row (n / 4 a multiple of 8 G: whole 32-element blocks). One
-// workgroup per row was the longest small dispatch of a decode step (8 us on the H200).
+// workgroup per row was the longest small dispatch of a decode step
+// (bench/NOTES-vulkan-3-11.md: Session 11).
 #ifdef NORM_Q8
 #extension GL_KHR_shader_subgroup_shuffle : require
 #define Q8_SHUFFLE
