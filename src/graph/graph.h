@@ -85,7 +85,8 @@ typedef enum ob_moe_gating { OB_MOE_SOFTMAX = 0, OB_MOE_SIGMOID = 1 } ob_moe_gat
 #define OB_MOE_MAX_EXPERTS (1 << 24)
 
 typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
-                     OB_ACT_TANH = 4, OB_ACT_COUNT /* not an activation: how many there are */ } ob_act;
+                     OB_ACT_TANH = 4, OB_ACT_SOFTPLUS = 5 /* log(1 + e^x) */,
+                     OB_ACT_COUNT /* not an activation: how many there are */ } ob_act;
 
 /* Values match llama.cpp's <arch>.pooling_type. CLS takes the sequence's lowest position
  * in the batch, LAST its highest. */

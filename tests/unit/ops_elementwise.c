@@ -29,10 +29,10 @@ typedef struct ew_row {
     unsigned recipe;
 } ew_row;
 
-static const char *act_name(int act) {
-    static const char *const n[] = {"silu", "gelu", "gelu_erf", "relu", "tanh"};
-    return act >= 0 && act < (int)OB_ARRAY_LEN(n) ? n[act] : "?";
-}
+static const char *const g_act_names[] = {"silu", "gelu", "gelu_erf", "relu", "tanh", "softplus"};
+_Static_assert(OB_ARRAY_LEN(g_act_names) == OB_ACT_COUNT, "g_act_names needs one name per ob_act");
+
+static const char *act_name(int act) { return act >= 0 && act < OB_ACT_COUNT ? g_act_names[act] : "?"; }
 
 /* Per op and backend (the old harnesses' tolerances; CUDA's relative to the largest output). */
 static void ew_tol(ops_build *b, ob_op op) {
@@ -147,9 +147,13 @@ static const ew_row g_softmax[] = {
 static const int64_t g_norm_widths[] = {1003, 300, 4096, 8192, 8196, 1002, 1};
 
 /* Known values, independent of the reference: silu(1) = 1/(1+e^-1), gelu_tanh(1) per HF
- * gelu_pytorch_tanh, gelu_erf(1) = 0.5(1+erf(1/sqrt 2)), relu(1), tanh(1). */
+ * gelu_pytorch_tanh, gelu_erf(1) = 0.5(1+erf(1/sqrt 2)), relu(1), tanh(1), softplus(1) =
+ * log(1+e). */
+static const float g_act_at_1[] = {0.7310585786f, 0.8411920071f, 0.8413447461f, 1.0f, 0.7615941560f, 1.3132616875f};
+_Static_assert(OB_ARRAY_LEN(g_act_at_1) == OB_ACT_COUNT, "g_act_at_1 needs one value per ob_act");
+
 static void act_value_ref(ops_build *b, const void *p) {
-    static const float want[OB_ACT_COUNT] = {0.7310585786f, 0.8411920071f, 0.8413447461f, 1.0f, 0.7615941560f};
+    const float *want = g_act_at_1;
     const ew_row *r = p;
     const float *y = b->chk[0]->data;
     CHECKF(fabsf(y[0] - want[r->act]) < 1e-6f, "%s: act(1) = %.9g, want %.9g", b->name, y[0], want[r->act]);

@@ -82,7 +82,7 @@ int main(void) {
     bad.ip[0] = HD + 2; /* n_rot past the head */
     CHECK(!ob_op_valid(&bad));
     bad = *act->src[0]; /* the ACT node under the softmax */
-    bad.ip[0] = OB_ACT_TANH + 1;
+    bad.ip[0] = OB_ACT_COUNT;
     CHECK(!ob_op_valid(&bad));
     bad = *ks;
     bad.src[1] = emb; /* a cache whose row (128) does not divide the K rows (192 elements) */

@@ -13,6 +13,7 @@ static double act_ref(int act, double x) {
     case OB_ACT_GELU: return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case OB_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case OB_ACT_TANH: return tanh(x);
+    case OB_ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
     default: return x > 0 ? x : 0;
     }
 }

@@ -1,4 +1,4 @@
-// Activations by ob_act kind: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 relu, 4 tanh.
+// Activations by ob_act kind: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 relu, 4 tanh, 5 softplus.
 float act(uint kind, float x) {
     if (kind == 0u) return x / (1.0 + exp(-x));
     if (kind == 1u) {
@@ -21,6 +21,13 @@ float act(uint kind, float x) {
         if (abs(x) < 0.125) return x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0))));
         float t = exp(-2.0 * abs(x));
         return sign(x) * (1.0 - t) / (1.0 + t);
+    }
+    if (kind == 5u) {
+        // max(x, 0) + log(1 + e^-|x|): no overflow; GLSL has no log1p, so a small e^-|x|
+        // takes log1p's series (relative error < 1e-8 there)
+        float t = exp(-abs(x));
+        float l = t < 1e-3 ? t * (1.0 - t * (0.5 - t / 3.0)) : log(1.0 + t);
+        return max(x, 0.0) + l;
     }
     return max(x, 0.0);
 }
