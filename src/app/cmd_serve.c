@@ -31,6 +31,8 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->sp = ob_sampler_default_params();
     c->n_predict = -1;
     c->pooling = OB_POOLING_DEFAULT;
+    c->reasoning = OB_REASONING_AUTO;
+    c->sleep_idle_s = -1;
 }
 
 void ob_srv_print_usage(const char *prog) {
@@ -40,8 +42,9 @@ void ob_srv_print_usage(const char *prog) {
            "  --port N                  port (default 8080)\n"
            "  --api-key KEY             require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
            "                            (/health and /v1/models stay open)\n"
-           "  --cors-origins LIST       comma list of allowed browser origins ('*' for any);\n"
-           "                            default: same-origin only\n"
+           "  --cors-origins LIST       comma list of allowed browser origins ('*' any, 'localhost'\n"
+           "                            any page served from this machine); default: localhost,\n"
+           "                            or any origin when --api-key is set\n"
            "  -c, --ctx-size N          KV cells in all, split evenly between slots (default 4096)\n"
            "  -np, --parallel N         slots decoded together (default 1)\n"
            "  -b, --batch-size N        max tokens per forward (default 512)\n"
@@ -52,7 +55,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --no-strict-device        allow nodes to fall back to the CPU\n"
            "  --deterministic           batch-invariant kernels: an answer does not depend on\n"
            "                            what else is in the batch (some GPU speed)\n"
-           "  --alias NAME              model id reported by the API\n"
+           "  --alias NAMES             model id(s) reported by the API (comma list)\n"
+           "  --tags LIST               model tags shown by /v1/models (comma list)\n"
            "  --timeout N               idle connection timeout in seconds (default 600)\n"
            "  --max-body BYTES          request body limit (default 16 MiB)\n"
            "  -md, --model-draft FILE   speculative decoding with this draft model (same vocabulary)\n"
@@ -67,12 +71,20 @@ void ob_srv_print_usage(const char *prog) {
            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, -n/--n-predict N\n"
            "                            defaults for requests that do not set them\n"
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
+           "  --chat-template T         a Jinja template, or a built-in name (chatml, llama3, ...)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
+           "  -rea, --reasoning M       on, off or auto (default): thinking in the chat template\n"
+           "  --reasoning-format F      auto, deepseek (thoughts in reasoning_content),\n"
+           "                            deepseek-legacy (there and in content), none (content)\n"
+           "  -kvu, --kv-unified        every slot may use the whole -c (each slot gets -c cells)\n"
+           "  --sleep-idle-seconds N    free the KV cache after N s without requests (-1: never)\n"
+           "  -v, --verbose             replies carry \"__verbose\" (the prompt as the model saw it)\n"
            "  --pooling P               embeddings: mean, cls, last or rank (default: the model's)\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui, --no-ui, --offline,\n"
-           "  --no-cache-idle-slots, --spec-draft-n-max N, --spec-draft-n-min N\n"
+           "  --no-cache-idle-slots, --spec-draft-n-max N, --spec-draft-n-min N, -cram N,\n"
+           "  --no-context-shift, -bs/--backend-sampling, --reasoning-budget -1\n"
            "                            accepted with llama-server's meaning\n",
            prog, ob_rope_help);
 }
@@ -124,6 +136,13 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        /* llama-server reads '_' in a long flag as '-' (--backend_sampling) */
+        char an[64];
+        if (!strncmp(a, "--", 2) && strchr(a, '_') && strlen(a) < sizeof an) {
+            for (size_t k = 0; (an[k] = a[k]) != 0; k++)
+                if (an[k] == '_') an[k] = '-';
+            a = an;
+        }
         int iv;
 #define NEED_VALUE() do { if (!v) return ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a); i++; } while (0)
 #define INT_VALUE(lo, hi, dst) do { NEED_VALUE(); \
@@ -208,11 +227,59 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
-        else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
-                 is_flag(a, "-v", "--verbose") || is_flag(a, "--cont-batching", "-cb") || is_flag(a, "--no-ui", "--offline") ||
-                 is_flag(a, "--no-cache-idle-slots", NULL)) {
+        else if (is_flag(a, "--tags", NULL)) { NEED_VALUE(); c->tags = v; }
+        else if (is_flag(a, "-rea", "--reasoning")) {
+            NEED_VALUE();
+            if (!strcmp(v, "on")) c->reasoning = OB_REASONING_ON;
+            else if (!strcmp(v, "off")) c->reasoning = OB_REASONING_OFF;
+            else if (!strcmp(v, "auto")) c->reasoning = OB_REASONING_AUTO;
+            else return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not on, off or auto", a, v);
+        } else if (is_flag(a, "--reasoning-format", NULL)) {
+            NEED_VALUE();
+            if (!strcmp(v, "auto")) c->reasoning_format = OB_RFMT_AUTO;
+            else if (!strcmp(v, "none")) c->reasoning_format = OB_RFMT_NONE;
+            else if (!strcmp(v, "deepseek")) c->reasoning_format = OB_RFMT_DEEPSEEK;
+            else if (!strcmp(v, "deepseek-legacy")) c->reasoning_format = OB_RFMT_DEEPSEEK_LEGACY;
+            else return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not auto, none, deepseek or deepseek-legacy", a, v);
+        } else if (is_flag(a, "--reasoning-budget", NULL)) {
+            /* no thinking budget here: only "unrestricted" can be honoured */
+            NEED_VALUE();
+            if (strcmp(v, "-1"))
+                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--reasoning-budget %s is not supported (only -1, unrestricted)", v);
+        }
+        else if (is_flag(a, "-kvu", "--kv-unified")) c->kv_unified = true;
+        else if (is_flag(a, "-no-kvu", "--no-kv-unified")) c->kv_unified = false;
+        else if (is_flag(a, "--sleep-idle-seconds", NULL)) INT_VALUE(-1, 1 << 30, c->sleep_idle_s);
+        else if (is_flag(a, "-cram", "--cache-ram")) {
+            /* the host-memory prompt cache's limit: there is no such cache here, so any
+             * limit holds */
+            int mib;
+            INT_VALUE(-1, 1 << 30, mib);
+            (void)mib;
+        } else if (is_flag(a, "-v", "--verbose") || is_flag(a, "--log-verbose", NULL)) c->verbose = true;
+        else if (is_flag(a, "--context-shift", NULL)) {
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--context-shift is not supported: a slot that fills "
+                           "its context stops with finish_reason \"length\"");
+        } else if (is_flag(a, "--tools", "--mcp-servers-config") || is_flag(a, "--mcp-servers-json", "-ag") ||
+                   is_flag(a, "--agent", "--ui-mcp-proxy") || is_flag(a, "--webui-mcp-proxy", NULL)) {
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported: this server has no built-in agent "
+                           "tools, MCP client or CORS proxy (docs/compat.md)", a);
+        } else if (is_flag(a, "--models-dir", "--models-max") || is_flag(a, "--models-preset", "--no-models-autoload") ||
+                   is_flag(a, "--models-autoload", NULL)) {
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported: one process serves one model "
+                           "(no router mode; docs/compat.md)", a);
+        } else if (is_flag(a, "--slot-save-path", "--lora") || is_flag(a, "--grp-attn-n", "--grp-attn-w") ||
+                   is_flag(a, "--mmproj", "--mmproj-url") || is_flag(a, "--media-path", NULL)) {
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported (docs/compat.md)", a);
+        } else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
+                   is_flag(a, "--cont-batching", "-cb") || is_flag(a, "--no-ui", "--offline") ||
+                   is_flag(a, "--no-cache-idle-slots", "--cache-idle-slots") || is_flag(a, "--no-context-shift", NULL) ||
+                   is_flag(a, "-bs", "--backend-sampling") || is_flag(a, "--no-ui-mcp-proxy", "--no-webui-mcp-proxy") ||
+                   is_flag(a, "-no-ag", "--no-agent")) {
             /* llama-server switches with nothing to change here: no web UI, no downloads
-             * (--offline), no host-memory cache of idle slots to turn off */
+             * (--offline), no host-memory cache of idle slots to turn off, no context
+             * shift to turn off; backend sampling: the scheduler already samples on the
+             * device whenever a request's sampler allows it, with the same tokens */
         } else {
             return ob_fail(err, err_len, OB_ERR_ARG, "unknown flag '%s' (see --help)", a);
         }
@@ -221,7 +288,8 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
     }
     if (c->spec_type) {
         /* llama-server's kinds; only a draft model is implemented, "none" adds nothing */
-        static const char *const known[] = {"none", "draft", "draft-eagle3", "eagle3", "ngram-cache", "ngram-simple",
+        static const char *const known[] = {"none", "draft", "draft-simple", "draft-eagle3", "eagle3", "draft-mtp",
+                                            "draft-dflash", "draft-dspark", "ngram-cache", "ngram-simple",
                                             "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
         const char *p = c->spec_type;
         while (*p) {
@@ -230,16 +298,26 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             while (k < OB_ARRAY_LEN(known) && !(strlen(known[k]) == n && !strncmp(p, known[k], n))) k++;
             if (k == OB_ARRAY_LEN(known))
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type: unknown kind '%.*s' (none, draft, ngram-simple, ...)", (int)n, p);
-            if (k >= 2)
+            /* draft-simple is llama-server's newer name for draft */
+            if (k >= 3)
                 return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--spec-type %.*s is not supported: only draft-model "
                                "speculation (-md FILE) or none", (int)n, p);
-            if (k == 1 && !c->draft_path)
+            if (k >= 1 && !c->draft_path)
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type draft needs a draft model (-md FILE)");
             p += n;
             if (*p == ',') p++;
         }
     }
-    if (c->n_ctx > 0 && c->n_ctx / c->n_slots < 16)
+    if (c->chat_template && !c->chat_template_file) {
+        /* a built-in name, as llama-server takes it; any other text is the template itself */
+        bool known;
+        const char *src = ob_srv_named_template(c->chat_template, &known);
+        if (known && !src)
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--chat-template %s: this built-in template is not "
+                           "available here; pass its Jinja text with --chat-template-file", c->chat_template);
+        if (src) c->chat_template = src;
+    }
+    if (c->n_ctx > 0 && !c->kv_unified && c->n_ctx / c->n_slots < 16)
         return ob_fail(err, err_len, OB_ERR_ARG, "--ctx-size %d leaves fewer than 16 cells for each of %d slots", c->n_ctx, c->n_slots);
     return OB_OK;
 }

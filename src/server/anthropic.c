@@ -8,7 +8,8 @@
 #include "server/gen.h"
 
 bool ob_oai_ready(ob_server_state *s, ob_resp *r);
-int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_resp *r);
+int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_opts *co, ob_chat_out *out, int *n,
+                            ob_resp *r);
 
 static const char *stop_reason(const ob_task_out *o) {
     if (o->finish == OB_FINISH_LENGTH) return "max_tokens";
@@ -19,7 +20,7 @@ static json_t *stop_seq(const ob_task_out *o) {
     return o->stop_word ? ob_srv_jstr(o->stop_word, strlen(o->stop_word)) : json_null();
 }
 
-/* Text of a system field or content: a string or an array of text blocks. */
+/* Text of a system field: a string or an array of text blocks. */
 static bool block_text(json_t *v, const char *what, char **out, size_t *len, ob_resp *r) {
     if (json_is_string(v)) {
         ob_srv_buf_add(out, len, json_string_value(v), json_string_length(v));
@@ -44,11 +45,129 @@ static bool block_text(json_t *v, const char *what, char **out, size_t *len, ob_
     return true;
 }
 
+/* An image block as an OpenAI image part (a text-only model then refuses it). */
+static json_t *image_part(json_t *b) {
+    json_t *src = json_object_get(b, "source");
+    const char *ty = json_string_value(json_object_get(src, "type"));
+    const char *url = json_string_value(json_object_get(src, "url"));
+    char *u = NULL;
+    if (ty && !strcmp(ty, "base64")) {
+        const char *mt = json_string_value(json_object_get(src, "media_type"));
+        const char *data = json_string_value(json_object_get(src, "data"));
+        size_t n = strlen(mt ? mt : "") + strlen(data ? data : "") + 16;
+        u = malloc(n);
+        if (u) snprintf(u, n, "data:%s;base64,%s", mt ? mt : "", data ? data : "");
+    }
+    json_t *part = json_pack("{s:s,s:{s:s}}", "type", "image_url", "image_url", "url", u ? u : url ? url : "");
+    free(u);
+    return part;
+}
+
+/* Content blocks (text, image) as OpenAI content parts. */
+static bool add_parts(json_t *parts, json_t *blocks, const char *what, ob_resp *r) {
+    if (json_is_string(blocks)) {
+        json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", blocks));
+        return true;
+    }
+    if (!json_is_array(blocks)) {
+        ob_srv_error(r, 400, NULL, "%s must be a string or an array of content blocks", what);
+        return false;
+    }
+    size_t i;
+    json_t *b;
+    json_array_foreach(blocks, i, b) {
+        const char *ty = json_string_value(json_object_get(b, "type"));
+        if (ty && !strcmp(ty, "text") && json_is_string(json_object_get(b, "text")))
+            json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(b, "text")));
+        else if (ty && !strcmp(ty, "image"))
+            json_array_append_new(parts, image_part(b));
+        else {
+            ob_srv_error(r, 400, NULL, "%s[%zu]: unsupported block type '%s'", what, i, ty ? ty : "(none)");
+            return false;
+        }
+    }
+    return true;
+}
+
+/* One Anthropic message as OpenAI messages: a user turn's tool_result blocks become
+ * "tool" messages (before its text), an assistant turn's tool_use blocks tool_calls and
+ * its thinking reasoning_content. */
+static bool convert_message(json_t *m, size_t i, json_t *out, ob_resp *r) {
+    const char *role = json_string_value(json_object_get(m, "role"));
+    if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
+        ob_srv_error(r, 400, NULL, "messages[%zu].role must be 'user' or 'assistant'", i);
+        return false;
+    }
+    char what[64];
+    snprintf(what, sizeof what, "messages[%zu].content", i);
+    json_t *c = json_object_get(m, "content");
+    if (json_is_string(c)) {
+        json_array_append_new(out, json_pack("{s:s,s:O}", "role", role, "content", c));
+        return true;
+    }
+    if (!json_is_array(c)) {
+        ob_srv_error(r, 400, NULL, "%s must be a string or an array of content blocks", what);
+        return false;
+    }
+    bool user = !strcmp(role, "user");
+    json_t *parts = json_array(), *calls = json_array();
+    char *thinking = NULL;
+    size_t tl = 0, k;
+    json_t *b;
+    bool ok = true;
+    json_array_foreach(c, k, b) {
+        const char *ty = json_string_value(json_object_get(b, "type"));
+        if (!json_is_object(b) || !ty) {
+            ob_srv_error(r, 400, NULL, "%s[%zu] must be a content block with a type", what, k);
+            ok = false;
+        } else if (!strcmp(ty, "text") || !strcmp(ty, "image")) {
+            json_t *one = json_pack("[O]", b);
+            ok = add_parts(parts, one, what, r);
+            json_decref(one);
+        } else if (user && !strcmp(ty, "tool_result")) {
+            json_t *tc = json_object_get(b, "content");
+            json_t *tparts = json_array();
+            ok = !tc || json_is_null(tc) || add_parts(tparts, tc, what, r);
+            if (ok)
+                json_array_append_new(out, json_pack("{s:s,s:s,s:o}", "role", "tool", "tool_call_id",
+                                                     json_string_value(json_object_get(b, "tool_use_id")) ?: "",
+                                                     "content", tparts));
+            else
+                json_decref(tparts);
+        } else if (!user && !strcmp(ty, "tool_use")) {
+            json_t *in = json_object_get(b, "input");
+            char *args = json_dumps(in ? in : json_object(), JSON_COMPACT);
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id",
+                                                   json_string_value(json_object_get(b, "id")) ?: "", "type", "function",
+                                                   "function", "name", json_string_value(json_object_get(b, "name")) ?: "",
+                                                   "arguments", args ? args : "{}"));
+            free(args);
+        } else if (!user && !strcmp(ty, "thinking")) {
+            json_t *t = json_object_get(b, "thinking");
+            if (json_is_string(t)) ob_srv_buf_add(&thinking, &tl, json_string_value(t), json_string_length(t));
+        } else if (strcmp(ty, "redacted_thinking")) {
+            ob_srv_error(r, 400, NULL, "%s[%zu]: unsupported block type '%s'", what, k, ty);
+            ok = false;
+        }
+        if (!ok) break;
+    }
+    if (ok && (json_array_size(parts) || json_array_size(calls) || thinking || !user)) {
+        json_t *nm = json_pack("{s:s,s:O}", "role", role, "content", parts);
+        if (json_array_size(calls)) json_object_set(nm, "tool_calls", calls);
+        if (thinking) json_object_set_new(nm, "reasoning_content", json_stringn(thinking, tl));
+        json_array_append_new(out, nm);
+    }
+    json_decref(parts);
+    json_decref(calls);
+    free(thinking);
+    return ok;
+}
+
 /* Anthropic messages (+ system) in the OpenAI shape the templates take. */
 static json_t *to_chat_messages(json_t *body, ob_resp *r) {
     json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        ob_srv_error(r, 400, NULL, "'messages' must be a non-empty array");
+    if (!json_is_array(msgs)) {
+        ob_srv_error(r, 400, NULL, "'messages' must be an array");
         return NULL;
     }
     json_t *out = json_array();
@@ -67,24 +186,59 @@ static json_t *to_chat_messages(json_t *body, ob_resp *r) {
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role || (strcmp(role, "user") && strcmp(role, "assistant"))) {
-            ob_srv_error(r, 400, NULL, "messages[%zu].role must be 'user' or 'assistant'", i);
+        if (!convert_message(m, i, out, r)) {
             json_decref(out);
             return NULL;
         }
-        char *t = NULL, what[48];
-        size_t tl = 0;
-        snprintf(what, sizeof what, "messages[%zu].content", i);
-        if (!block_text(json_object_get(m, "content"), what, &t, &tl, r)) {
-            free(t);
-            json_decref(out);
-            return NULL;
-        }
-        json_array_append_new(out, json_pack("{s:s,s:s%}", "role", role, "content", t ? t : "", tl));
-        free(t);
     }
     return out;
+}
+
+/* tools, thinking: as the OpenAI-shaped options the template takes. */
+static bool chat_opts(json_t *body, ob_chat_opts *co, json_t **tools_out, ob_resp *r) {
+    memset(co, 0, sizeof *co);
+    co->add_generation_prompt = true;
+    co->enable_thinking = -1;
+    *tools_out = NULL;
+    json_t *th = json_object_get(body, "thinking");
+    const char *tht = json_string_value(json_object_get(th, "type"));
+    if (tht) co->enable_thinking = !strcmp(tht, "enabled");
+    json_t *tools = json_object_get(body, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) {
+        ob_srv_error(r, 400, NULL, "'tools' must be an array");
+        return false;
+    }
+    if (json_array_size(tools)) {
+        json_t *t = json_array();
+        size_t i;
+        json_t *tool;
+        json_array_foreach(tools, i, tool) {
+            json_t *name = json_object_get(tool, "name");
+            if (!json_is_string(name)) {
+                json_decref(t);
+                ob_srv_error(r, 400, NULL, "tools[%zu] needs a name", i);
+                return false;
+            }
+            json_t *fn = json_pack("{s:O}", "name", name);
+            if (json_object_get(tool, "description")) json_object_set(fn, "description", json_object_get(tool, "description"));
+            json_object_set(fn, "parameters", json_object_get(tool, "input_schema") ?: json_object());
+            json_array_append_new(t, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+        }
+        co->tools = *tools_out = t;
+    }
+    return true;
+}
+
+/* The prompt of a Messages body, for generation or counting. */
+static int32_t *body_prompt(ob_server_state *s, json_t *body, ob_chat_out *out, int *n, ob_resp *r) {
+    ob_chat_opts co;
+    json_t *tools = NULL, *chat = NULL;
+    int32_t *ids = NULL;
+    if (chat_opts(body, &co, &tools, r) && (chat = to_chat_messages(body, r)))
+        ids = ob_oai_chat_prompt(s, chat, &co, out, n, r);
+    json_decref(tools);
+    json_decref(chat);
+    return ids;
 }
 
 static json_t *usage(const ob_task_out *o, int out_tokens) {
@@ -124,11 +278,10 @@ static void messages(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     ob_gen_req g;
-    json_t *chat = NULL;
+    ob_chat_out co;
     int32_t *ids = NULL;
     int n;
-    if (!ob_gen_parse(s, body, OB_GEN_ANTHROPIC, &g, r) || !(chat = to_chat_messages(body, r)) ||
-        !(ids = ob_oai_chat_prompt(s, chat, &n, r)))
+    if (!ob_gen_parse(s, body, OB_GEN_ANTHROPIC, &g, r) || !(ids = body_prompt(s, body, &co, &n, r)))
         goto out;
     ob_task_params p = ob_gen_task_params(&g, ids, n, 0);
     ob_task *t = ob_gen_submit(s, &p, r);
@@ -154,11 +307,26 @@ static void messages(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     ob_gen_result_clear(&res);
 out:
     free(ids);
-    json_decref(chat);
+    json_decref(body);
+}
+
+/* POST /v1/messages/count_tokens: {"input_tokens": n} of the prompt the body would give. */
+static void count_tokens(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    int n;
+    int32_t *ids = body_prompt(s, body, NULL, &n, r);
+    if (ids) ob_srv_json(r, 200, json_pack("{s:i}", "input_tokens", n));
+    free(ids);
     json_decref(body);
 }
 
 bool ob_srv_route_anthropic(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    if (!strcmp(rq->path, "/v1/messages/count_tokens") || !strcmp(rq->path, "/messages/count_tokens")) {
+        if (strcmp(rq->method, "POST")) ob_srv_error(r, 405, NULL, "use POST");
+        else if (ob_oai_ready(s, r)) count_tokens(s, rq, r);
+        return true;
+    }
     if (strcmp(rq->path, "/v1/messages") && strcmp(rq->path, "/messages")) return false;
     if (strcmp(rq->method, "POST")) ob_srv_error(r, 405, NULL, "use POST");
     else if (ob_gen_ready(s, r)) messages(s, rq, r);

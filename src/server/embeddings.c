@@ -102,7 +102,8 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
  * n_prompt_tokens and n_ctx. */
 static void exceed_error(ob_resp *r, int n_tokens, int n_ctx, const char *what) {
     char msg[256];
-    snprintf(msg, sizeof msg, "%s has %d tokens, more than the context of %d tokens", what, n_tokens, n_ctx);
+    snprintf(msg, sizeof msg, "%s is too large to process: %d tokens, more than the context of %d tokens", what,
+             n_tokens, n_ctx);
     ob_srv_json(r, 400, json_pack("{s:{s:i,s:s,s:s,s:i,s:i}}", "error", "code", 400, "message", msg, "type",
                                   "exceed_context_size_error", "n_prompt_tokens", n_tokens, "n_ctx", n_ctx));
 }
@@ -131,43 +132,65 @@ static bool tokenize(ob_srv_embd *e, const char *text, size_t len, bool add_spec
     return true;
 }
 
-/* input: a string, an array of strings, an array of ids, or an array of id arrays. */
+/* One input: a string, or a sequence of token ids and strings (llama-server's mixed form;
+ * special tokens are added around a sequence that starts with text). */
+static bool one_input(ob_srv_embd *e, json_t *x, size_t i, input *out, ob_resp *r) {
+    if (json_is_string(x)) {
+        if (!tokenize(e, json_string_value(x), json_string_length(x), true, out, r)) return false;
+    } else if (json_is_array(x) && json_array_size(x) > 0 && json_array_size(x) <= (1u << 20)) {
+        int vocab = ob_tokenizer_n_vocab(e->tok);
+        size_t k;
+        json_t *t;
+        json_array_foreach(x, k, t) {
+            input part = {0};
+            int32_t one;
+            if (json_is_integer(t) && json_integer_value(t) >= 0 && json_integer_value(t) < vocab) {
+                one = (int32_t)json_integer_value(t);
+                part.ids = &one;
+                part.n = 1;
+            } else if (json_is_string(t)) {
+                if (!tokenize(e, json_string_value(t), json_string_length(t), k == 0, &part, r)) return false;
+            } else {
+                ob_srv_error(r, 400, NULL, "input %zu: element %zu is neither a token id below %d nor a string", i, k, vocab);
+                return false;
+            }
+            int32_t *ids = realloc(out->ids, sizeof(int32_t) * (size_t)(out->n + part.n));
+            if (ids) {
+                memcpy(ids + out->n, part.ids, sizeof(int32_t) * (size_t)part.n);
+                out->ids = ids;
+                out->n += part.n;
+            }
+            if (part.ids != &one) free(part.ids);
+            if (!ids) { ob_srv_error(r, 500, NULL, "out of memory"); return false; }
+        }
+    } else {
+        ob_srv_error(r, 400, NULL, "input %zu must be a string or a non-empty array of token ids and strings", i);
+        return false;
+    }
+    if (out->n == 0) { ob_srv_error(r, 400, NULL, "input %zu has no tokens", i); return false; }
+    return true;
+}
+
+/* input: one input (a string, or a sequence holding a token id), or an array of them. */
 static input *parse_inputs(ob_srv_embd *e, json_t *v, int *n_out, ob_resp *r) {
     *n_out = 0;
     if (!v) { ob_srv_error(r, 400, NULL, "'input' is required"); return NULL; }
-    bool single = json_is_string(v) || (json_is_array(v) && json_array_size(v) && json_is_integer(json_array_get(v, 0)));
+    bool single = json_is_string(v);
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) if (json_is_integer(x)) single = true;
     size_t n = single ? 1 : json_is_array(v) ? json_array_size(v) : 0;
     if (!single && !json_is_array(v)) { ob_srv_error(r, 400, NULL, "'input' must be a string or an array"); return NULL; }
     if (n == 0) { ob_srv_error(r, 400, NULL, "'input' is empty"); return NULL; }
     if (n > OB_EMBD_MAX_INPUTS) { ob_srv_error(r, 400, NULL, "at most %d inputs per request", OB_EMBD_MAX_INPUTS); return NULL; }
     input *in = calloc(n, sizeof(input));
     if (!in) { ob_srv_error(r, 500, NULL, "out of memory"); return NULL; }
-    int vocab = ob_tokenizer_n_vocab(e->tok);
-    for (size_t i = 0; i < n; i++) {
-        json_t *x = single ? v : json_array_get(v, i);
-        if (json_is_string(x)) {
-            if (!json_string_length(x)) { ob_srv_error(r, 400, NULL, "input %zu is empty", i); goto fail; }
-            if (!tokenize(e, json_string_value(x), json_string_length(x), true, &in[i], r)) goto fail;
-        } else if (json_is_array(x) && json_array_size(x) > 0 && json_array_size(x) <= (1u << 24)) {
-            in[i].n = (int)json_array_size(x);
-            in[i].ids = malloc(sizeof(int32_t) * (size_t)in[i].n);
-            if (!in[i].ids) { ob_srv_error(r, 500, NULL, "out of memory"); goto fail; }
-            for (int k = 0; k < in[i].n; k++) {
-                json_t *t = json_array_get(x, (size_t)k);
-                if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) >= vocab) {
-                    ob_srv_error(r, 400, NULL, "input %zu: token %d is not a valid id", i, k);
-                    goto fail;
-                }
-                in[i].ids[k] = (int32_t)json_integer_value(t);
-            }
-        } else {
-            ob_srv_error(r, 400, NULL, "input %zu must be a non-empty string or token array", i);
-            goto fail;
-        }
-        if (in[i].n > e->n_ctx) {
+    for (size_t k = 0; k < n; k++) {
+        if (!one_input(e, single ? v : json_array_get(v, k), k, &in[k], r)) goto fail;
+        if (in[k].n > e->n_ctx) {
             char what[48];
-            snprintf(what, sizeof what, "input %zu", i);
-            exceed_error(r, in[i].n, e->n_ctx, what);
+            snprintf(what, sizeof what, "input %zu", k);
+            exceed_error(r, in[k].n, e->n_ctx, what);
             goto fail;
         }
     }
@@ -312,15 +335,21 @@ static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, 
     if (!e->rank) { ob_srv_error(r, 501, "not_supported_error", "This server does not support reranking. Start it with `--reranking` and a reranker model"); return; }
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
+    /* Text Embeddings Inference's shape: "texts" in, a bare sorted array of {index, score}
+     * (and "text" with return_text) out */
     json_t *q = json_object_get(body, "query"), *docs = json_object_get(body, "documents");
+    bool tei = !docs && json_object_get(body, "texts");
+    bool return_text = false;
+    if (tei) docs = json_object_get(body, "texts");
+    if (tei && !ob_srv_get_bool(body, "return_text", &return_text, r)) { json_decref(body); return; }
     long long top_n = -1;
     input qi = {0}, *pairs = NULL, *di = NULL;
     float *sc = NULL;
     int nd = 0;
     if (!json_is_string(q) || !json_string_length(q)) { ob_srv_error(r, 400, NULL, "'query' must be a non-empty string"); goto done; }
-    if (!json_is_array(docs) || !json_array_size(docs)) { ob_srv_error(r, 400, NULL, "'documents' must be a non-empty array"); goto done; }
+    if (!json_is_array(docs) || !json_array_size(docs)) { ob_srv_error(r, 400, NULL, "'%s' must be a non-empty array", tei ? "texts" : "documents"); goto done; }
     for (size_t i = 0; i < json_array_size(docs); i++)
-        if (!json_is_string(json_array_get(docs, i))) { ob_srv_error(r, 400, NULL, "documents[%zu] must be a string", i); goto done; }
+        if (!json_string_length(json_array_get(docs, i))) { ob_srv_error(r, 400, NULL, "documents[%zu] must be a non-empty string", i); goto done; }
     if (!ob_srv_get_int(body, "top_n", 1, 1 << 20, &top_n, r)) goto done;
     if (!tokenize(e, json_string_value(q), json_string_length(q), true, &qi, r)) goto done;
     if (!(di = parse_inputs(e, docs, &nd, r))) goto done;
@@ -351,11 +380,16 @@ static void handle_rerank(ob_server_state *s, ob_srv_embd *e, const ob_req *rq, 
     for (int i = 0; i < keep; i++) {
         int k = order[i];
         json_t *doc = json_array_get(docs, (size_t)k);
-        json_t *o = json_pack("{s:i,s:f}", "index", k, "relevance_score", (double)sc[(size_t)k * (size_t)e->dim]);
-        if (json_is_string(doc)) json_object_set_new(o, "document", json_pack("{s:O}", "text", doc));
+        json_t *o = json_pack("{s:i,s:f}", "index", k, tei ? "score" : "relevance_score", (double)sc[(size_t)k * (size_t)e->dim]);
+        if (tei && return_text) json_object_set(o, "text", doc);
+        else if (!tei && json_is_string(doc)) json_object_set_new(o, "document", json_pack("{s:O}", "text", doc));
         json_array_append_new(res, o);
     }
     free(order);
+    if (tei) {
+        ob_srv_json(r, 200, res);
+        goto done;
+    }
     ob_srv_json(r, 200, json_pack("{s:s,s:s,s:o,s:{s:I,s:I}}", "object", "list", "model", s->model_id, "results", res,
                                   "usage", "prompt_tokens", tokens, "total_tokens", tokens));
 done:

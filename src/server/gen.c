@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "core/common.h"
+#include "tokenizer/tokenizer.h"
 
 static bool parse_stop(json_t *v, const char *key, ob_gen_req *g, ob_resp *r) {
     if (!v || json_is_null(v)) return true;
@@ -33,52 +34,117 @@ static bool parse_stop(json_t *v, const char *key, ob_gen_req *g, ob_resp *r) {
     return true;
 }
 
+/* One logit_bias entry: a token id, or text whose every token gets the bias; the value
+ * is a number, or false (never this token). */
+static bool add_bias(ob_server_state *s, json_t *key_num, const char *key_str, size_t key_len, json_t *val,
+                     ob_gen_req *g, ob_resp *r) {
+    float b;
+    if (json_is_number(val)) b = (float)json_number_value(val);
+    else if (json_is_false(val)) b = -1e30f; /* never: shown as null (-inf) */
+    else {
+        ob_srv_error(r, 400, NULL, "'logit_bias' values must be numbers or false");
+        return false;
+    }
+    int n_vocab = ob_tokenizer_n_vocab(s->tok);
+    int32_t one, *ids = &one;
+    int n = 1;
+    if (key_num) {
+        if (!json_is_integer(key_num) || json_integer_value(key_num) < 0 || json_integer_value(key_num) >= n_vocab) {
+            ob_srv_error(r, 400, NULL, "'logit_bias': token ids must be below %d", n_vocab);
+            return false;
+        }
+        one = (int32_t)json_integer_value(key_num);
+    } else {
+        ids = ob_gen_tokenize(s, key_str, key_len, false, false, &n, r);
+        if (!ids) return false;
+    }
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) {
+        if (g->sp.n_logit_bias >= OB_GEN_MAX_BIAS) {
+            ob_srv_error(r, 400, NULL, "'logit_bias' has more than %d tokens", OB_GEN_MAX_BIAS);
+            ok = false;
+            break;
+        }
+        g->bias_tok[g->sp.n_logit_bias] = ids[i];
+        g->bias_val[g->sp.n_logit_bias++] = b;
+    }
+    if (ids != &one) free(ids);
+    return ok;
+}
+
+/* llama-server's forms: [[id or text, bias], ...], or OpenAI's {"id or text": bias}. */
 static bool parse_bias(ob_server_state *s, json_t *v, ob_gen_req *g, ob_resp *r) {
     if (!v || json_is_null(v)) return true;
-    int n_vocab = ob_tokenizer_n_vocab(s->tok);
     if (json_is_object(v)) {
         const char *k;
         json_t *b;
         json_object_foreach(v, k, b) {
             char *end;
-            long id = strtol(k, &end, 10);
-            if (*k == 0 || *end || id < 0 || id >= n_vocab || !json_is_number(b)) {
-                ob_srv_error(r, 400, NULL, "'logit_bias' keys must be token ids and values numbers");
-                return false;
-            }
-            if (g->sp.n_logit_bias >= OB_GEN_MAX_BIAS) {
-                ob_srv_error(r, 400, NULL, "'logit_bias' has too many entries");
-                return false;
-            }
-            g->bias_tok[g->sp.n_logit_bias] = (int32_t)id;
-            g->bias_val[g->sp.n_logit_bias++] = (float)json_number_value(b);
+            long long id = strtoll(k, &end, 10);
+            json_t *num = *k && !*end ? json_integer(id) : NULL;
+            bool ok = add_bias(s, num, k, strlen(k), b, g, r);
+            json_decref(num);
+            if (!ok) return false;
         }
         return true;
     }
-    if (json_is_array(v)) { /* llama-server: [[id, bias], ...] */
+    if (json_is_array(v)) {
         size_t i;
         json_t *p;
         json_array_foreach(v, i, p) {
             json_t *a = json_array_get(p, 0), *b = json_array_get(p, 1);
-            if (!json_is_array(p) || !json_is_integer(a) || !(json_is_number(b) || json_is_false(b)) ||
-                json_integer_value(a) < 0 || json_integer_value(a) >= n_vocab || g->sp.n_logit_bias >= OB_GEN_MAX_BIAS) {
-                ob_srv_error(r, 400, NULL, "'logit_bias' must be [[token_id, bias], ...]");
+            if (!json_is_array(p) || json_array_size(p) != 2 || !(json_is_integer(a) || json_is_string(a))) {
+                ob_srv_error(r, 400, NULL, "'logit_bias' must be [[token_id or text, bias], ...]");
                 return false;
             }
-            g->bias_tok[g->sp.n_logit_bias] = (int32_t)json_integer_value(a);
-            g->bias_val[g->sp.n_logit_bias++] = json_is_false(b) ? -1e30f : (float)json_number_value(b);
+            if (!add_bias(s, json_is_integer(a) ? a : NULL, json_string_value(a), json_string_length(a), b, g, r))
+                return false;
         }
         return true;
     }
-    ob_srv_error(r, 400, NULL, "'logit_bias' must be an object");
+    ob_srv_error(r, 400, NULL, "'logit_bias' must be an object or an array");
     return false;
+}
+
+/* Structured output is not implemented here: a request that asks for it is refused
+ * rather than answered unconstrained ("text" is no constraint). */
+static bool refuse_structured(json_t *o, ob_resp *r) {
+    json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *ty = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !ty) {
+            ob_srv_error(r, 400, NULL, "'response_format' must be an object with a 'type'");
+            return false;
+        }
+        if (!strcmp(ty, "json_object") || !strcmp(ty, "json_schema")) {
+            ob_srv_error(r, 400, NULL, "response_format '%s' is not supported: this server has no constrained "
+                         "(grammar) sampling", ty);
+            return false;
+        }
+        if (strcmp(ty, "text")) {
+            ob_srv_error(r, 400, NULL, "response_format type '%s' is not text, json_object or json_schema", ty);
+            return false;
+        }
+    }
+    json_t *gr = json_object_get(o, "grammar"), *js = json_object_get(o, "json_schema");
+    if ((json_is_string(gr) && json_string_length(gr)) || (gr && !json_is_null(gr) && !json_is_string(gr)) ||
+        (js && !json_is_null(js))) {
+        ob_srv_error(r, 400, NULL, "'%s' is not supported: this server has no constrained (grammar) sampling",
+                     js && !json_is_null(js) ? "json_schema" : "grammar");
+        return false;
+    }
+    return true;
 }
 
 bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g, ob_resp *r) {
     memset(g, 0, sizeof *g);
     g->sp = s->cfg->sp; /* the server's --temp, --seed, ... */
+    g->seed_given = s->cfg->seed_set;
+    g->reasoning_format = s->cfg->reasoning_format;
+    g->verbose = s->cfg->verbose;
     if (!s->cfg->seed_set)
         g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)g << 16) ^ (uint64_t)(ob_time_s() * 1e9);
+    if (!refuse_structured(o, r)) return false;
     g->n_predict = s->cfg->n_predict;
     g->n = 1;
     long long ll;
@@ -121,7 +187,31 @@ bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g
         g->sp.penalty_last_n = -1;
     ll = -1;
     if (!ob_srv_get_int(o, "seed", -(1LL << 62), 1LL << 62, &ll, r)) return false;
-    if (json_object_get(o, "seed") && !json_is_null(json_object_get(o, "seed"))) g->sp.seed = (uint64_t)ll;
+    if (ll >= 0) {
+        g->sp.seed = (uint64_t)ll;
+        g->seed_given = true;
+    }
+    if (!ob_srv_get_bool(o, "post_sampling_probs", &g->post_sampling_probs, r)) return false;
+    if (!ob_srv_get_bool(o, "return_tokens", &g->return_tokens, r)) return false;
+    if (!ob_srv_get_bool(o, "timings_per_token", &g->timings_per_token, r)) return false;
+    if (!ob_srv_get_bool(o, "verbose", &g->verbose, r)) return false;
+    json_t *rfmt = json_object_get(o, "reasoning_format");
+    if (json_is_string(rfmt)) {
+        static const char *const names[] = {"auto", "none", "deepseek", "deepseek-legacy"}; /* OB_RFMT_* order */
+        size_t k = 0;
+        while (k < OB_ARRAY_LEN(names) && strcmp(json_string_value(rfmt), names[k])) k++;
+        if (k == OB_ARRAY_LEN(names)) {
+            ob_srv_error(r, 400, NULL, "'reasoning_format' must be auto, none, deepseek or deepseek-legacy");
+            return false;
+        }
+        g->reasoning_format = (int)k;
+    }
+    json_t *rf = json_object_get(o, "response_fields");
+    if (rf && !json_is_null(rf) && !json_is_array(rf)) {
+        ob_srv_error(r, 400, NULL, "'response_fields' must be an array of strings");
+        return false;
+    }
+    g->response_fields = json_array_size(rf) ? rf : NULL;
     if (!ob_srv_get_bool(o, "stream", &g->stream, r)) return false;
     if (!ob_srv_get_bool(o, "ignore_eos", &g->ignore_eos, r)) return false;
     if (!parse_stop(json_object_get(o, fl == OB_GEN_ANTHROPIC ? "stop_sequences" : "stop"),
@@ -195,34 +285,162 @@ int32_t *ob_gen_tokenize(ob_server_state *s, const char *text, size_t len, bool 
     return ids;
 }
 
-int32_t *ob_gen_prompt_tokens(ob_server_state *s, json_t *prompt, int *n_out, ob_resp *r) {
-    if (json_is_string(prompt))
-        return ob_gen_tokenize(s, json_string_value(prompt), json_string_length(prompt), true, true, n_out, r);
-    if (!json_is_array(prompt) || json_array_size(prompt) == 0) {
-        ob_srv_error(r, 400, NULL, "'prompt' must be a string or a non-empty array of token ids");
-        return NULL;
+/* Appends ids to a growing prompt (*cap ids allocated, doubled as needed). */
+static bool ids_add(int32_t **ids, int *n, int *cap, const int32_t *add, int k, ob_resp *r) {
+    if (*n > (1 << 24) - k) {
+        ob_srv_error(r, 400, NULL, "the prompt is too long");
+        return false;
     }
-    /* one string in an array is the common OpenAI shape */
-    if (json_array_size(prompt) == 1 && json_is_string(json_array_get(prompt, 0)))
-        return ob_gen_prompt_tokens(s, json_array_get(prompt, 0), n_out, r);
-    size_t n = json_array_size(prompt);
-    int n_vocab = ob_tokenizer_n_vocab(s->tok);
-    int32_t *ids = malloc(n * sizeof *ids);
-    if (!ids) {
-        ob_srv_error(r, 500, NULL, "out of memory");
-        return NULL;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(prompt, i);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= n_vocab) {
-            free(ids);
-            ob_srv_error(r, 400, NULL, "'prompt' must be a string or an array of token ids below %d", n_vocab);
-            return NULL;
+    if (*n + k > *cap) {
+        int c = *cap ? *cap : 64;
+        while (c < *n + k) c *= 2;
+        int32_t *p = realloc(*ids, (size_t)c * sizeof *p);
+        if (!p) {
+            ob_srv_error(r, 500, NULL, "out of memory");
+            return false;
         }
-        ids[i] = (int32_t)json_integer_value(e);
+        *ids = p;
+        *cap = c;
     }
-    *n_out = (int)n;
-    return ids;
+    memcpy(*ids + *n, add, (size_t)k * sizeof **ids);
+    *n += k;
+    return true;
+}
+
+/* One prompt: a string, a {"prompt_string": ...} object, or a sequence of token ids and
+ * strings. BOS is added when the prompt starts with text (llama-server's rule). */
+static bool one_prompt(ob_server_state *s, json_t *v, int32_t **ids_out, int *n_out, ob_resp *r) {
+    *ids_out = NULL;
+    *n_out = 0;
+    if (json_is_object(v)) {
+        json_t *mm = json_object_get(v, "multimodal_data");
+        if (json_array_size(mm) || (mm && !json_is_null(mm) && !json_is_array(mm))) {
+            ob_srv_error(r, 400, NULL, "multimodal_data is not supported: this server has no multimodal model loaded");
+            return false;
+        }
+        v = json_object_get(v, "prompt_string");
+        if (!json_is_string(v)) {
+            ob_srv_error(r, 400, NULL, "a JSON prompt needs a string 'prompt_string'");
+            return false;
+        }
+    }
+    if (json_is_string(v)) {
+        *ids_out = ob_gen_tokenize(s, json_string_value(v), json_string_length(v), true, true, n_out, r);
+        return *ids_out != NULL;
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0) {
+        ob_srv_error(r, 400, NULL, "a prompt must be a string, a non-empty array of token ids and strings, or "
+                     "{\"prompt_string\": ...}");
+        return false;
+    }
+    int n_vocab = ob_tokenizer_n_vocab(s->tok), cap = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        bool ok;
+        if (json_is_integer(e)) {
+            json_int_t id = json_integer_value(e);
+            if (id < 0 || id >= n_vocab) {
+                ob_srv_error(r, 400, NULL, "prompt token %lld is not below %d", (long long)id, n_vocab);
+                ok = false;
+            } else {
+                int32_t t = (int32_t)id;
+                ok = ids_add(ids_out, n_out, &cap, &t, 1, r);
+            }
+        } else if (json_is_string(e)) {
+            int k;
+            int32_t *t = ob_gen_tokenize(s, json_string_value(e), json_string_length(e), i == 0, true, &k, r);
+            ok = t && ids_add(ids_out, n_out, &cap, t, k, r);
+            free(t);
+        } else {
+            ob_srv_error(r, 400, NULL, "a prompt sequence holds only token ids and strings");
+            ok = false;
+        }
+        if (!ok) {
+            free(*ids_out);
+            *ids_out = NULL;
+            return false;
+        }
+    }
+    return true;
+}
+
+bool ob_gen_prompts_parse(ob_server_state *s, json_t *prompt, ob_gen_prompts *p, ob_resp *r) {
+    memset(p, 0, sizeof *p);
+    /* an array is several prompts unless it is one sequence (it holds a token id) */
+    bool several = json_is_array(prompt) && json_array_size(prompt) > 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(prompt, i, e) if (json_is_integer(e)) several = false;
+    size_t n = several ? json_array_size(prompt) : 1;
+    if (n > OB_GEN_MAX_N) {
+        ob_srv_error(r, 400, NULL, "at most %d prompts per request", OB_GEN_MAX_N);
+        return false;
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (!one_prompt(s, several ? json_array_get(prompt, k) : prompt, &p->ids[k], &p->len[k], r)) {
+            ob_gen_prompts_free(p);
+            return false;
+        }
+        p->n = (int)k + 1;
+    }
+    return true;
+}
+
+void ob_gen_prompts_free(ob_gen_prompts *p) {
+    for (int i = 0; i < p->n; i++) free(p->ids[i]);
+    memset(p, 0, sizeof *p);
+}
+
+json_t *ob_gen_prompt_json(ob_server_state *s, const int32_t *ids, int n) {
+    char *text = NULL, piece[512];
+    size_t tl = 0;
+    ob_detok d = {0};
+    for (int i = 0; i < n; i++) {
+        size_t pn = ob_detok_push(s->tok, &d, ids[i], piece, sizeof piece);
+        if (pn <= sizeof piece) ob_srv_buf_add(&text, &tl, piece, pn);
+    }
+    size_t pn = ob_detok_flush(&d, piece, sizeof piece);
+    if (pn <= sizeof piece) ob_srv_buf_add(&text, &tl, piece, pn);
+    json_t *j = ob_srv_jstr(text ? text : "", tl);
+    free(text);
+    return j;
+}
+
+json_t *ob_gen_settings_json(ob_server_state *s, const ob_gen_req *g) {
+    const ob_sampler_params *sp = &g->sp;
+    json_t *stop = json_array();
+    for (int i = 0; i < g->n_stop; i++) json_array_append_new(stop, ob_srv_jstr(g->stop[i], strlen(g->stop[i])));
+    json_t *bias = json_array();
+    for (int i = 0; i < sp->n_logit_bias; i++)
+        json_array_append_new(bias, json_pack("{s:o,s:i}", "bias", g->bias_val[i] <= -1e30f ? json_null()
+                                              : json_real(g->bias_val[i]), "token", g->bias_tok[i]));
+    if (g->ignore_eos) { /* end-of-generation tokens are never sampled: llama-server lists them */
+        int n_vocab = ob_tokenizer_n_vocab(s->tok);
+        for (int t = 0; t < n_vocab; t++)
+            if (ob_token_is_eog(s->tok, t)) json_array_append_new(bias, json_pack("{s:n,s:i}", "bias", "token", t));
+    }
+    /* the seed of a random-seeded request reads as llama-server's -1 (4294967295) */
+    json_t *j = json_pack("{s:I,s:f,s:i,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i,s:o,s:b,s:b,s:o,s:i,s:b,s:b}",
+                          "seed", g->seed_given ? (json_int_t)sp->seed : (json_int_t)4294967295LL,
+                          "temperature", (double)sp->temperature, "top_k", sp->top_k, "top_p", (double)sp->top_p,
+                          "min_p", (double)sp->min_p, "repeat_last_n", sp->penalty_last_n,
+                          "repeat_penalty", (double)sp->repeat_penalty, "presence_penalty", (double)sp->presence_penalty,
+                          "frequency_penalty", (double)sp->frequency_penalty, "n_predict", g->n_predict,
+                          "max_tokens", g->n_predict, "stop", stop, "ignore_eos", g->ignore_eos, "stream", g->stream,
+                          "logit_bias", bias, "n_probs", g->n_probs, "post_sampling_probs", g->post_sampling_probs,
+                          "timings_per_token", g->timings_per_token);
+    /* samplers this server does not have, at their "off" values */
+    json_t *off = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i,s:i,s:i,s:s}", "dynatemp_range", 0.0,
+                            "dynatemp_exponent", 1.0, "typical_p", 1.0, "xtc_probability", 0.0, "xtc_threshold", 0.1,
+                            "dry_multiplier", 0.0, "mirostat", 0, "top_n_sigma", -1.0, "adaptive_target", -1.0,
+                            "adaptive_decay", 0.9, "n_keep", 0, "n_discard", 0, "min_keep", 0, "dry_penalty_last_n", 0,
+                            "grammar", "");
+    json_object_update(j, off);
+    json_decref(off);
+    json_object_set_new(j, "samplers", json_pack("[s,s,s,s,s]", "penalties", "top_k", "top_p", "min_p", "temperature"));
+    json_object_set_new(j, "model", json_string(s->model_id));
+    return j;
 }
 
 ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, int n_prompt, int choice) {
@@ -238,6 +456,7 @@ ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, in
     p.n_stop = g->n_stop;
     p.n_probs = g->n_probs;
     p.logprobs = g->logprobs;
+    p.post_sampling = g->logprobs && g->post_sampling_probs;
     p.ignore_eos = g->ignore_eos;
     return p;
 }
@@ -247,6 +466,10 @@ bool ob_oai_ready(ob_server_state *s, ob_resp *r);
 bool ob_gen_ready(ob_server_state *s, ob_resp *r) {
     if (!ob_oai_ready(s, r)) return false;
     if (s->sched) return true;
+    if (!s->embd) { /* asleep, and waking failed (logged) */
+        ob_srv_error(r, 503, NULL, "the server is asleep and could not wake: see its log");
+        return false;
+    }
     /* embedding mode has no scheduler; llama-server's words */
     ob_srv_error(r, 501, "not_supported_error", "This server does not support completions. Start it without `--embeddings`");
     return false;
@@ -258,7 +481,15 @@ ob_task *ob_gen_submit(ob_server_state *s, const ob_task_params *p, ob_resp *r) 
     ob_status st;
     ob_task *t = ob_sched_submit(s->sched, p, &st, err, sizeof err);
     if (t) return t;
-    if (st == OB_ERR_CONTEXT) ob_srv_error(r, 400, "exceed_context_size_error", "%s", err);
+    if (st == OB_ERR_CONTEXT) {
+        /* llama-server's shape: the error also carries the prompt's length and a slot's */
+        int n_ctx = ob_sched_n_ctx_slot(s->sched);
+        char msg[384];
+        snprintf(msg, sizeof msg, "the request exceeds the available context size: the prompt has %d tokens, a "
+                 "slot holds %d (try a larger --ctx-size or fewer --parallel slots)", p->n_prompt, n_ctx);
+        ob_srv_json(r, 400, json_pack("{s:{s:i,s:s,s:s,s:i,s:i}}", "error", "code", 400, "message", msg, "type",
+                                      "exceed_context_size_error", "n_prompt_tokens", p->n_prompt, "n_ctx", n_ctx));
+    }
     else if (st == OB_ERR_ARG) ob_srv_error(r, 400, NULL, "%s", err);
     else if (st == OB_ERR_DEVICE) ob_srv_error(r, 503, NULL, "%s", err);
     else ob_srv_error(r, 500, NULL, "%s", err);
@@ -359,6 +590,7 @@ static int gen_next(ob_stream *st, char **buf, size_t *len) {
 static void gen_close(ob_stream *st) {
     ob_gen_stream *gs = (ob_gen_stream *)st;
     ob_sched_release(gs->s->sched, gs->task);
+    json_decref(gs->settings);
     free(gs->hold);
     free(gs);
 }
@@ -381,6 +613,14 @@ ob_resp ob_gen_stream_start(ob_server_state *s, const ob_req *rq, ob_task *t, ob
     gs->created = (long)time(NULL);
     gs->logprobs = g->logprobs;
     gs->include_usage = g->include_usage;
+    gs->timings_per_token = g->timings_per_token;
+    gs->return_tokens = g->return_tokens;
+    gs->post_sampling_probs = g->post_sampling_probs;
+    /* where a chat reply starts: inside a thought the prompt opened, or undecided; with
+     * reasoning_format none (or legacy, here) everything is content */
+    gs->think = g->reasoning_format == OB_RFMT_NONE || g->reasoning_format == OB_RFMT_DEEPSEEK_LEGACY ? 2
+                : g->think_open ? 1 : 0;
+    gs->settings = ob_gen_settings_json(s, g);
     r.status = 200;
     r.content_type = "text/event-stream";
     r.stream = &gs->base;
@@ -401,20 +641,21 @@ bool ob_srv_client_gone(int fd) {
     return false;
 }
 
-void ob_gen_split_think(const char *text, size_t len, char **content, char **reasoning) {
+void ob_gen_split_think(const char *text, size_t len, bool think_open, int fmt, char **content, char **reasoning) {
     *reasoning = NULL;
     size_t i = 0;
     while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) i++;
-    if (len - i >= 7 && memcmp(text + i, "<think>", 7) == 0) {
-        const char *b = text + i + 7;
-        size_t bl = len - i - 7;
+    bool opened = len - i >= 7 && memcmp(text + i, "<think>", 7) == 0;
+    if (fmt != OB_RFMT_NONE && (opened || think_open)) {
+        const char *b = opened ? text + i + 7 : text;
+        size_t bl = (size_t)(text + len - b);
         const char *e = memmem(b, bl, "</think>", 8);
         size_t rl = e ? (size_t)(e - b) : bl;
         *reasoning = strndup(b, rl);
         const char *c = e ? e + 8 : b + bl;
         size_t cl = (size_t)(text + len - c);
         while (cl && (*c == '\n' || *c == ' ')) { c++; cl--; }
-        *content = strndup(c, cl);
+        *content = fmt == OB_RFMT_DEEPSEEK_LEGACY ? strndup(text, len) : strndup(c, cl);
         return;
     }
     *content = strndup(text, len);

@@ -23,6 +23,12 @@ typedef struct ob_gen_req {
     int n;                               /* choices */
     int n_probs;
     bool logprobs, stream, include_usage, ignore_eos, echo;
+    bool post_sampling_probs;            /* llama-server: probabilities after the sampling chain */
+    bool return_tokens, timings_per_token, verbose;
+    int reasoning_format;                /* OB_RFMT_*: the request's, else the server's */
+    bool think_open;                     /* the prompt opened a thought (ob_chat_out) */
+    bool seed_given;                     /* the request or the server fixed the seed */
+    json_t *response_fields;             /* llama-server: array of field paths to keep (borrowed) */
 } ob_gen_req;
 
 /* Reads max_tokens, temperature, top_p, ... in the flavor's spelling. */
@@ -32,12 +38,41 @@ bool ob_gen_parse(ob_server_state *s, json_t *body, ob_gen_flavor fl, ob_gen_req
  * malloc'd ids, or NULL with r filled. */
 int32_t *ob_gen_tokenize(ob_server_state *s, const char *text, size_t len, bool add_special,
                          bool parse_special, int *n_out, ob_resp *r);
-/* A prompt given as a string, an array of token ids, or a mix (llama-server style). */
-int32_t *ob_gen_prompt_tokens(ob_server_state *s, json_t *prompt, int *n_out, ob_resp *r);
+/* A prompt field as llama-server reads it: a string, a sequence of token ids and strings,
+ * a {"prompt_string": ...} object, or an array of those (several prompts). */
+typedef struct ob_gen_prompts {
+    int n;
+    int32_t *ids[OB_GEN_MAX_N];
+    int len[OB_GEN_MAX_N];
+} ob_gen_prompts;
+bool ob_gen_prompts_parse(ob_server_state *s, json_t *prompt, ob_gen_prompts *p, ob_resp *r);
+void ob_gen_prompts_free(ob_gen_prompts *p);
 
-/* Renders messages (OpenAI shape: role + content string or parts) through the model's
- * chat template. Returns malloc'd text or NULL with r filled. */
-char *ob_gen_render_chat(ob_server_state *s, json_t *messages, bool add_generation_prompt, ob_resp *r);
+/* The request's sampling settings in llama-server's generation_settings shape. */
+json_t *ob_gen_settings_json(ob_server_state *s, const ob_gen_req *g);
+
+/* How a request wants its chat rendered (fields of an OpenAI-shaped body; borrowed). */
+typedef struct ob_chat_opts {
+    json_t *tools;              /* non-empty array, or NULL: the template sees no tools */
+    json_t *kwargs;             /* chat_template_kwargs: more template variables, or NULL */
+    bool add_generation_prompt; /* default true */
+    bool continue_final;        /* continue_final_message */
+    int enable_thinking;        /* -1: --reasoning (and kwargs) decide; 0 reasoning_effort "none" */
+} ob_chat_opts;
+typedef struct ob_chat_out {
+    bool think_open;            /* the prompt ends inside <think>: the reply starts in a thought */
+} ob_chat_out;
+
+/* Reads add_generation_prompt, continue_final_message, tools, chat_template_kwargs and
+ * reasoning_effort; false with r filled (400) on a wrong type or a contradiction. */
+bool ob_gen_chat_opts(ob_server_state *s, json_t *body, ob_chat_opts *o, ob_resp *r);
+/* Renders messages (OpenAI shape: role, content string or parts, tool_calls, ...)
+ * through the chat template (--chat-template or the model's), with today's date_string,
+ * tools, the thinking switch and a final assistant message as a prefill. Returns
+ * malloc'd text or NULL with r filled. co may be NULL. */
+char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opts *o, ob_chat_out *co, ob_resp *r);
+/* Prompt ids as text, special tokens written out (llama-server's "prompt" field). */
+json_t *ob_gen_prompt_json(ob_server_state *s, const int32_t *ids, int n);
 
 ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, int n_prompt, int choice);
 
@@ -78,7 +113,8 @@ struct ob_gen_stream {
     int n_sent;
     int think;          /* 0 unknown, 1 inside <think>, 2 after or none */
     char *hold; size_t hold_len;
-    bool logprobs, include_usage;
+    bool logprobs, include_usage, timings_per_token, return_tokens, post_sampling_probs;
+    json_t *settings;   /* generation_settings for the final event (owned), or NULL */
 };
 ob_resp ob_gen_stream_start(ob_server_state *s, const ob_req *rq, ob_task *t, ob_gen_fmt fmt,
                             const ob_gen_req *g, ob_gen_stream **out);
@@ -87,8 +123,10 @@ ob_resp ob_gen_stream_start(ob_server_state *s, const ob_req *rq, ob_task *t, ob
 int ob_srv_conn_fd(const ob_req *rq);
 bool ob_srv_client_gone(int fd);
 
-/* Splits <think>...</think> off the start of a reply: *reasoning gets the inside. */
-void ob_gen_split_think(const char *text, size_t len, char **content, char **reasoning);
+/* Splits <think>...</think> off the start of a reply: *reasoning gets the inside.
+ * think_open: the prompt already opened the thought. fmt OB_RFMT_NONE leaves the text
+ * whole; DEEPSEEK_LEGACY also keeps it whole in *content. */
+void ob_gen_split_think(const char *text, size_t len, bool think_open, int fmt, char **content, char **reasoning);
 
 /* Random id suffix for "chatcmpl-..." and "msg_..." ids. */
 void ob_gen_id(char *out, size_t n, const char *prefix);

@@ -18,6 +18,18 @@
 #include "server/scheduler.h"
 #include "engine/spec.h"
 
+/* The route families in turn; the first that owns the path answers. */
+void ob_srv_dispatch(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    if (ob_srv_route_vertex(s, rq, r)) return;
+    if (ob_srv_route_embeddings(s, rq, r)) return;
+    if (ob_srv_route_llama(s, rq, r)) return;
+    if (ob_srv_route_openai(s, rq, r)) return;
+    if (ob_srv_route_anthropic(s, rq, r)) return;
+    if (ob_srv_route_responses(s, rq, r)) return;
+    if (ob_srv_route_lemonade(s, rq, r)) return;
+    ob_srv_error(r, 404, NULL, "no route for %s %s", rq->method, rq->path);
+}
+
 #ifdef ONEBIT_HAVE_MHD
 #include <microhttpd.h>
 
@@ -26,12 +38,96 @@ typedef struct ob_conn {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool life;      /* holds ob_http.life for reading */
+    bool active;    /* counts as activity for --sleep-idle-seconds */
 } ob_conn;
 
 typedef struct ob_http {
     ob_server_state st;
     struct MHD_Daemon *d;
+    /* What generation needs besides the weights, freed while asleep (--sleep-idle-seconds):
+     * the context, the draft's state and the scheduler (st.sched). */
+    ob_model *dm;                /* draft model (-md), stays loaded */
+    ob_context *ctx;
+    ob_spec *spec;
+    /* Requests in flight hold it for reading (a stream until its last byte); sleeping and
+     * waking take it for writing, so st.sched never changes under a request. */
+    pthread_rwlock_t life;
+    int64_t t_last_ms;           /* the last request's start or end */
 } ob_http;
+
+static int64_t now_ms(void) { return (int64_t)(ob_time_s() * 1e3); }
+
+/* Context, draft state and scheduler for generation (at start and on waking). */
+static ob_status gen_start(ob_http *h, char *err, size_t err_len) {
+    const ob_srv_config *cfg = h->st.cfg;
+    ob_context_params cp = ob_context_default_params();
+    cp.n_seq = cfg->n_slots;
+    /* -kvu: every slot may fill the whole -c; each gets its own -c cells (llama-server
+     * shares one pool of -c cells between them: docs/compat.md) */
+    cp.n_ctx = cfg->n_ctx > 0 ? (cfg->kv_unified ? cfg->n_ctx : cfg->n_ctx / cfg->n_slots) : 0;
+    cp.n_batch = cfg->n_batch;
+    cp.type_k = cfg->type_k;
+    cp.type_v = cfg->type_v;
+    ob_status st = ob_context_new(h->st.model, &cp, &h->ctx, err, err_len);
+    if (st == OB_OK && h->dm) {
+        /* one draft sequence per slot, as long as a slot; proposals must fit the batch */
+        ob_spec_params sp = {.n_max = OB_MIN(cfg->draft_max, cfg->n_batch - 1), .n_min = cfg->draft_min,
+                             .p_min = cfg->draft_p_min};
+        char e2[384];
+        if (sp.n_max > 0)
+            st = ob_spec_new(h->dm, &sp, cfg->n_slots, ob_context_n_ctx(h->ctx), cfg->n_batch, &h->spec, e2, sizeof e2);
+        if (st != OB_OK) snprintf(err, err_len, "draft model %s: %s", cfg->draft_path, e2);
+    }
+    ob_sched *sched = NULL;
+    if (st == OB_OK) st = ob_sched_new(h->st.model, h->ctx, h->spec, cfg->n_slots, cfg->n_batch, &sched, err, err_len);
+    h->st.sched = sched;
+    return st;
+}
+
+/* Stops the scheduler (failing anything left) and frees what gen_start made. */
+static void gen_stop(ob_http *h) {
+    if (h->st.sched) ob_sched_stop(h->st.sched);
+    ob_sched_free(h->st.sched);
+    h->st.sched = NULL;
+    ob_spec_free(h->spec);
+    h->spec = NULL;
+    ob_context_free(h->ctx);
+    h->ctx = NULL;
+}
+
+/* Requests that leave a sleeping server asleep: llama-server's health and properties. */
+static bool wakes(const char *method, const char *path) {
+    return strcmp(method, "GET") || (strcmp(path, "/health") && strcmp(path, "/v1/health") && strcmp(path, "/props") &&
+                                     strcmp(path, "/v1/models") && strcmp(path, "/models"));
+}
+
+static void wake(ob_http *h) {
+    pthread_rwlock_wrlock(&h->life);
+    if (__atomic_load_n(&h->st.sleeping, __ATOMIC_ACQUIRE)) {
+        char err[512];
+        if (gen_start(h, err, sizeof err) == OB_OK) {
+            __atomic_store_n(&h->st.sleeping, 0, __ATOMIC_RELEASE);
+            ob_log(OB_LOG_INFO, "serve: awake");
+        } else {
+            gen_stop(h);
+            ob_log(OB_LOG_ERROR, "serve: cannot wake: %s", err);
+        }
+    }
+    pthread_rwlock_unlock(&h->life);
+}
+
+/* Called about every 200 ms: asleep after --sleep-idle-seconds with no request in flight. */
+static void maybe_sleep(ob_http *h) {
+    const ob_srv_config *cfg = h->st.cfg;
+    if (cfg->sleep_idle_s < 0 || !h->ctx || __atomic_load_n(&h->st.sleeping, __ATOMIC_ACQUIRE)) return;
+    if (now_ms() - __atomic_load_n(&h->t_last_ms, __ATOMIC_ACQUIRE) < (int64_t)cfg->sleep_idle_s * 1000) return;
+    if (pthread_rwlock_trywrlock(&h->life) != 0) return; /* a request is in flight */
+    gen_stop(h);
+    __atomic_store_n(&h->st.sleeping, 1, __ATOMIC_RELEASE);
+    pthread_rwlock_unlock(&h->life);
+    ob_log(OB_LOG_INFO, "serve: asleep after %d s idle (KV cache freed)", cfg->sleep_idle_s);
+}
 
 int ob_srv_conn_fd(const ob_req *rq) {
     if (!rq->conn) return -1;
@@ -39,7 +135,30 @@ int ob_srv_conn_fd(const ob_req *rq) {
     return ci ? ci->connect_fd : -1;
 }
 
-/* Is origin in the comma-separated allow list, or the server's own origin? */
+/* Is origin a page of this machine: http(s)://localhost, 127.0.0.1 or [::1], any port? */
+static bool origin_is_local(const char *origin) {
+    const char *o = origin;
+    if (!strncmp(o, "http://", 7)) o += 7;
+    else if (!strncmp(o, "https://", 8)) o += 8;
+    else return false;
+    static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (size_t i = 0; i < OB_ARRAY_LEN(hosts); i++) {
+        size_t n = strlen(hosts[i]);
+        if (strncasecmp(o, hosts[i], n)) continue;
+        const char *rest = o + n;
+        if (!*rest) return true;
+        if (*rest != ':' || !rest[1]) continue;
+        while (*++rest >= '0' && *rest <= '9') {}
+        if (!*rest) return true;
+    }
+    return false;
+}
+
+/* May a page of this origin read our replies? The server's own origin always; then
+ * --cors-origins (a comma list: origins, '*' for any, 'localhost' for pages of this
+ * machine). Without the flag: any origin when --api-key is set (the key, which a foreign
+ * page does not have, guards the server), else pages of this machine only, so that a web
+ * page the user happens to visit cannot drive an open local server. */
 static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, const char *origin) {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (host) {
@@ -49,7 +168,7 @@ static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, c
         if (!strcasecmp(o, host)) return true;
     }
     const char *l = cfg->cors_origins;
-    if (!l) return false;
+    if (!l) return (cfg->api_key && cfg->api_key[0]) || origin_is_local(origin);
     size_t ol = strlen(origin);
     while (*l) {
         const char *e = strchr(l, ',');
@@ -57,6 +176,7 @@ static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, c
         while (n && *l == ' ') { l++; n--; }
         while (n && l[n - 1] == ' ') n--;
         if ((n == 1 && *l == '*') || (n == ol && !strncasecmp(l, origin, n))) return true;
+        if (n == 9 && !strncasecmp(l, "localhost", 9) && origin_is_local(origin)) return true;
         if (!e) break;
         l = e + 1;
     }
@@ -114,6 +234,7 @@ static void add_common_headers(const ob_srv_config *cfg, struct MHD_Connection *
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (origin && origin_allowed(cfg, c, origin)) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Credentials", "true");
         MHD_add_response_header(resp, "Vary", "Origin");
     }
     MHD_add_response_header(resp, "Server", "onebit");
@@ -151,15 +272,6 @@ static enum MHD_Result send_resp(ob_http *h, struct MHD_Connection *c, ob_resp *
     return ret;
 }
 
-static void route(ob_http *h, const ob_req *rq, ob_resp *r) {
-    ob_server_state *s = &h->st;
-    if (ob_srv_route_embeddings(s, rq, r)) return;
-    if (ob_srv_route_llama(s, rq, r)) return;
-    if (ob_srv_route_openai(s, rq, r)) return;
-    if (ob_srv_route_anthropic(s, rq, r)) return;
-    if (ob_srv_route_lemonade(s, rq, r)) return;
-    ob_srv_error(r, 404, NULL, "no route for %s %s", rq->method, rq->path);
-}
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
@@ -220,20 +332,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     path[pl] = 0;
     while (pl > 1 && path[pl - 1] == '/') path[--pl] = 0;
     if (!strcmp(method, "OPTIONS")) {
-        const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-        if (origin && !origin_allowed(cfg, c, origin)) {
-            ob_srv_error(&r, 403, NULL, "origin not allowed");
-            return send_resp(h, c, &r);
-        }
+        /* A preflight is answered 200 either way, as llama-server does: for an origin
+         * that is not allowed it carries no Access-Control-Allow-Origin, so the browser
+         * refuses the request itself. The allowed headers are the ones asked for (a bare
+         * '*' would not cover Authorization, which the Fetch standard never wildcards). */
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
         add_common_headers(cfg, c, resp);
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
         const char *rh = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-        MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                rh ? rh : "Authorization, Content-Type, X-Api-Key");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", rh && *rh ? rh : "*");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
-        enum MHD_Result ret = MHD_queue_response(c, 204, resp);
+        enum MHD_Result ret = MHD_queue_response(c, 200, resp);
         MHD_destroy_response(resp);
         return ret;
     }
@@ -245,8 +355,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
      * the reply takes (a queued stream may wait minutes), and a client that leaves is
      * noticed by polling its socket. The idle timeout comes back in on_completed. */
     MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)0);
+    /* health and properties are no activity: polling them lets a server fall asleep */
+    bool active = wakes(method, path);
+    pthread_rwlock_rdlock(&h->life);
+    for (int k = 0; active && k < 3 && __atomic_load_n(&h->st.sleeping, __ATOMIC_ACQUIRE); k++) {
+        /* asleep (or fell asleep just now): wake it, then look again under the lock */
+        pthread_rwlock_unlock(&h->life);
+        wake(h);
+        pthread_rwlock_rdlock(&h->life);
+    }
+    cn->life = true;
+    cn->active = active;
+    if (active) __atomic_store_n(&h->t_last_ms, now_ms(), __ATOMIC_RELEASE);
     ob_req rq = {.method = method, .path = path, .body = cn->body ? cn->body : "", .body_len = cn->len, .conn = c};
-    route(h, &rq, &r);
+    ob_srv_dispatch(&h->st, &rq, &r);
     if (r.status == 0) { /* the client went away while we worked: close without a reply */
         free(r.body);
         if (r.stream) r.stream->close(r.stream);
@@ -261,6 +383,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->st.cfg->timeout_s);
     ob_conn *cn = *con_cls;
     if (!cn) return;
+    if (cn->life) {
+        if (cn->active) __atomic_store_n(&h->t_last_ms, now_ms(), __ATOMIC_RELEASE);
+        pthread_rwlock_unlock(&h->life);
+    }
     free(cn->body);
     free(cn);
     *con_cls = NULL;
@@ -278,6 +404,24 @@ static char *model_id_from_path(const char *path) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
     return strdup(b);
+}
+
+/* The id clients see: with --alias a,b,c the first of the aliases in byte order (as
+ * llama-server picks it), else the file name. */
+static char *model_id_from_alias(const char *alias) {
+    const char *best = NULL;
+    size_t best_n = 0;
+    for (const char *p = alias; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n && (!best || memcmp(p, best, OB_MIN(n, best_n)) < 0 ||
+                  (!memcmp(p, best, OB_MIN(n, best_n)) && n < best_n))) {
+            best = p;
+            best_n = n;
+        }
+        p += n;
+        if (*p) p++;
+    }
+    return best ? strndup(best, best_n) : strdup(alias);
 }
 
 /* Resolves host:port to a socket address for MHD. */
@@ -301,7 +445,7 @@ int ob_server_run(const ob_srv_config *cfg) {
     if (!h) return 1;
     h->st.cfg = cfg;
     h->st.t_start = ob_time_s();
-    char *model_id = cfg->alias ? strdup(cfg->alias) : model_id_from_path(cfg->model_path);
+    char *model_id = cfg->alias && cfg->alias[0] ? model_id_from_alias(cfg->alias) : model_id_from_path(cfg->model_path);
     h->st.model_id = model_id;
 
     /* Signals go to this thread only (sigtimedwait below); connection threads inherit
@@ -315,7 +459,8 @@ int ob_server_run(const ob_srv_config *cfg) {
 
     char err[512];
     struct sockaddr_storage ss;
-    if (!resolve(cfg->host, cfg->port, &ss, err, sizeof err)) {
+    int port = ob_srv_vertex_port(cfg->port);
+    if (!resolve(cfg->host, port, &ss, err, sizeof err)) {
         fprintf(stderr, "1bit serve: %s\n", err);
         free(model_id);
         free(h);
@@ -323,7 +468,7 @@ int ob_server_run(const ob_srv_config *cfg) {
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-    h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, h,
+    h->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
@@ -334,65 +479,56 @@ int ob_server_run(const ob_srv_config *cfg) {
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_END);
     if (!h->d) {
-        fprintf(stderr, "1bit serve: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
+        fprintf(stderr, "1bit serve: cannot listen on %s:%d: %s\n", cfg->host, port, strerror(errno));
         free(model_id);
         free(h);
         return 1;
     }
-    ob_log(OB_LOG_INFO, "serve: listening on http://%s:%d (loading %s)", cfg->host, cfg->port, cfg->model_path);
+    ob_log(OB_LOG_INFO, "serve: listening on http://%s:%d (loading %s)", cfg->host, port, cfg->model_path);
 
     int rc = 0;
     ob_model *m = NULL;
-    ob_context *ctx = NULL;
-    ob_sched *sched = NULL;
-    ob_model *dm = NULL;
-    ob_spec *spec = NULL;
     ob_srv_embd *embd = NULL;
+    pthread_rwlock_init(&h->life, NULL);
+    h->t_last_ms = now_ms();
     ob_status st = ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
+    h->st.model = m;
     /* Embedding mode (llama-server's --embeddings, or a model with no LM head): one
      * embeddings context and no chat scheduler; generation routes answer 501. */
     bool embd_mode = st == OB_OK && ob_srv_embd_wanted(cfg, m);
     if (embd_mode) {
         st = ob_srv_embd_new(m, cfg, &embd, err, sizeof err);
-    } else if (st == OB_OK) {
-        ob_context_params cp = ob_context_default_params();
-        cp.n_seq = cfg->n_slots;
-        cp.n_ctx = cfg->n_ctx > 0 ? cfg->n_ctx / cfg->n_slots : 0;
-        cp.n_batch = cfg->n_batch;
-        cp.type_k = cfg->type_k;
-        cp.type_v = cfg->type_v;
-        st = ob_context_new(m, &cp, &ctx, err, sizeof err);
-    }
-    if (st == OB_OK && !embd_mode && cfg->draft_path && cfg->draft_max > 0) {
-        /* one draft sequence per slot, as long as a slot; proposals must fit the batch */
-        ob_spec_params sp = {.n_max = OB_MIN(cfg->draft_max, cfg->n_batch - 1), .n_min = cfg->draft_min,
-                             .p_min = cfg->draft_p_min};
+    } else if (st == OB_OK && cfg->draft_path && cfg->draft_max > 0) {
         char e2[384];
-        st = ob_model_load(cfg->draft_path, &cfg->mp, &dm, e2, sizeof e2);
-        if (st == OB_OK) st = ob_spec_check_vocab(m, dm, e2, sizeof e2);
-        if (st == OB_OK && sp.n_max > 0)
-            st = ob_spec_new(dm, &sp, cfg->n_slots, ob_context_n_ctx(ctx), cfg->n_batch, &spec, e2, sizeof e2);
+        st = ob_model_load(cfg->draft_path, &cfg->mp, &h->dm, e2, sizeof e2);
+        if (st == OB_OK) st = ob_spec_check_vocab(m, h->dm, e2, sizeof e2);
         if (st != OB_OK) snprintf(err, sizeof err, "draft model %s: %s", cfg->draft_path, e2);
-        else ob_log(OB_LOG_INFO, "serve: speculative decoding with %s (up to %d tokens)", cfg->draft_path, sp.n_max);
     }
-    if (st == OB_OK && !embd_mode) st = ob_sched_new(m, ctx, spec, cfg->n_slots, cfg->n_batch, &sched, err, sizeof err);
+    if (st == OB_OK && !embd_mode) {
+        st = gen_start(h, err, sizeof err);
+        if (st == OB_OK && h->spec)
+            ob_log(OB_LOG_INFO, "serve: speculative decoding with %s (up to %d tokens)", cfg->draft_path,
+                   OB_MIN(cfg->draft_max, cfg->n_batch - 1));
+    }
     if (st != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
         h->st.ready = -1;
         rc = 1;
         goto out;
     }
-    h->st.model = m;
     h->st.tok = ob_model_tokenizer(m);
     h->st.chat_template = ob_model_chat_template(m);
-    h->st.sched = sched;
     h->st.embd = embd;
+    if (h->st.sched) {
+        h->st.n_ctx_slot = ob_sched_n_ctx_slot(h->st.sched);
+        h->st.n_slots = ob_sched_n_slots(h->st.sched);
+    }
     __atomic_store_n(&h->st.ready, 1, __ATOMIC_RELEASE);
     if (embd)
         ob_log(OB_LOG_INFO, "serve: ready: %s, inputs of up to %d tokens", ob_srv_embd_ranks(embd) ? "reranking" : "embeddings",
                ob_srv_embd_n_ctx(embd));
     else
-        ob_log(OB_LOG_INFO, "serve: ready: %d slot(s) of %d tokens", cfg->n_slots, ob_sched_n_ctx_slot(sched));
+        ob_log(OB_LOG_INFO, "serve: ready: %d slot(s) of %d tokens", cfg->n_slots, h->st.n_ctx_slot);
 
     for (;;) {
         struct timespec ts = {0, 200 * 1000000L};
@@ -401,7 +537,10 @@ int ob_server_run(const ob_srv_config *cfg) {
             ob_log(OB_LOG_INFO, "serve: signal %d, shutting down", sig);
             break;
         }
-        if ((sched && ob_sched_failed(sched)) || (embd && ob_srv_embd_failed(embd))) {
+        pthread_rwlock_rdlock(&h->life);
+        bool failed = (h->st.sched && ob_sched_failed(h->st.sched)) || (embd && ob_srv_embd_failed(embd));
+        pthread_rwlock_unlock(&h->life);
+        if (failed) {
             /* in-flight requests already hold their 500; give them a moment to go out */
             __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
             struct timespec g = {1, 0};
@@ -409,17 +548,17 @@ int ob_server_run(const ob_srv_config *cfg) {
             rc = 1;
             break;
         }
+        maybe_sleep(h);
     }
 out:
-    if (sched || embd) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
-    if (sched) ob_sched_stop(sched); /* fails what is left, so every reader finishes */
-    MHD_stop_daemon(h->d);           /* waits for the connection threads */
-    ob_sched_free(sched);
+    if (h->st.sched || embd) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
+    if (h->st.sched) ob_sched_stop(h->st.sched); /* fails what is left, so every reader finishes */
+    MHD_stop_daemon(h->d);                       /* waits for the connection threads */
+    gen_stop(h);
     ob_srv_embd_free(embd);
-    ob_spec_free(spec);
-    ob_model_free(dm);
-    ob_context_free(ctx);
+    ob_model_free(h->dm);
     ob_model_free(m);
+    pthread_rwlock_destroy(&h->life);
     free(model_id);
     free(h);
     return rc;

@@ -128,8 +128,8 @@ static void think_feed(ob_gen_stream *gs, const char *t, size_t n, bool final, c
 static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
     if (!gs->started) {
         json_t *c = chunk_base(gs, true);
-        json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:s,s:s},s:n,s:n}]", "index", 0, "delta", "role",
-                                                    "assistant", "content", "", "logprobs", "finish_reason"));
+        json_object_set_new(c, "choices", json_pack("[{s:i,s:{s:s,s:n},s:n,s:n}]", "index", 0, "delta", "role",
+                                                    "assistant", "content", "logprobs", "finish_reason"));
         ob_srv_sse(buf, len, NULL, c);
     }
     if (o->done && o->finish == OB_FINISH_ERROR) {
@@ -149,6 +149,7 @@ static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t
         json_object_set_new(ch, "logprobs", gs->logprobs ? chat_logprobs(gs->s, o->toks, o->n_toks) : json_null());
         json_t *c = chunk_base(gs, true);
         json_object_set_new(c, "choices", json_pack("[o]", ch));
+        if (gs->timings_per_token) json_object_set_new(c, "timings", ob_gen_timings(o));
         ob_srv_sse(buf, len, NULL, c);
     }
     free(content);
@@ -163,6 +164,7 @@ static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t
             c = chunk_base(gs, true);
             json_object_set_new(c, "choices", json_array());
             json_object_set_new(c, "usage", usage_json(o, 1, o->n_gen));
+            json_object_set_new(c, "timings", ob_gen_timings(o));
             ob_srv_sse(buf, len, NULL, c);
         }
         ob_srv_buf_add(buf, len, "data: [DONE]\n\n", 14);
@@ -182,6 +184,7 @@ static void compl_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_
         json_object_set_new(ch, "logprobs", gs->logprobs ? compl_logprobs(gs->s, o->toks, o->n_toks, 0) : json_null());
         json_t *c = chunk_base(gs, false);
         json_object_set_new(c, "choices", json_pack("[o]", ch));
+        if (gs->timings_per_token) json_object_set_new(c, "timings", ob_gen_timings(o));
         ob_srv_sse(buf, len, NULL, c);
     }
     if (o->done) {
@@ -194,22 +197,29 @@ static void compl_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_
             c = chunk_base(gs, false);
             json_object_set_new(c, "choices", json_array());
             json_object_set_new(c, "usage", usage_json(o, 1, o->n_gen));
+            json_object_set_new(c, "timings", ob_gen_timings(o));
             ob_srv_sse(buf, len, NULL, c);
         }
         ob_srv_buf_add(buf, len, "data: [DONE]\n\n", 14);
     }
 }
 
-/* Submits n choices of one prompt and answers, streamed or whole. */
-static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_gen_req *g, int32_t *prompt,
-                           int n_prompt, bool chat) {
-    if (g->stream && g->n > 1) {
-        ob_srv_error(r, 400, NULL, "'n' > 1 is not supported with 'stream'");
+/* Submits n choices of each prompt and answers, streamed or whole; choice k of prompt i
+ * has index i * n + k. */
+static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_gen_req *g, int32_t *const *prompts,
+                           const int *n_prompts, int np, bool chat) {
+    int nt = np * g->n;
+    if (g->stream && nt > 1) {
+        ob_srv_error(r, 400, NULL, "'stream' takes one prompt and 'n' = 1");
+        return;
+    }
+    if (nt > OB_GEN_MAX_N) {
+        ob_srv_error(r, 400, NULL, "at most %d choices in all (prompts x n)", OB_GEN_MAX_N);
         return;
     }
     ob_task *tasks[OB_GEN_MAX_N] = {0};
-    for (int i = 0; i < g->n; i++) {
-        ob_task_params p = ob_gen_task_params(g, prompt, n_prompt, i);
+    for (int i = 0; i < nt; i++) {
+        ob_task_params p = ob_gen_task_params(g, prompts[i / g->n], n_prompts[i / g->n], i % g->n);
         tasks[i] = ob_gen_submit(s, &p, r);
         if (!tasks[i]) {
             for (int j = 0; j < i; j++) ob_sched_release(s->sched, tasks[j]);
@@ -223,21 +233,21 @@ static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_
         return;
     }
     ob_gen_result res[OB_GEN_MAX_N];
-    bool ok = ob_gen_wait(s, rq, tasks, g->n, res, r);
-    for (int i = 0; i < g->n; i++) ob_sched_release(s->sched, tasks[i]);
+    bool ok = ob_gen_wait(s, rq, tasks, nt, res, r);
+    for (int i = 0; i < nt; i++) ob_sched_release(s->sched, tasks[i]);
     if (!ok) {
-        for (int i = 0; i < g->n; i++) ob_gen_result_clear(&res[i]);
+        for (int i = 0; i < nt; i++) ob_gen_result_clear(&res[i]);
         return;
     }
     char id[48];
     ob_gen_id(id, sizeof id, chat ? "chatcmpl-" : "cmpl-");
     json_t *choices = json_array();
     int total_gen = 0;
-    for (int i = 0; i < g->n; i++) {
+    for (int i = 0; i < nt; i++) {
         json_t *ch;
         if (chat) {
             char *content, *reason;
-            ob_gen_split_think(res[i].text, res[i].text_len, &content, &reason);
+            ob_gen_split_think(res[i].text, res[i].text_len, g->think_open, g->reasoning_format, &content, &reason);
             json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
                                     ob_srv_jstr(content ? content : "", content ? strlen(content) : 0));
             if (reason) json_object_set_new(msg, "reasoning_content", ob_srv_jstr(reason, strlen(reason)));
@@ -256,16 +266,26 @@ static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
                           "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "onebit",
                           "choices", choices);
-    json_object_set_new(o, "usage", usage_json(&res[0].last, g->n, total_gen));
+    int n_prompt_all = 0;
+    for (int i = 0; i < np; i++) n_prompt_all += n_prompts[i];
+    json_t *usage = usage_json(&res[0].last, nt, total_gen);
+    json_object_set_new(usage, "prompt_tokens", json_integer(n_prompt_all));
+    json_object_set_new(usage, "total_tokens", json_integer(n_prompt_all + total_gen));
+    json_object_set_new(o, "usage", usage);
     json_object_set_new(o, "timings", ob_gen_timings(&res[0].last));
-    for (int i = 0; i < g->n; i++) ob_gen_result_clear(&res[i]);
+    if (g->verbose)
+        json_object_set_new(o, "__verbose", json_pack("{s:o,s:o}", "prompt", ob_gen_prompt_json(s, prompts[0], n_prompts[0]),
+                                                      "content", ob_srv_jstr(res[0].text, res[0].text_len)));
+    for (int i = 0; i < nt; i++) ob_gen_result_clear(&res[i]);
     ob_srv_json(r, 200, o);
 }
 
 /* Chat messages -> prompt tokens (template rendered, BOS once). */
-int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_resp *r);
-int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_resp *r) {
-    char *text = ob_gen_render_chat(s, messages, true, r);
+int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_opts *co, ob_chat_out *out, int *n,
+                            ob_resp *r);
+int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_opts *co, ob_chat_out *out, int *n,
+                            ob_resp *r) {
+    char *text = ob_gen_render_chat(s, messages, co, out, r);
     if (!text) return NULL;
     int32_t *ids = ob_gen_tokenize(s, text, strlen(text), true, true, n, r);
     free(text);
@@ -276,19 +296,41 @@ int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, int *n, ob_res
     return ids;
 }
 
+/* The prompt tokens of a chat body (OpenAI shape), for generation or counting. */
+static int32_t *chat_body_prompt(ob_server_state *s, json_t *body, ob_chat_out *out, int *n, ob_resp *r) {
+    json_t *msgs = json_object_get(body, "messages");
+    if (!json_is_array(msgs)) {
+        ob_srv_error(r, 400, NULL, "'messages' must be an array");
+        return NULL;
+    }
+    ob_chat_opts co;
+    if (!ob_gen_chat_opts(s, body, &co, r)) return NULL;
+    return ob_oai_chat_prompt(s, msgs, &co, out, n, r);
+}
+
 static void chat_completions(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     ob_gen_req g;
-    json_t *msgs = json_object_get(body, "messages");
-    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
-        ob_srv_error(r, 400, NULL, "'messages' must be a non-empty array");
-    } else if (ob_gen_parse(s, body, OB_GEN_OPENAI_CHAT, &g, r)) {
-        int n;
-        int32_t *ids = ob_oai_chat_prompt(s, msgs, &n, r);
-        if (ids) run_generation(s, rq, r, &g, ids, n, true);
-        free(ids);
+    ob_chat_out out;
+    int n;
+    int32_t *ids = NULL;
+    if (ob_gen_parse(s, body, OB_GEN_OPENAI_CHAT, &g, r) && (ids = chat_body_prompt(s, body, &out, &n, r))) {
+        g.think_open = out.think_open;
+        run_generation(s, rq, r, &g, &ids, &n, 1, true);
     }
+    free(ids);
+    json_decref(body);
+}
+
+/* POST /v1/chat/completions/input_tokens: the prompt's length, nothing generated. */
+static void chat_input_tokens(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    json_t *body = ob_srv_parse_body(rq, r);
+    if (!body) return;
+    int n;
+    int32_t *ids = chat_body_prompt(s, body, NULL, &n, r);
+    if (ids) ob_srv_json(r, 200, json_pack("{s:s,s:i}", "object", "response.input_tokens", "input_tokens", n));
+    free(ids);
     json_decref(body);
 }
 
@@ -300,10 +342,9 @@ static void completions(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     if (!prompt) {
         ob_srv_error(r, 400, NULL, "'prompt' is required");
     } else if (ob_gen_parse(s, body, OB_GEN_OPENAI_COMPL, &g, r)) {
-        int n;
-        int32_t *ids = ob_gen_prompt_tokens(s, prompt, &n, r);
-        if (ids) run_generation(s, rq, r, &g, ids, n, false);
-        free(ids);
+        ob_gen_prompts pp;
+        if (ob_gen_prompts_parse(s, prompt, &pp, r)) run_generation(s, rq, r, &g, pp.ids, pp.len, pp.n, false);
+        ob_gen_prompts_free(&pp);
     }
     json_decref(body);
 }
@@ -321,6 +362,20 @@ static void models(ob_server_state *s, ob_resp *r) {
     }
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o}", "id", s->model_id, "object", "model", "created",
                           (json_int_t)time(NULL), "owned_by", "onebit", "meta", meta);
+    /* llama-server's --alias (comma list) and --tags */
+    json_t *aliases = json_array(), *tags = json_array();
+    const char *lists[2] = {s->cfg->alias, s->cfg->tags};
+    json_t *arrs[2] = {aliases, tags};
+    for (int k = 0; k < 2; k++) {
+        for (const char *p = lists[k]; p && *p;) {
+            size_t n = strcspn(p, ",");
+            if (n) json_array_append_new(arrs[k], ob_srv_jstr(p, n));
+            p += n;
+            if (*p) p++;
+        }
+    }
+    json_object_set_new(m, "aliases", aliases);
+    json_object_set_new(m, "tags", tags);
     ob_srv_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
 }
 
@@ -332,8 +387,14 @@ bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r) {
         else models(s, r);
         return true;
     }
+    if (!strcmp(p, "/v1/chat/completions/input_tokens") || !strcmp(p, "/chat/completions/input_tokens")) {
+        if (!post) ob_srv_error(r, 405, NULL, "use POST");
+        else if (ob_oai_ready(s, r)) chat_input_tokens(s, rq, r);
+        return true;
+    }
+    /* /completions without /v1 is llama-server's native /completion (llama.c) */
     bool chat = !strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions");
-    bool compl = !strcmp(p, "/v1/completions") || !strcmp(p, "/completions");
+    bool compl = !strcmp(p, "/v1/completions");
     if (!chat && !compl) return false;
     if (!post) ob_srv_error(r, 405, NULL, "use POST");
     else if (ob_gen_ready(s, r)) (chat ? chat_completions : completions)(s, rq, r);

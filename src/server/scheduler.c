@@ -16,7 +16,7 @@ struct ob_task {
     /* input, fixed at submit */
     int32_t *prompt;
     int n_prompt, n_predict, n_probs;
-    bool logprobs, ignore_eos;
+    bool logprobs, post_sampling, ignore_eos, truncated;
     ob_sampler_params sp;
     int32_t *bias_tok;
     float *bias_val;
@@ -80,7 +80,8 @@ struct ob_sched {
     ob_sampler **b_smp;               /* [n_batch] sampler per logits row */
     int32_t *b_out;                   /* [n_batch] token per logits row */
     bool b_sampled;                   /* the last step's rows are in b_out (no logits) */
-    float *lp;                        /* [n_vocab] scratch for log softmax */
+    float *ps_w;                      /* [n_vocab] scratch: post-sampling logits */
+    int32_t *ps_idx;                  /* [n_vocab] scratch: post-sampling candidates */
     ob_sched_stats st;
 };
 
@@ -220,6 +221,67 @@ static void fill_logprobs(ob_sched *s, const float *logits, int32_t tok, int n_t
         r->top_id[k] = bi;
         r->top_lp[k] = logits[bi] - lse;
         r->n_top++;
+    }
+}
+
+static int cmp_w_desc(const void *a, const void *b, void *w) {
+    float x = ((const float *)w)[*(const int32_t *)a], y = ((const float *)w)[*(const int32_t *)b];
+    return x > y ? -1 : x < y ? 1 : (*(const int32_t *)a > *(const int32_t *)b) - (*(const int32_t *)a < *(const int32_t *)b);
+}
+
+/* The distribution the sampler draws from (logit bias, top-k, min-p, temperature, top-p,
+ * in ob_sample_pick's order; repetition penalties are not replayed): tok's probability
+ * and the n_top most likely, none of them zero. Greedy is a point mass on tok. */
+static void fill_post_probs(ob_sched *s, const ob_task *t, const float *logits, int32_t tok, int n_top, ob_tok_rec *r) {
+    const ob_sampler_params *p = &t->sp;
+    int n = s->n_vocab;
+    r->id = tok;
+    r->logprob = 1.0f;
+    r->n_top = 0;
+    if (p->temperature <= 0) {
+        if (n_top > 0) {
+            r->top_id[0] = tok;
+            r->top_lp[0] = 1.0f;
+            r->n_top = 1;
+        }
+        return;
+    }
+    float *w = s->ps_w;
+    int32_t *idx = s->ps_idx;
+    memcpy(w, logits, (size_t)n * sizeof *w);
+    for (int i = 0; i < p->n_logit_bias; i++)
+        if (p->logit_bias_tok[i] >= 0 && p->logit_bias_tok[i] < n) w[p->logit_bias_tok[i]] += p->logit_bias_val[i];
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++) if (w[i] > mx) mx = w[i];
+    /* candidates: above the min-p floor, then the k best */
+    float lim = p->min_p > 0 ? mx + (float)(log(p->min_p) * p->temperature) - 1e-6f : -INFINITY;
+    int m = 0;
+    for (int i = 0; i < n; i++) if (w[i] >= lim && w[i] > -1e29f) idx[m++] = i;
+    if (m == 0) return;
+    qsort_r(idx, (size_t)m, sizeof *idx, cmp_w_desc, w);
+    if (p->top_k > 0 && p->top_k < m) m = p->top_k;
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += exp((double)(w[idx[i]] - mx) / p->temperature);
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        int keep = 0;
+        while (keep < m) {
+            cum += exp((double)(w[idx[keep]] - mx) / p->temperature) / sum;
+            keep++;
+            if (cum >= p->top_p) break;
+        }
+        m = keep;
+        sum = 0;
+        for (int i = 0; i < m; i++) sum += exp((double)(w[idx[i]] - mx) / p->temperature);
+    }
+    r->logprob = 0;
+    for (int i = 0; i < m; i++) {
+        float pr = (float)(exp((double)(w[idx[i]] - mx) / p->temperature) / sum);
+        if (idx[i] == tok) r->logprob = pr;
+        if (i < n_top && i < OB_SRV_MAX_TOP && pr > 0) {
+            r->top_id[r->n_top] = idx[i];
+            r->top_lp[r->n_top++] = pr;
+        }
     }
 }
 
@@ -387,7 +449,11 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
         task_finish(s, t, OB_FINISH_STOP, 0, NULL);
         return false;
     }
-    if (t->logprobs) {
+    if (t->logprobs && t->post_sampling) {
+        ob_tok_rec r;
+        fill_post_probs(s, t, logits, tok, t->n_probs, &r);
+        tok_push(t, &r);
+    } else if (t->logprobs) {
         ob_tok_rec r;
         fill_logprobs(s, logits, tok, t->n_probs, &r);
         tok_push(t, &r);
@@ -408,6 +474,7 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
         return false;
     }
     if ((t->n_predict >= 0 && t->n_gen >= t->n_predict) || sl->n_cache >= s->n_ctx_slot) {
+        t->truncated = !(t->n_predict >= 0 && t->n_gen >= t->n_predict);
         sl->task = NULL;
         task_finish(s, t, OB_FINISH_LENGTH, 0, NULL);
         return false;
@@ -565,7 +632,9 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
     s->b_want = malloc((size_t)n_batch);
     s->b_smp = calloc((size_t)n_batch, sizeof *s->b_smp);
     s->b_out = malloc((size_t)n_batch * sizeof(int32_t));
-    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want && s->b_smp && s->b_out;
+    s->ps_w = malloc((size_t)s->n_vocab * sizeof(float));
+    s->ps_idx = malloc((size_t)s->n_vocab * sizeof(int32_t));
+    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want && s->b_smp && s->b_out && s->ps_w && s->ps_idx;
     for (int i = 0; ok && i < n_slots; i++) {
         s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
         ok = s->slots[i].cache != NULL;
@@ -624,6 +693,8 @@ void ob_sched_free(ob_sched *s) {
     free(s->b_want);
     free(s->b_smp);
     free(s->b_out);
+    free(s->ps_w);
+    free(s->ps_idx);
     free(s->sq);
     free(s->drafts);
     free(s);
@@ -658,7 +729,8 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
     t->n_prompt = p->n_prompt;
     t->n_predict = p->n_predict;
     t->n_probs = OB_MAX(0, OB_MIN(p->n_probs, OB_SRV_MAX_TOP));
-    t->logprobs = p->logprobs;
+    t->logprobs = p->logprobs || p->post_sampling;
+    t->post_sampling = p->post_sampling;
     t->ignore_eos = p->ignore_eos;
     t->sp = p->sp;
     t->prompt = malloc((size_t)p->n_prompt * sizeof(int32_t));
@@ -752,6 +824,7 @@ void ob_sched_poll(ob_sched *s, ob_task *t, ob_task_cursor *cur, int ms, ob_task
     memcpy(o->err, t->err, sizeof o->err);
     o->stop_word = t->stop_idx >= 0 ? t->stop[t->stop_idx] : NULL;
     o->stopped_eos = t->stopped_eos;
+    o->truncated = t->truncated;
     o->n_prompt = t->n_prompt;
     o->n_cached = t->n_cached;
     o->n_gen = t->n_gen;

@@ -14,7 +14,8 @@
 
 typedef struct ob_tok_rec {
     int32_t id;
-    float logprob;                     /* log softmax of the raw logits */
+    float logprob;                     /* log softmax of the raw logits; with post_sampling the
+                                        * probabilities (here and in top_lp) after the chain */
     int n_top;
     int32_t top_id[OB_SRV_MAX_TOP];    /* most likely first */
     float top_lp[OB_SRV_MAX_TOP];
@@ -36,6 +37,7 @@ typedef struct ob_task_params {
     int n_stop;
     int n_probs;                       /* top alternatives per token (0..20) */
     bool logprobs;                     /* record per-token logprobs */
+    bool post_sampling;                /* ... as probabilities after the sampling chain instead */
     bool ignore_eos;
 } ob_task_params;
 
@@ -52,6 +54,7 @@ typedef struct ob_task_out {
     char err[256];
     const char *stop_word;             /* the stop string matched, or NULL (task-owned) */
     bool stopped_eos;
+    bool truncated;                    /* ended because the slot's context was full */
     int n_prompt, n_cached, n_gen, slot;
     double t_prompt_ms, t_gen_ms;
     bool speculative;                  /* a draft model proposes tokens */

@@ -41,7 +41,18 @@ typedef struct ob_srv_config {
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
+    const char *tags;          /* --tags: comma list, informational (/v1/models) */
+    int reasoning;             /* --reasoning: OB_REASONING_* (auto: the template decides) */
+    int reasoning_format;      /* --reasoning-format: OB_RFMT_* */
+    bool kv_unified;           /* --kv-unified: each slot may fill the whole -c (here: -c cells per slot) */
+    bool verbose;              /* -v: replies carry "__verbose" (the prompt as tokenized, ...) */
+    int sleep_idle_s;          /* --sleep-idle-seconds: free the KV after this long idle; -1 off */
 } ob_srv_config;
+
+enum { OB_REASONING_AUTO = -1, OB_REASONING_OFF = 0, OB_REASONING_ON = 1 };
+/* none: thoughts stay in the content; deepseek (and auto): <think> text goes to
+ * reasoning_content; deepseek-legacy: both (the tags stay in the content too) */
+enum { OB_RFMT_AUTO = 0, OB_RFMT_NONE, OB_RFMT_DEEPSEEK, OB_RFMT_DEEPSEEK_LEGACY };
 
 void ob_srv_config_default(ob_srv_config *c);
 /* Parses serve / llama-server flags; argv[0] is the command name. Strings point into argv.
@@ -50,6 +61,9 @@ void ob_srv_config_default(ob_srv_config *c);
 ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
                             char *err, size_t err_len);
 void ob_srv_print_usage(const char *prog);
+/* A llama-server built-in template name (chatml, llama3, ...): its Jinja text, or NULL;
+ * *known tells whether llama-server knows the name (NULL then means we lack it). */
+const char *ob_srv_named_template(const char *name, bool *known);
 
 typedef struct ob_server ob_server;
 
@@ -95,6 +109,8 @@ typedef struct ob_server_state {
     const char *model_id;       /* alias or file name */
     const char *chat_template;  /* model's template or NULL */
     volatile int ready;         /* 0 loading, 1 ready, -1 failed */
+    volatile int sleeping;      /* --sleep-idle-seconds: sched is NULL until a request wakes it */
+    int n_ctx_slot, n_slots;    /* the scheduler's, kept for /props while asleep */
     double t_start;
 } ob_server_state;
 
@@ -121,10 +137,15 @@ bool ob_srv_get_bool(json_t *o, const char *key, bool *out, ob_resp *r);
 
 /* ---- route families ---------------------------------------------------------------- */
 
+/* Answers one request: the route families in turn, else 404 (http.c). */
+void ob_srv_dispatch(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
 /* Each returns true if it owns the path (and filled r), false to let the next try. */
+bool ob_srv_route_vertex(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_anthropic(ob_server_state *s, const ob_req *rq, ob_resp *r);
+bool ob_srv_route_responses(ob_server_state *s, const ob_req *rq, ob_resp *r);
 bool ob_srv_route_lemonade(ob_server_state *s, const ob_req *rq, ob_resp *r);
 
 /* ---- embeddings.c: /v1/embeddings, /embedding, /v1/rerank, /rerank ------------------- */
@@ -148,6 +169,9 @@ typedef struct ob_srv_embd_stats {
 void ob_srv_embd_get_stats(ob_srv_embd *e, ob_srv_embd_stats *out);
 /* Owns the embedding and rerank paths (answers 501 on them when s->embd is NULL). */
 bool ob_srv_route_embeddings(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* vertex.c: the port to listen on (AIP_HTTP_PORT in Vertex AI's prediction mode). */
+int ob_srv_vertex_port(int port);
 
 /* metrics.c: Prometheus text of the scheduler's counters. */
 char *ob_srv_metrics_text(ob_server_state *s);

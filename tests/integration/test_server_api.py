@@ -199,7 +199,8 @@ def test_error_shapes(srv):
     check_error(requests.post(u + "/v1/chat/completions", json={"messages": MSGS, "temperature": -1}), 400)
     check_error(requests.post(u + "/v1/chat/completions", json={"messages": [{"content": "x"}]}), 400)
     check_error(requests.post(u + "/v1/completions", json={"prompt": [1, -5]}), 400)
-    check_error(requests.post(u + "/v1/completions", json={"prompt": "x", "logit_bias": {"abc": 1}}), 400)
+    # a text key is llama-server's form (its tokens get the bias); a value must be a number or false
+    check_error(requests.post(u + "/v1/completions", json={"prompt": "x", "logit_bias": {"abc": "high"}}), 400)
     check_error(requests.get(u + "/nope"), 404, "not_found_error")
     check_error(requests.get(u + "/v1/chat/completions"), 405)
     long = "hello " * 1100  # > 1024 tokens per slot
@@ -239,10 +240,12 @@ def test_auth_and_cors():
         pre = {"Origin": "http://good.example", "Access-Control-Request-Method": "POST",
                "Access-Control-Request-Headers": "authorization, content-type"}
         r = requests.options(u + "/v1/chat/completions", headers=pre)
-        assert r.status_code == 204 and r.headers["access-control-allow-origin"] == "http://good.example"
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://good.example"
         assert "authorization" in r.headers["access-control-allow-headers"].lower()
+        # a refused origin: the preflight is answered (as llama-server does) without the
+        # allow-origin header, so the browser refuses the request
         r = requests.options(u + "/v1/chat/completions", headers=dict(pre, Origin="http://evil.example"))
-        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
+        assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
         r = requests.get(u + "/health", headers={"Origin": "http://evil.example"})
         assert "access-control-allow-origin" not in r.headers
         r = requests.get(u + "/health", headers={"Origin": u})  # same origin

@@ -158,6 +158,7 @@ def test_input_over_context_is_400(srv, ref):
     r = srv.post("/v1/embeddings", {"input": ["short", too_long]})
     e = check_error(r, 400, "exceed_context_size_error")
     assert e["n_ctx"] == 512 and e["n_prompt_tokens"] > 512 and "input 1" in e["message"]
+    assert "too large" in e["message"]  # llama-server's words
     with pytest.raises(openai.BadRequestError):
         oai(srv).embeddings.create(model="minilm", input=too_long)
     # the server is still fine afterwards
@@ -165,8 +166,8 @@ def test_input_over_context_is_400(srv, ref):
 
 
 @pytest.mark.parametrize("body", [
-    {}, {"input": 12}, {"input": []}, {"input": [""]}, {"input": ""}, {"input": [1.5]}, {"input": [[]]},
-    {"input": [[-1]]}, {"input": [[10 ** 9]]}, {"input": ["ok", 3]}, {"input": {"a": 1}}, {"input": [None]},
+    {}, {"input": 12}, {"input": []}, {"input": [1.5]}, {"input": [[]]},
+    {"input": [[-1]]}, {"input": [[10 ** 9]]}, {"input": ["ok", 3.5]}, {"input": {"a": 1}}, {"input": [None]},
     {"input": "x", "encoding_format": "hex"}, [1, 2], "not json",
 ])
 def test_hostile_embeddings(srv, body):
@@ -304,3 +305,33 @@ def test_pooling_flag(minilm, srv, ref):
     r = subprocess.run([BIN, "serve", "-m", minilm, "--embeddings", "--pooling", "none"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "--pooling" in r.stderr
+
+
+def test_llama_server_input_forms(srv):
+    """llama-server's input forms: an empty string (the special tokens alone), a sequence
+    of token ids and strings, several such sequences; a mixed sequence embeds like the
+    text it spells."""
+    ids = srv.post("/tokenize", {"content": "hello world", "add_special": True}).json()["tokens"]
+    assert ids[0] == 101 and ids[-1] == 102  # [CLS] ... [SEP]
+    for body, n in (({"input": ""}, 1), ({"input": [""]}, 1), ({"input": [101, "hello world"]}, 1),
+                    ({"input": ["a", [101, 7592, 102]]}, 2), ({"input": [[101, 7592, 102], [101, "hello", 102]]}, 2)):
+        r = srv.post("/v1/embeddings", body)
+        assert r.status_code == 200, (body, r.text)
+        assert len(r.json()["data"]) == n
+    whole = srv.post("/v1/embeddings", {"input": ids}).json()["data"][0]["embedding"]
+    mixed = srv.post("/v1/embeddings", {"input": [ids[0], "hello world", ids[-1]]}).json()["data"][0]["embedding"]
+    assert np.allclose(whole, mixed, atol=1e-6)
+
+
+def test_rerank_tei_shape(rsrv):
+    """Text Embeddings Inference's request ("texts") gets its reply: a bare array of
+    {index, score}, best first, top_n and return_text honoured."""
+    full = rsrv.post("/v1/rerank", {"query": QUERY, "documents": DOCS}).json()["results"]
+    r = rsrv.post("/rerank", {"query": QUERY, "texts": DOCS})
+    assert r.status_code == 200, r.text
+    tei = r.json()
+    assert [t["index"] for t in tei] == [f["index"] for f in full]
+    assert all(abs(t["score"] - f["relevance_score"]) < 1e-6 for t, f in zip(tei, full))
+    assert "text" not in tei[0]
+    two = rsrv.post("/rerank", {"query": QUERY, "texts": DOCS, "top_n": 2, "return_text": True}).json()
+    assert len(two) == 2 and two[0]["text"] == DOCS[two[0]["index"]]
