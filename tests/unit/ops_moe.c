@@ -5,8 +5,8 @@
  * (router, gate, gate/up experts, SwiGLU, down experts, sum) against the node-by-node
  * reference.
  *
- * The GPU backends have no kernels for these ops yet (issue #32's next steps): their
- * supports() refuses them, and every case here says they may. */
+ * Every backend runs them all (Vulkan's sigmoid gate, like its SAMPLE, on a device with
+ * shaderFloat64). */
 #include "ops_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -198,19 +198,17 @@ static void add_mmid(ops_list *l, ob_type t, int64_t K, int64_t N, int64_t E, in
     ops_case *c = ops_add(l, mmid_build, r, "MATMUL_ID %s K=%lld N=%lld E=%lld k=%lld T=%lld%s%s", ob_type_name(t),
                           (long long)K, (long long)N, (long long)E, (long long)k, (long long)T, per_slot ? " x per slot" : "",
                           bad ? " ids naming no expert" : "");
-    c->may_refuse = OPS_GPU; /* no GPU kernel yet (issue #32) */
     /* activation formats, not weight formats: the CPU has no dot kernel for them and says so */
-    if (t == OB_TYPE_Q8_1 || t == OB_TYPE_Q8_K) c->may_refuse |= OPS_BIT(OPS_CPU);
+    if (t == OB_TYPE_Q8_1 || t == OB_TYPE_Q8_K) c->may_refuse = OPS_BIT(OPS_CPU);
 }
 
 void ops_add_moe(ops_list *l) {
     for (size_t i = 0; i < OB_ARRAY_LEN(g_gate); i++) {
         const gate_row *r = &g_gate[i];
-        ops_case *c = ops_add(l, gate_build, r, "MOE_GATE %s E=%lld k=%lld T=%lld%s%s scale=%g%s",
-                              r->gating == OB_MOE_SOFTMAX ? "softmax" : "sigmoid", (long long)r->E, (long long)r->k,
-                              (long long)r->T, r->norm ? " norm" : "", r->bias ? " bias" : "", r->scale,
-                              r->logits == 1 ? " ties" : r->logits == 2 ? " nan" : "");
-        c->may_refuse = OPS_GPU;
+        ops_add(l, gate_build, r, "MOE_GATE %s E=%lld k=%lld T=%lld%s%s scale=%g%s",
+                r->gating == OB_MOE_SOFTMAX ? "softmax" : "sigmoid", (long long)r->E, (long long)r->k, (long long)r->T,
+                r->norm ? " norm" : "", r->bias ? " bias" : "", r->scale,
+                r->logits == 1 ? " ties" : r->logits == 2 ? " nan" : "");
     }
     /* every weight type: one token, an odd prefill, x shared and per slot */
     ob_type types[OB_TYPE_COUNT];
@@ -238,7 +236,7 @@ void ops_add_moe(ops_list *l) {
     static sum_row sums[] = {{64, 2, 1}, {64, 2, 7}, {2048, 8, 3}, {33, 1, 4}, {100, 6, 17}};
     for (size_t i = 0; i < OB_ARRAY_LEN(sums); i++)
         ops_add(l, sum_build, &sums[i], "MOE_SUM N=%lld k=%lld T=%lld", (long long)sums[i].N, (long long)sums[i].k,
-                (long long)sums[i].T)->may_refuse = OPS_GPU;
+                (long long)sums[i].T);
     static block_row blocks[OB_ARRAY_LEN(g_block_types) * 3];
     int nb = 0;
     for (size_t i = 0; i < OB_ARRAY_LEN(g_block_types); i++) {
@@ -247,7 +245,7 @@ void ops_add_moe(ops_list *l) {
             block_row *r = &blocks[nb++];
             *r = (block_row){g_block_types[i], 256, 256, 8, 2, Ts[s]};
             ops_add(l, block_build, r, "MOE block %s H=%lld F=%lld E=%lld k=%lld T=%lld", ob_type_name(r->t), (long long)r->H,
-                    (long long)r->F, (long long)r->E, (long long)r->k, (long long)r->T)->may_refuse = OPS_GPU;
+                    (long long)r->F, (long long)r->E, (long long)r->k, (long long)r->T);
         }
     }
 }

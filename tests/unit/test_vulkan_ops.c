@@ -1575,6 +1575,102 @@ static void test_det_attention(void) {
     ob_backend_free(be);
 }
 
+/* ---- mixture of experts (vk_moe.c) -------------------------------------------------------- */
+
+/* Qwen3-MoE's feed-forward over the T rows rows[] of h on be: router F32 [K, E] and softmax
+ * top-k gate, gate/up experts [K, F, E] and down [F, K, E] of type t, SwiGLU, sum: y [T][K]. */
+typedef struct det_moe { ob_type t; int64_t K, F, E, k; void *router, *gate, *up, *down; float *h; } det_moe;
+
+static ob_status det_moe_run(ob_backend *be, const det_moe *m, const int *rows, int64_t T, float *y) {
+    float *hs = malloc(sizeof(float) * (size_t)(m->K * T));
+    for (int64_t i = 0; i < T; i++) memcpy(hs + i * m->K, m->h + (int64_t)rows[i] * m->K, sizeof(float) * (size_t)m->K);
+    const int64_t nh[2] = {m->K, T}, nr[2] = {m->K, m->E}, nu[3] = {m->K, m->F, m->E}, nd[3] = {m->F, m->K, m->E};
+    ob_graph *g = ob_graph_new(16);
+    ob_tensor *h = ob_leaf(g, "h", OB_TYPE_F32, 2, nh, hs);
+    ob_tensor *gate = ob_moe_gate(g, ob_matmul(g, ob_leaf(g, "router", OB_TYPE_F32, 2, nr, m->router), h), NULL,
+                                  (int)m->k, OB_MOE_SOFTMAX, true, 1.0f);
+    ob_tensor *a = ob_glu(g, ob_matmul_id(g, ob_leaf(g, "gate_exps", m->t, 3, nu, m->gate), h, gate),
+                          ob_matmul_id(g, ob_leaf(g, "up_exps", m->t, 3, nu, m->up), h, gate), OB_ACT_SILU);
+    ob_tensor *o = ob_moe_sum(g, ob_matmul_id(g, ob_leaf(g, "down_exps", m->t, 3, nd, m->down), a, gate), gate);
+    char err[256] = "";
+    ob_status st = run_on(be, g, o, y, err, sizeof(err));
+    CHECKF(st == OB_OK, "deterministic moe %s T=%lld: %s", ob_type_name(m->t), (long long)T, err);
+    ob_graph_free(g);
+    free(hs);
+    return st;
+}
+
+/* Batch-invariant mode: a token's MoE output is the same bits in a batch of 40, alone and
+ * among others, over weight types of matvec.glsl's streaming path (Q4_K; Q6_K repacked, as
+ * a model's weights are), its chunk path (Q5_K) and plain rows (F16), each MoE op on its
+ * own kernel. Then MATMUL_ID reads only the chosen experts: every other expert's bytes
+ * are 0xff (NaN weights in F32, NaN scales in Q4_K) and the output still matches. */
+static void test_det_moe(void) {
+    static const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_Q5_K, OB_TYPE_F16};
+    static const int one[2] = {0, 39}, three[3] = {5, 17, 33};
+    char err[256] = "";
+    ob_backend *be = ob_backend_vulkan_new(0, false, err, sizeof(err));
+    CHECKF(be != NULL, "moe backend: %s", err);
+    if (!be) return;
+    be->deterministic = true;
+    const bool keep_mw = g_model_weights;
+    g_model_weights = true;
+    det_moe m = {OB_TYPE_F32, 2048, 256, 8, 2, rand_typed(OB_TYPE_F32, 2048, 8, 0.3f), NULL, NULL, NULL, NULL};
+    int all[40];
+    for (int i = 0; i < 40; i++) all[i] = i;
+    m.h = rand_f32(m.K * 40, 1.0f);
+    float *y40 = malloc(sizeof(float) * (size_t)(m.K * 40)), *y = malloc(sizeof(float) * (size_t)(m.K * 40));
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(types); ti++) {
+        m.t = types[ti];
+        m.gate = rand_typed(m.t, m.K, m.F * m.E, 0.1f);
+        m.up = rand_typed(m.t, m.K, m.F * m.E, 0.1f);
+        m.down = rand_typed(m.t, m.F, m.K * m.E, 0.1f);
+        if (!det_moe_run(be, &m, all, 40, y40)) {
+            const ob_vk *vk = be->ctx;
+            int nid = 0;
+            for (int64_t i = 0; i < vk->n_prev; i++) nid += vk->prev[i].sh == (uint32_t)OB_VK_SH_MATMUL_ID;
+            CHECKF(nid == 3, "deterministic moe %s: %d MATMUL_ID dispatches", ob_type_name(m.t), nid);
+            const struct { const int *rows; int64_t n; } sel[] = {{one, 1}, {one + 1, 1}, {three, 3}};
+            for (size_t k = 0; k < OB_ARRAY_LEN(sel); k++) {
+                if (det_moe_run(be, &m, sel[k].rows, sel[k].n, y)) continue;
+                const int bad = det_rows_differ(y, y40, sel[k].rows, sel[k].n, m.K);
+                CHECKF(bad == 0, "deterministic moe %s: %d of %lld rows differ from T=40", ob_type_name(m.t), bad,
+                       (long long)sel[k].n);
+            }
+        }
+        free(m.gate);
+        free(m.up);
+        free(m.down);
+    }
+    g_model_weights = keep_mw;
+    ob_backend_free(be);
+    free(m.router);
+    free(m.h);
+    free(y40);
+    free(y);
+    /* experts 1, 4 and 6 chosen; the other five are 0xff bytes */
+    static const float gv[3][4] = {{0.7f, 0.3f, 1, 6}, {0.5f, 0.5f, 6, 4}, {0.9f, 0.1f, 4, 1}};
+    static const ob_type ptypes[] = {OB_TYPE_F32, OB_TYPE_Q4_K};
+    for (size_t ti = 0; ti < OB_ARRAY_LEN(ptypes); ti++) {
+        const ob_type t = ptypes[ti];
+        const int64_t K = 256, N = 40, E = 8, nw[3] = {K, N, E}, nx[2] = {K, 3}, ng[2] = {4, 3};
+        const size_t eb = ob_row_size(t, K) * (size_t)N;
+        char *w = rand_typed(t, K, N * E, 1.0f);
+        for (int e = 0; e < E; e++)
+            if (e != 1 && e != 4 && e != 6) memset(w + (size_t)e * eb, 0xff, eb);
+        float *x = rand_f32(K * 3, 1.0f);
+        ob_graph *g = ob_graph_new(4);
+        ob_tensor *o = ob_matmul_id(g, ob_leaf(g, "exps", t, 3, nw, w), ob_leaf(g, "x", OB_TYPE_F32, 2, nx, x),
+                                    ob_leaf(g, "gate", OB_TYPE_F32, 2, ng, (void *)gv));
+        /* (matvec.glsl's f32 bound at K = 256: MATMUL_ID never takes the int8 path) */
+        check_graph(g, o, 2e-4 * 16, 1e-4,
+                    t == OB_TYPE_F32 ? "matmul_id, unchosen experts NaN (F32)" : "matmul_id, unchosen experts NaN (Q4_K)");
+        ob_graph_free(g);
+        free(w);
+        free(x);
+    }
+}
+
 static void test_models(void) {
     static const char *arch[] = {"llama", "qwen2", "qwen3", "gemma3"};
     for (size_t a = 0; a < OB_ARRAY_LEN(arch); a++)
@@ -1660,6 +1756,7 @@ int main(void) {
     test_reuse();
     test_det_matmul();
     test_det_attention();
+    test_det_moe();
     test_bad_ids();
     test_fallback();
     test_profile();

@@ -69,6 +69,10 @@ static bool supports_node(const ob_tensor *n) {
         return ob_cu_supports_pool(n);
     case OB_OP_SAMPLE:
         return ob_cu_supports_sample(n);
+    case OB_OP_MOE_GATE:
+    case OB_OP_MATMUL_ID:
+    case OB_OP_MOE_SUM:
+        return ob_cu_supports_moe(n);
     default:
         return false;
     }
@@ -197,6 +201,7 @@ static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err
 static size_t node_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     if (n->op == OB_OP_MATMUL) return ob_cu_matmul_tmp_size(cx, n);
     if (n->op == OB_OP_ATTENTION) return ob_cu_attention_tmp_size(cx, n);
+    if (n->op == OB_OP_MATMUL_ID) return ob_cu_moe_tmp_size(n);
     return 0;
 }
 
@@ -227,6 +232,9 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_ATTENTION: return ob_cu_op_attention(cx, n);
     case OB_OP_POOL: return ob_cu_op_pool(cx, n);
     case OB_OP_SAMPLE: return ob_cu_op_sample(cx, n);
+    case OB_OP_MOE_GATE: return ob_cu_op_moe_gate(cx, n);
+    case OB_OP_MATMUL_ID: return ob_cu_op_matmul_id(cx, n);
+    case OB_OP_MOE_SUM: return ob_cu_op_moe_sum(cx, n);
     default: return false;
     }
 }
@@ -518,7 +526,8 @@ static uint64_t graph_key(const ob_graph *g) {
  * (diagnostics: what a stage costs inside the captured graph; the results are wrong). */
 static bool skipped(const ob_cu_ctx *cx, const ob_tensor *n) {
     switch (n->op) {
-    case OB_OP_MATMUL: return (cx->opt.skip & 1) != 0;
+    case OB_OP_MATMUL:
+    case OB_OP_MATMUL_ID: return (cx->opt.skip & 1) != 0;
     case OB_OP_ATTENTION: return (cx->opt.skip & 2) != 0;
     case OB_OP_GET_ROWS:
     case OB_OP_SAMPLE: return false;
@@ -953,7 +962,7 @@ extern "C" ob_backend *ob_backend_cuda_new(int device, bool allow_fallback, char
     cx->fuse = cx->opt.fuse;
     cx->prof = cx->opt.profile;
     bool ok = OB_CU(cx, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking)) && ob_cu_tables_init(cx) &&
-              ob_cu_marks_init(cx);
+              ob_cu_moe_tables_init(cx) && ob_cu_marks_init(cx);
     if (ok && cublasCreate(&cx->blas) != CUBLAS_STATUS_SUCCESS) {
         cx->blas = NULL;
         snprintf(cx->last_err, sizeof(cx->last_err), "cublasCreate failed");

@@ -119,7 +119,8 @@ typedef struct ob_cu_ctx {
 
 /* Every .cu with kernels, one X each; each defines OB_CU_MARK_BIND(name) once. */
 #define OB_CU_MARK_TUS(X) \
-    X(backend) X(attention) X(elementwise) X(encoder) X(flash_attn) X(mmq) X(mmvq) X(mmvq_tma) X(qkv) X(quant) X(sample) X(fault)
+    X(backend) X(attention) X(elementwise) X(encoder) X(flash_attn) X(mmq) X(mmvq) X(mmvq_tma) X(moe) X(qkv) X(quant) X(sample) \
+    X(fault)
 #define OB_CU_MARK_DECL(tu) cudaError_t ob_cu_marks_bind_##tu(const ob_cu_marks_dev *m);
 OB_CU_MARK_TUS(OB_CU_MARK_DECL)
 #undef OB_CU_MARK_DECL
@@ -317,6 +318,16 @@ static __device__ __forceinline__ float ob_cu_alibi_slope(int h, int n_head, flo
     return h < n2 ? powf(m0, (float)(h + 1)) : powf(m1, (float)(2 * (h - n2) + 1));
 }
 #endif
+
+/* Mixture of experts (op_moe.cu): MOE_GATE, MATMUL_ID, MOE_SUM. supports: the kernels'
+ * limits (after ob_op_valid); tmp_size: bytes of cx->tmp a node needs (MATMUL_ID's int8 x);
+ * tables_init: op_moe.cu's copy of the dequantizers' lattice tables (dequant.cuh). */
+bool ob_cu_supports_moe(const ob_tensor *n);
+size_t ob_cu_moe_tmp_size(const ob_tensor *n);
+bool ob_cu_moe_tables_init(ob_cu_ctx *cx);
+bool ob_cu_op_moe_gate(ob_cu_ctx *cx, ob_tensor *n);
+bool ob_cu_op_matmul_id(ob_cu_ctx *cx, ob_tensor *n);
+bool ob_cu_op_moe_sum(ob_cu_ctx *cx, ob_tensor *n);
 
 /* POOL and ACT = TANH (op_encoder.cu). */
 bool ob_cu_supports_pool(const ob_tensor *n);

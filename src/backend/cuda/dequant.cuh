@@ -2,12 +2,14 @@
  * type T into v. Every supported weight type's block is a multiple of 32 elements, so a
  * 32-element chunk is the unit of work for the matvec, GEMM-staging, GET_ROWS and CPY
  * kernels. Formulas follow the reference dequantizers in src/format/quant*.c (same float
- * operation order where the reference is bit-exact). Included by op_quant.cu only: the
- * lattice tables below are per translation unit and filled by ob_cu_tables_init. */
+ * operation order where the reference is bit-exact). Included by op_quant.cu and op_moe.cu:
+ * the lattice tables below are device globals of each translation unit (no relocatable
+ * device code), so each of those files fills its own copy with ob_cu_deq_tables_fill. */
 #ifndef OB_BACKEND_CUDA_DEQUANT_CUH
 #define OB_BACKEND_CUDA_DEQUANT_CUH
 
 #include "backend/cuda/cuda_int.h"
+#include "format/quant_iq_grids.h"
 
 static __device__ uint8_t g_ksigns[128];
 static __device__ uint8_t g_iq2xxs[256][8];
@@ -18,6 +20,19 @@ static __device__ uint8_t g_iq3s[512][4];
 static __device__ int8_t g_iq1s[2048][8];
 static __device__ int8_t g_iq4nl[16];
 static __device__ int8_t g_mxfp4[16];
+
+/* Uploads the tables above (this translation unit's copy) from the host's. */
+static inline bool ob_cu_deq_tables_fill(ob_cu_ctx *cx) {
+    return OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_ksigns), ob_iq_ksigns, sizeof(ob_iq_ksigns))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xxs), ob_iq2xxs_grid, sizeof(ob_iq2xxs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xs), ob_iq2xs_grid, sizeof(ob_iq2xs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2s), ob_iq2s_grid, sizeof(ob_iq2s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3xxs), ob_iq3xxs_grid, sizeof(ob_iq3xxs_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3s), ob_iq3s_grid, sizeof(ob_iq3s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq1s), ob_iq1s_grid, sizeof(ob_iq1s_grid))) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq4nl), ob_iq4nl_values, 16)) &&
+           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_mxfp4), ob_mxfp4_values, 16));
+}
 
 static __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 static __device__ __forceinline__ uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
@@ -292,6 +307,14 @@ template <int T> static __device__ __forceinline__ void deq32(const uint8_t *row
 #pragma unroll
         for (int j = 0; j < 16; j++) { v[j] = d * (float)g_mxfp4[b[1 + j] & 15]; v[j + 16] = d * (float)g_mxfp4[b[1 + j] >> 4]; }
     }
+}
+
+/* Element i of a plain-typed (F32, F16, BF16) array at p (p only element-aligned): rows
+ * that are not whole 32-element chunks. */
+template <int T> static __device__ __forceinline__ float plain_at(const uint8_t *p, int64_t i) {
+    if constexpr (T == OB_TYPE_F32) return ((const float *)p)[i];
+    else if constexpr (T == OB_TYPE_F16) return h2f(((const uint16_t *)p)[i]);
+    else return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
 }
 
 #endif

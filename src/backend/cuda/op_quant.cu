@@ -17,7 +17,6 @@
  * whole-chunk rows. */
 #include "backend/cuda/dequant.cuh"
 #include "backend/cuda/cuda_mmq.h"
-#include "format/quant_iq_grids.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +32,7 @@ static bool mmq_takes(const ob_cu_ctx *cx, const ob_tensor *n) {
 
 bool ob_cu_tables_init(ob_cu_ctx *cx) {
     cx->slab_elems = (int64_t)cx->opt.blas_slab << 20;
-    return OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_ksigns), ob_iq_ksigns, sizeof(ob_iq_ksigns))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xxs), ob_iq2xxs_grid, sizeof(ob_iq2xxs_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2xs), ob_iq2xs_grid, sizeof(ob_iq2xs_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq2s), ob_iq2s_grid, sizeof(ob_iq2s_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3xxs), ob_iq3xxs_grid, sizeof(ob_iq3xxs_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq3s), ob_iq3s_grid, sizeof(ob_iq3s_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq1s), ob_iq1s_grid, sizeof(ob_iq1s_grid))) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_iq4nl), ob_iq4nl_values, 16)) &&
-           OB_CU(cx, cudaMemcpyToSymbol(OB_SYMBOL(g_mxfp4), ob_mxfp4_values, 16));
+    return ob_cu_deq_tables_fill(cx);
 }
 
 bool ob_cu_type_has_deq(ob_type t) {
@@ -322,13 +313,6 @@ static bool plain_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 
 
 /* Rows the 32-element chunk kernels cannot take: those go to the element kernels below. */
 static bool plain_odd(ob_type t, int64_t ne0) { return plain_type(t) && ne0 % 32 != 0; }
-
-/* Element i of a plain-typed array at p (p only element-aligned). */
-template <int T> static __device__ __forceinline__ float plain_at(const uint8_t *p, int64_t i) {
-    if constexpr (T == OB_TYPE_F32) return ((const float *)p)[i];
-    else if constexpr (T == OB_TYPE_F16) return h2f(((const uint16_t *)p)[i]);
-    else return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
-}
 
 /* k_mmv for plain rows of any K: the warp's lanes take elements lane, lane + 32, ... */
 template <int T, int NT>

@@ -343,7 +343,8 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
              !vk->q8) ||
             ((s == OB_VK_SH_NORM_Q8 || s == OB_VK_SH_QUANT_X4) && !vk->q8_fuse) ||
             (s >= OB_VK_SH_MATVEC_Q8_PNP && s <= OB_VK_SH_MATVEC_Q8_PNG && !vk->prenorm) ||
-            (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle) || (s == OB_VK_SH_SAMPLE && !vk->info.float64) ||
+            (s == OB_VK_SH_ATTN_FOLD && !vk->info.shuffle) ||
+            ((s == OB_VK_SH_SAMPLE || s == OB_VK_SH_MOE_GATE_F64) && !vk->info.float64) ||
             (s == OB_VK_SH_FAULT && !vk->fault_node[0]))
             continue;
         const ob_vk_spv *spv = &ob_vk_spv_table[s];

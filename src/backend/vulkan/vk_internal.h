@@ -63,6 +63,12 @@ typedef enum ob_vk_shader {
     OB_VK_SH_ATTN_FOLD,    /* attn_dec.comp (GW = 1) with the q/k norms and ropes and the K/V
                               stores of one token folded in (attn_fold.comp) */
     OB_VK_SH_SAMPLE,       /* SAMPLE: a workgroup per logits row (needs shaderFloat64) */
+    OB_VK_SH_MOE_GATE,     /* MOE_GATE, softmax: a workgroup per token (vk_moe.c) */
+    OB_VK_SH_MOE_GATE_F64, /* ... sigmoid + bias, scores in double (module only with
+                              shaderFloat64) */
+    OB_VK_SH_MATMUL_ID,    /* MATMUL_ID: matvec.glsl's kernels a workgroup per (row block,
+                              slot); TYPE the experts' weight type */
+    OB_VK_SH_MOE_SUM,      /* MOE_SUM: an invocation per output element */
     OB_VK_SH_FAULT,        /* test-only: a dispatch that never finishes (ONEBIT_TEST_FAULT;
                               module only then) */
     OB_VK_SH_COUNT,
@@ -505,6 +511,18 @@ ob_status ob_vk_fault_inject(ob_vk *vk, const ob_graph *g, int64_t from, int64_t
 /* vk_iq.c: uploads the IQ lattice tables of src/format/quant_iq_grids.h, packed as
  * shaders/dequant.glsl reads them, into a device buffer; sets vk->iq_tab. */
 ob_status ob_vk_iq_tables_init(ob_backend *be, char *err, size_t err_len);
+
+/* Can matvec.glsl's kernels decode rows of weight w (a type dequant.glsl decodes, rows of
+ * whole blocks and, unless F32/F16/BF16, of whole 32-element chunks, row bytes in 32 bits):
+ * MATMUL's and MATMUL_ID's test. */
+bool ob_vk_matvec_weight_ok(const ob_tensor *w);
+/* ... and on their streaming path, for weight w and x (vk_ops.c's piece types). */
+bool ob_vk_matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x);
+
+/* vk_moe.c: can the device run this MOE_GATE, MATMUL_ID or MOE_SUM node, and record it (pc:
+ * ob_vk_record_node's push constants, the node's addresses set). */
+bool ob_vk_moe_supports(const ob_vk *vk, const ob_tensor *n);
+ob_status ob_vk_record_moe(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len);
 
 /* vk_ops.c: the index of the first node of g after j that is not a leaf or view (g->n:
  * none); can the device run this node, and record it. */

@@ -27,7 +27,8 @@
  *    the same floats, but the norm that writes them is other code). RMS_NORM + ROPE (+ K
  *    store) is off too: norm_rope.comp sums a head's squares in its own order, and its
  *    address test may pass for one graph and not another. ADD + norm stays: one norm.comp
- *    pipeline either way, and the fused sum is the ADD's own a + b. */
+ *    pipeline either way, and the fused sum is the ADD's own a + b.
+ *  - The mixture-of-experts ops (vk_moe.c) compute each token the same way for any T. */
 #include <math.h>
 #include <string.h>
 
@@ -73,6 +74,11 @@ uint32_t ob_vk_sample_wg(const ob_vk *vk) {
     return vk->mods[OB_VK_SH_SAMPLE] && wg >= 64 ? wg : 0;
 }
 
+bool ob_vk_matvec_weight_ok(const ob_tensor *w) {
+    return weight_type_ok(w->type) && row_aligned(w->type, w->ne[0]) && (is_plain(w->type) || w->ne[0] % 32 == 0) &&
+           fits32((int64_t)ob_row_size(w->type, w->ne[0]));
+}
+
 /* The shapes and types are ob_op_valid's; what is left are the shaders' limits. */
 bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     if (!ob_op_valid(n) || !fits32(ob_nelements(n))) return false;
@@ -82,8 +88,7 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
         return weight_type_ok(a->type) && row_aligned(a->type, a->ne[0]) && fits32(ob_nrows(a)) &&
                fits32((int64_t)ob_row_size(a->type, a->ne[0]));
     case OB_OP_MATMUL:
-        return weight_type_ok(a->type) && row_aligned(a->type, a->ne[0]) && (is_plain(a->type) || a->ne[0] % 32 == 0) &&
-               fits32(ob_nelements(b)) && fits32((int64_t)ob_row_size(a->type, a->ne[0]));
+        return ob_vk_matvec_weight_ok(a) && fits32(ob_nelements(b));
     case OB_OP_RMS_NORM:
     case OB_OP_LAYER_NORM:
     case OB_OP_ADD:
@@ -103,6 +108,10 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
         return fits32(ob_nelements(a));
     case OB_OP_SAMPLE: /* sample.comp, where the device runs it */
         return ob_vk_sample_wg(vk) && fits32(a->ne[0]);
+    case OB_OP_MOE_GATE:
+    case OB_OP_MATMUL_ID:
+    case OB_OP_MOE_SUM:
+        return ob_vk_moe_supports(vk, n);
     case OB_OP_CPY:
         if (!weight_type_ok(a->type)) return false;
         if (n->type != OB_TYPE_F32 && n->type != OB_TYPE_F16 && n->type != OB_TYPE_BF16 && n->type != OB_TYPE_Q8_0)
@@ -133,7 +142,7 @@ static bool piece_types_ok(const ob_tensor *w, const ob_tensor *x) {
         return false;
     return addr(w) % 16 == 0 && addr(x) % 16 == 0 && w->ne[0] % 32 == 0;
 }
-static bool matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
+bool ob_vk_matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
     return vk->matvec_fast_rps && piece_types_ok(w, x);
 }
 static bool matvec_q8_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x) {
@@ -1040,7 +1049,8 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 ob_status st = record_matvec_q8(vk, n, &pc, &taken, err, err_len);
                 if (st || taken) return st;
             }
-            if (T == 1 && vk->matvec_splitk && !vk->det && matvec_fast_ok(vk, a, b) && K % 4096 == 0 && K / 4096 <= 3) {
+            if (T == 1 && vk->matvec_splitk && !vk->det && ob_vk_matvec_fast_ok(vk, a, b) && K % 4096 == 0 &&
+                K / 4096 <= 3) {
                 /* rows per workgroup: ~512 workgroups, 8..64 rows, whole batches of 8 */
                 uint64_t rw = (cdiv(N, 512) + 7) / 8 * 8;
                 rw = rw < 8 ? 8 : rw > 64 ? 64 : rw;
@@ -1048,7 +1058,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 pc.u[7] = (uint32_t)(K / 4096);
                 return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, rw), err, err_len);
             }
-            if (matvec_fast_ok(vk, a, b)) {
+            if (ob_vk_matvec_fast_ok(vk, a, b)) {
                 pc.u[4] = vk->matvec_fast_rows;
                 pc.u[6] = vk->matvec_fast_rps;
                 return ob_vk_dispatch(vk, OB_VK_SH_MATVEC, ob_vk_wtype(vk, a), &pc, cdiv(N, vk->matvec_fast_rows), err,
@@ -1202,6 +1212,10 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[2] = (uint32_t)n->ip[0];
         pc.u[3] = n->ip[1] != 0;
         return ob_vk_dispatch(vk, OB_VK_SH_POOL, OB_TYPE_F32, &pc, (uint64_t)n->ip[2], err, err_len);
+    case OB_OP_MOE_GATE:
+    case OB_OP_MATMUL_ID:
+    case OB_OP_MOE_SUM:
+        return ob_vk_record_moe(vk, n, &pc, err, err_len);
     case OB_OP_CPY:
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = (uint32_t)n->type;

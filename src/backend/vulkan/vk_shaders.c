@@ -66,6 +66,18 @@ static const uint32_t spv_fault[] = {
 static const uint32_t spv_matvec_q8_pn[] = {
 #include "matvec_q8_pn.spv.inc"
 };
+static const uint32_t spv_moe_gate[] = {
+#include "moe_gate.spv.inc"
+};
+static const uint32_t spv_moe_gate_f64[] = {
+#include "moe_gate_f64.spv.inc"
+};
+static const uint32_t spv_matmul_id[] = {
+#include "matmul_id.spv.inc"
+};
+static const uint32_t spv_moe_sum[] = {
+#include "moe_sum.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -99,5 +111,9 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATVEC_Q8_PNC1] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_pnc"},
     [OB_VK_SH_MATVEC_Q8_PNG] = {spv_matvec_q8_pn, sizeof(spv_matvec_q8_pn), "matvec_q8_png"},
     [OB_VK_SH_SAMPLE] = {spv_sample, sizeof(spv_sample), "sample"},
+    [OB_VK_SH_MOE_GATE] = {spv_moe_gate, sizeof(spv_moe_gate), "moe_gate"},
+    [OB_VK_SH_MOE_GATE_F64] = {spv_moe_gate_f64, sizeof(spv_moe_gate_f64), "moe_gate_f64"},
+    [OB_VK_SH_MATMUL_ID] = {spv_matmul_id, sizeof(spv_matmul_id), "matmul_id"},
+    [OB_VK_SH_MOE_SUM] = {spv_moe_sum, sizeof(spv_moe_sum), "moe_sum"},
     [OB_VK_SH_FAULT] = {spv_fault, sizeof(spv_fault), "fault"},
 };

@@ -1,6 +1,6 @@
-#version 450
 // MATMUL for decode and small batches (T <= 8 tokens; any T with DET, below): y = W x with
-// a W [K, N] of TYPE, b x F32 [K, T], o y F32 [N, T].
+// a W [K, N] of TYPE, b x F32 [K, T], o y F32 [N, T]. matvec.comp; with MATMUL_ID defined,
+// the kernels of matmul_id.comp (one token of one expert a workgroup: MV_W and below).
 // u[0] K, u[1] N, u[2] T, u[3] W row bytes, u[4] rows per workgroup, u[5] stage x in
 // shared memory (when it fits), u[6] rows per subgroup on the streaming path (0: off),
 // u[7] pieces per invocation on the split-K path (0: off), u[10] workgroups.
@@ -26,6 +26,22 @@
 #define MAXT 8
 #define XS 4160
 layout(local_size_x = WG) in;
+// The workgroup's matrix, x, y and token count: the push constants' (MATMUL), or for
+// MATMUL_ID the expert, x row and y row of the workgroup's slot and one token, which
+// matmul_id.comp's mv_slot sets (it also moves g from the workgroup to its row block).
+#ifdef MATMUL_ID
+uint64_t mv_w, mv_x, mv_o;
+bool mv_slot(inout uint g);
+#define MV_W mv_w
+#define MV_X mv_x
+#define MV_O mv_o
+#define MV_T 1u
+#else
+#define MV_W pc.a
+#define MV_X pc.b
+#define MV_O pc.o
+#define MV_T pc.u[2]
+#endif
 // Batch-invariant mode (the backend's deterministic flag, vk_ops.c): the host sends every
 // token count, one included, here (never to matmul.comp, never split-K, never staged),
 // and T may exceed MAXT: the tokens go in chunks of MAXT, each reduced as a batch of its
@@ -151,13 +167,13 @@ float piece_dot(uint64_t row, uint p, vec4 xv[8]) {
 }
 
 void main_fast(uint g) {
-    uint K = pc.u[0], N = pc.u[1], T = pc.u[2], RW = pc.u[4], R = pc.u[6], P = K / 32;
+    uint K = pc.u[0], N = pc.u[1], T = MV_T, RW = pc.u[4], R = pc.u[6], P = K / 32;
     uint lane = gl_SubgroupInvocationID, sgs = gl_SubgroupSize;
     for (uint r0 = gl_SubgroupID * R; r0 < RW; r0 += gl_NumSubgroups * R) {
         uint n0 = g * RW + r0;
         if (n0 >= N) break; // uniform over the subgroup
         uint64_t rows[RMAX];
-        for (uint r = 0; r < RMAX; r++) rows[r] = pc.a + uint64_t(min(n0 + r, N - 1)) * pc.u[3];
+        for (uint r = 0; r < RMAX; r++) rows[r] = MV_W + uint64_t(min(n0 + r, N - 1)) * pc.u[3];
         // DET: tokens t0 .. t0 + MAXT - 1 a pass (the header); else the one pass there is
         for (uint t0 = 0; t0 < (DET ? T : 1u); t0 += MAXT) {
             float acc[RMAX * MAXT];
@@ -169,8 +185,8 @@ void main_fast(uint g) {
                 if (p + sgs < P) {
                     for (uint t = 0; t < MAXT; t++) {
                         if (t0 + t >= T) break;
-                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p, xv);
-                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p + sgs, xw);
+                        x_load(MV_X + uint64_t(t0 + t) * K * 4, p, xv);
+                        x_load(MV_X + uint64_t(t0 + t) * K * 4, p + sgs, xw);
                         for (uint r = 0; r < RMAX; r++) {
                             if (r >= R) break;
                             acc[r * MAXT + t] += piece_dot(rows[r], p, xv) + piece_dot(rows[r], p + sgs, xw);
@@ -180,7 +196,7 @@ void main_fast(uint g) {
                 } else {
                     for (uint t = 0; t < MAXT; t++) {
                         if (t0 + t >= T) break;
-                        x_load(pc.b + uint64_t(t0 + t) * K * 4, p, xv);
+                        x_load(MV_X + uint64_t(t0 + t) * K * 4, p, xv);
                         for (uint r = 0; r < RMAX; r++) {
                             if (r >= R) break;
                             acc[r * MAXT + t] += piece_dot(rows[r], p, xv);
@@ -194,7 +210,7 @@ void main_fast(uint g) {
                 for (uint t = 0; t < MAXT; t++) {
                     if (t0 + t >= T) break;
                     float s = subgroupAdd(acc[r * MAXT + t]);
-                    if (subgroupElect() && n0 + r < N) BF32(pc.o).v[(t0 + t) * N + n0 + r] = s;
+                    if (subgroupElect() && n0 + r < N) BF32(MV_O).v[(t0 + t) * N + n0 + r] = s;
                 }
             }
         }
@@ -217,7 +233,7 @@ void main_splitk(uint g) {
     uint tid = gl_LocalInvocationID.x, sg = gl_SubgroupID, nsg = gl_NumSubgroups;
     vec4 xv[SK_PMAX][8];
     for (uint j = 0; j < SK_PMAX; j++)
-        if (j < PPI) x_load(pc.b, tid + WG * j, xv[j]);
+        if (j < PPI) x_load(MV_X, tid + WG * j, xv[j]);
     uint n0 = g * RW;
     for (uint r0 = 0; r0 < RW; r0 += SK_RB) { // uniform over the workgroup
         float acc[SK_RB];
@@ -225,7 +241,7 @@ void main_splitk(uint g) {
             acc[r] = 0.0;
             uint n = n0 + r0 + r;
             if (r0 + r < RW && n < N) { // uniform
-                uint64_t row = pc.a + uint64_t(n) * pc.u[3];
+                uint64_t row = MV_W + uint64_t(n) * pc.u[3];
                 for (uint j = 0; j < SK_PMAX; j++)
                     if (j < PPI) acc[r] += piece_dot(row, tid + WG * j, xv[j]);
             }
@@ -239,7 +255,7 @@ void main_splitk(uint g) {
             uint n = n0 + r0 + tid;
             float s = 0.0;
             for (uint k = 0; k < nsg; k++) s += sk_red[k * SK_RB + tid];
-            if (r0 + tid < RW && n < N) BF32(pc.o).v[n] = s;
+            if (r0 + tid < RW && n < N) BF32(MV_O).v[n] = s;
         }
         barrier();
     }
@@ -250,16 +266,19 @@ void main() {
     iq_init(tid, WG);
     uint g = group_id();
     if (g >= pc.u[10]) return; // uniform over the workgroup: no barrier is skipped by part of it
+#ifdef MATMUL_ID
+    if (!mv_slot(g)) return; // an id that names no expert (uniform: the workgroup's slot)
+#endif
     if (FAST && pc.u[7] != 0) { main_splitk(g); return; }
     if (FAST && pc.u[6] != 0) { main_fast(g); return; }
-    uint K = pc.u[0], N = pc.u[1], T = pc.u[2], R = pc.u[4];
+    uint K = pc.u[0], N = pc.u[1], T = MV_T, R = pc.u[4];
     uint nc = K / 32, P = nc + 1, CS = PLAIN ? K : 32 * P; // staged floats per token
     bool staged = !DET && pc.u[5] != 0 && T * CS <= XS;
-    bool x16 = (pc.b & 15ul) == 0; // chunks of x start 16-aligned: vec4 loads when not staged
+    bool x16 = (MV_X & 15ul) == 0; // chunks of x start 16-aligned: vec4 loads when not staged
     if (staged) {
         for (uint i = tid; i < T * K; i += WG) {
             uint t = i / K, k = i % K;
-            xs[t * CS + (PLAIN ? k : (k % 32) * P + k / 32)] = BF32(pc.b).v[i];
+            xs[t * CS + (PLAIN ? k : (k % 32) * P + k / 32)] = BF32(MV_X).v[i];
         }
     }
     barrier();
@@ -267,7 +286,7 @@ void main() {
     for (uint r = gl_SubgroupID; r < R; r += gl_NumSubgroups) {
         uint n = g * R + r;
         if (n >= N) break; // uniform over the subgroup
-        uint64_t row = pc.a + uint64_t(n) * pc.u[3];
+        uint64_t row = MV_W + uint64_t(n) * pc.u[3];
         // DET: tokens t0 .. t0 + MAXT - 1 a pass (never staged)
         for (uint t0 = 0; t0 < (DET ? T : 1u); t0 += MAXT) {
             float acc[MAXT];
@@ -282,7 +301,7 @@ void main() {
                         if (t0 + t >= T) break;
                         uint tt = t0 + t;
                         vec2 x = staged ? vec2(xs[tt * CS + 2 * i2], xs[tt * CS + 2 * i2 + 1])
-                                        : vec2(BF32(pc.b).v[tt * K + 2 * i2], BF32(pc.b).v[tt * K + 2 * i2 + 1]);
+                                        : vec2(BF32(MV_X).v[tt * K + 2 * i2], BF32(MV_X).v[tt * K + 2 * i2 + 1]);
                         acc[t] += dot(w, x);
                     }
                 }
@@ -290,7 +309,7 @@ void main() {
                 for (uint i = lane; i < K; i += sgs) {
                     float w = dq_elem(row, i);
                     for (uint t = 0; t < MAXT; t++)
-                        if (t0 + t < T) acc[t] += w * (staged ? xs[(t0 + t) * CS + i] : BF32(pc.b).v[(t0 + t) * K + i]);
+                        if (t0 + t < T) acc[t] += w * (staged ? xs[(t0 + t) * CS + i] : BF32(MV_X).v[(t0 + t) * K + i]);
                 }
             } else {
                 float v[32];
@@ -303,11 +322,11 @@ void main() {
                         if (staged) {
                             for (uint j = 0; j < 32; j++) s += v[j] * xs[tt * CS + j * P + c];
                         } else if (x16) {
-                            BV4 x = BV4(pc.b + (uint64_t(tt) * K + 32 * c) * 4);
+                            BV4 x = BV4(MV_X + (uint64_t(tt) * K + 32 * c) * 4);
                             for (uint j = 0; j < 8; j++)
                                 s += dot(vec4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]), x.v[j]);
                         } else {
-                            BF32 x = BF32(pc.b + (uint64_t(tt) * K + 32 * c) * 4);
+                            BF32 x = BF32(MV_X + (uint64_t(tt) * K + 32 * c) * 4);
                             for (uint j = 0; j < 32; j++) s += v[j] * x.v[j];
                         }
                         acc[t] += s;
@@ -317,7 +336,7 @@ void main() {
             for (uint t = 0; t < MAXT; t++) {
                 if (t0 + t >= T) break;
                 float s = subgroupAdd(acc[t]);
-                if (subgroupElect()) BF32(pc.o).v[(t0 + t) * N + n] = s;
+                if (subgroupElect()) BF32(MV_O).v[(t0 + t) * N + n] = s;
             }
         }
     }

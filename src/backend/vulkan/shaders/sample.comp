@@ -11,11 +11,12 @@
 // a logits F32 [u[0], R], b params F32 [8, R] (ob_sample_param), o tokens I32 [R]; u[1] 1:
 // rows start 16-byte aligned and u[0] % 4 == 0 (the greedy pass reads vec4s). Logits map to
 // 32-bit keys that order as the floats do (-0 as +0, NaN lowest). The exp and log are ours,
-// in double (GLSL has none there): a term may differ from the C library's in its last
+// in double (f64.glsl: GLSL has none there): a term may differ from the C library's in its last
 // bit, which moves a draw only where u * sum lands within ~1e-16 of a boundary.
 // Specialization constant 6: the workgroup size (1024, or fewer where the device allows fewer
 // or has subgroups under 16: at most OB_MAX_SG subgroups).
 #include "common.glsl"
+#include "f64.glsl"
 layout(local_size_x_id = 6) in;
 #define WG gl_WorkGroupSize.x
 #define MAXK 1024 // OB_SAMPLE_MAX_K
@@ -37,37 +38,6 @@ uint smp_key(float f) {
 }
 bool rank_lt(uvec2 a, uvec2 b) { return a.x != b.x ? a.x < b.x : a.y < b.y; }
 uint cand_id(uvec2 c) { return ~c.y; }
-
-// e^x in double for x <= 0 (and small positive x): x = k ln2 + r, |r| <= ln2 / 2, e^r by
-// its Taylor series to r^13 (under 1e-17 relative), then scaled by 2^k.
-double exp_d(double x) {
-    if (x < -745.2lf) return 0.0lf;
-    const double k = roundEven(x * 1.4426950408889634lf);
-    double r = fma(-k, 6.93147180369123816490e-01lf, x);
-    r = fma(-k, 1.90821492927058770002e-10lf, r);
-    double p = 1.0lf / 6227020800.0lf; // 1 / 13!
-    const double f[13] = {1.0lf / 479001600.0lf, 1.0lf / 39916800.0lf, 1.0lf / 3628800.0lf, 1.0lf / 362880.0lf,
-                          1.0lf / 40320.0lf,     1.0lf / 5040.0lf,     1.0lf / 720.0lf,     1.0lf / 120.0lf,
-                          1.0lf / 24.0lf,        1.0lf / 6.0lf,        0.5lf,               1.0lf,
-                          1.0lf};
-    for (int i = 0; i < 13; i++) p = fma(p, r, f[i]);
-    return ldexp(p, int(k));
-}
-// ln x in double for x > 0: x = m 2^e with m in [sqrt(1/2), sqrt(2)), ln m = 2 atanh(s),
-// s = (m - 1) / (m + 1), by its series to s^25.
-double log_d(double x) {
-    int e;
-    double m = frexp(x, e);
-    if (m < 0.70710678118654752lf) {
-        m *= 2.0lf;
-        e -= 1;
-    }
-    const double s = (m - 1.0lf) / (m + 1.0lf), z = s * s;
-    double p = 1.0lf / 25.0lf;
-    for (int i = 11; i >= 0; i--) p = fma(p, z, 1.0lf / double(2 * i + 1));
-    const double de = double(e);
-    return fma(de, 6.93147180369123816490e-01lf, fma(2.0lf * s, p, de * 1.90821492927058770002e-10lf));
-}
 
 void main() {
     const uint row = group_id(), tid = gl_LocalInvocationID.x;

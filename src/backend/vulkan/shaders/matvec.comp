@@ -1,0 +1,3 @@
+#version 450
+// matvec.glsl for MATMUL.
+#include "matvec.glsl"
