@@ -134,7 +134,8 @@ typedef struct ob_context_params {
      * Each call then treats the batch's sequences as new (positions start at 0), and the
      * whole batch must fit in n_batch tokens. */
     bool embeddings;
-    int pooling;             /* ob_pooling; OB_POOLING_DEFAULT = the model's own */
+    int pooling;             /* ob_pooling; OB_POOLING_DEFAULT = the model's own; NONE: each
+                              * token's final hidden state (ob_get_embeddings_ith), not normalised */
     bool normalize;          /* L2-normalise the pooled vectors (not applied to rank scores) */
 } ob_context_params;
 
@@ -175,6 +176,9 @@ const float *ob_get_logits(ob_context *c, int i);
 /* Pooled vector of sequence seq from the last batch of an embeddings context
  * (ob_context_n_embd floats), or NULL if seq was not in it. */
 const float *ob_get_embeddings(ob_context *c, int seq);
+/* Per-token embeddings (an embeddings context with OB_POOLING_NONE): the final hidden
+ * state of the i-th token of the last batch (ob_context_n_embd floats), or NULL. */
+const float *ob_get_embeddings_ith(ob_context *c, int i);
 /* Floats per pooled vector: n_embd, or the rank head's outputs when pooling is RANK. */
 int ob_context_n_embd(const ob_context *c);
 /* Relevance score (the rank head's first output) of sequence seq; NAN if none. */

@@ -79,7 +79,8 @@ void ob_srv_print_usage(const char *prog) {
            "  -kvu, --kv-unified        every slot may use the whole -c (each slot gets -c cells)\n"
            "  --sleep-idle-seconds N    free the KV cache after N s without requests (-1: never)\n"
            "  -v, --verbose             replies carry \"__verbose\" (the prompt as the model saw it)\n"
-           "  --pooling P               embeddings: mean, cls, last or rank (default: the model's)\n"
+           "  --pooling P               embeddings: none (per token), mean, cls, last or rank\n"
+           "                            (default: the model's)\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui, --no-ui, --offline,\n"
@@ -214,7 +215,6 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             static const char *const pools[] = {"none", "mean", "cls", "last", "rank"}; /* ob_pooling's order */
             int k = 0;
             while (k < 5 && strcmp(v, pools[k])) k++;
-            if (k == 0) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--pooling none (per-token embeddings) is not supported");
             if (k == 5) return ob_fail(err, err_len, OB_ERR_ARG, "--pooling: '%s' is not none, mean, cls, last or rank", v);
             c->pooling = k;
         }

@@ -72,8 +72,9 @@ typedef struct ob_fwd_inputs {
     ob_tensor *k_cache[OB_MAX_LAYERS], *v_cache[OB_MAX_LAYERS]; /* [hd*n_kv, cells] */
     int cells_per_seq;
     int n_tokens, n_out;
-    /* Embeddings (pooling > 0, an ob_pooling value): build returns the pooled output
-     * F32 [n, n_seq] (n = n_embd, or n_cls_out for RANK) instead of logits; out_ids unused. */
+    /* Embeddings (pooling > 0, an ob_pooling value, or OB_ARCH_POOL_TOKENS): build returns
+     * the pooled output F32 [n, n_seq] (n = n_embd, or n_cls_out for RANK), or the final
+     * states F32 [n_embd, T] for OB_ARCH_POOL_TOKENS, instead of logits; out_ids unused. */
     int pooling;
     bool normalize;
     int n_seq;
@@ -127,8 +128,12 @@ extern const ob_arch ob_arch_qwen3moe;
 ob_status ob_rope_meta_load(const ob_gguf *g, const char *arch, ob_rope_meta *m, char *err, size_t err_len);
 ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_params *p, char *err, size_t err_len);
 
-/* Pools the final hidden states x [n_embd, T] per in->pooling (MEAN/CLS/LAST only):
- * for decoder families' embedding mode. NULL for other pooling types. */
+/* ob_fwd_inputs.pooling asking for every token's final state (ob_pooling NONE asked of an
+ * embeddings context; 0 there means logits). */
+#define OB_ARCH_POOL_TOKENS 100
+
+/* Pools the final hidden states x [n_embd, T] per in->pooling (MEAN/CLS/LAST, or x itself
+ * for OB_ARCH_POOL_TOKENS): for every family's embedding mode. NULL for other types. */
 ob_tensor *ob_arch_pool(ob_graph *g, const ob_fwd_inputs *in, ob_tensor *x);
 
 #endif

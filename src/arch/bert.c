@@ -226,6 +226,7 @@ static ob_tensor *bert_ffn(ob_graph *g, const ob_hparams *hp, const ob_bert *m, 
 }
 
 ob_tensor *ob_arch_pool(ob_graph *g, const ob_fwd_inputs *in, ob_tensor *x) {
+    if (in->pooling == OB_ARCH_POOL_TOKENS) return x;
     if (in->pooling < OB_POOLING_MEAN || in->pooling > OB_POOLING_LAST) return NULL;
     ob_tensor *p = ob_pool(g, x, in->seq, in->pos, (ob_pool_type)in->pooling, in->normalize, in->n_seq);
     ob_set_name(p, "pooled");

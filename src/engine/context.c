@@ -22,9 +22,11 @@ struct ob_context {
     int32_t *logit_row;      /* per token of the last batch: row in logits or -1 */
     int n_batch_last;
     int *seq_len;            /* [n_seq] */
-    int pooling;             /* embeddings mode: ob_pooling > 0; 0 = logits */
+    int pooling;             /* embeddings mode: ob_pooling > 0 or OB_ARCH_POOL_TOKENS; 0 = logits */
     int n_embd_out;          /* floats per pooled vector */
-    float *embd;             /* host [n_embd_out, n_seq] pooled vectors of the last batch */
+    float *embd;             /* host [n_embd_out, n_seq] pooled vectors of the last batch
+                              * ([n_embd_out, n_batch] per token for OB_ARCH_POOL_TOKENS) */
+    int n_embd_rows;         /* OB_ARCH_POOL_TOKENS: tokens of the last batch */
     bool *embd_valid;        /* [n_seq] sequence was in the last batch */
     /* Sampling in the graph (ob_decode_sample): SAMPLE's params F32 [OB_SAMPLE_NPARAM, n_batch]
      * in a fixed device buffer (a captured step replays with the same pointer). */
@@ -80,7 +82,7 @@ static ob_tensor *build(ob_context *c, int T, int n_out) {
     in.n_tokens = T;
     in.n_out = n_out;
     in.pooling = c->pooling;
-    in.normalize = c->p.normalize && c->pooling != OB_POOLING_RANK;
+    in.normalize = c->p.normalize && c->pooling != OB_POOLING_RANK && c->pooling != OB_ARCH_POOL_TOKENS;
     in.n_seq = c->p.n_seq;
     return m->arch->build(g, hp, m->arch_priv, &in);
 }
@@ -158,14 +160,17 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     }
     if (p.embeddings) {
         c->pooling = p.pooling == OB_POOLING_DEFAULT ? hp->pooling_type : p.pooling;
-        if (c->pooling == OB_POOLING_DEFAULT || c->pooling == OB_POOLING_NONE)
+        if (p.pooling == OB_POOLING_NONE) c->pooling = OB_ARCH_POOL_TOKENS; /* asked for: per token */
+        else if (c->pooling == OB_POOLING_DEFAULT || c->pooling == OB_POOLING_NONE)
             c->pooling = hp->encoder ? OB_POOLING_CLS : OB_POOLING_LAST;
-        if (c->pooling < OB_POOLING_MEAN || c->pooling > OB_POOLING_RANK || (c->pooling == OB_POOLING_RANK && hp->n_cls_out <= 0)) {
+        if (c->pooling != OB_ARCH_POOL_TOKENS &&
+            (c->pooling < OB_POOLING_MEAN || c->pooling > OB_POOLING_RANK || (c->pooling == OB_POOLING_RANK && hp->n_cls_out <= 0))) {
             st = ob_fail(err, err_len, OB_ERR_ARG, "context: pooling %d is not available for this model", c->pooling);
             goto fail;
         }
         c->n_embd_out = c->pooling == OB_POOLING_RANK ? hp->n_cls_out : hp->n_embd;
-        c->embd = calloc((size_t)c->n_embd_out * (size_t)p.n_seq, sizeof(float));
+        size_t rows = c->pooling == OB_ARCH_POOL_TOKENS ? (size_t)p.n_batch : (size_t)p.n_seq;
+        c->embd = calloc((size_t)c->n_embd_out * rows, sizeof(float));
         c->embd_valid = calloc((size_t)p.n_seq, sizeof(bool));
         if (!c->embd || !c->embd_valid) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory"); goto fail; }
     }
@@ -299,6 +304,12 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     }
     st = be->iface->compute(be, c->graph, err, err_len);
     if (st) return st;
+    if (c->pooling == OB_ARCH_POOL_TOKENS) {
+        st = be->iface->download(be, c->embd, logits->data, sizeof(float) * (size_t)c->n_embd_out * (size_t)T);
+        if (st) return ob_fail(err, err_len, OB_ERR_DEVICE, "decode: download failed");
+        c->n_embd_rows = T;
+        return OB_OK;
+    }
     if (c->pooling) {
         size_t eb = sizeof(float) * (size_t)c->n_embd_out * (size_t)c->p.n_seq;
         st = be->iface->download(be, c->embd, logits->data, eb);
@@ -414,8 +425,13 @@ ob_status ob_decode_sample(ob_context *c, const ob_batch *b, ob_sampler *const *
 }
 
 const float *ob_get_embeddings(ob_context *c, int seq) {
-    if (!c->pooling || seq < 0 || seq >= c->p.n_seq || !c->embd_valid[seq]) return NULL;
+    if (!c->pooling || c->pooling == OB_ARCH_POOL_TOKENS || seq < 0 || seq >= c->p.n_seq || !c->embd_valid[seq]) return NULL;
     return c->embd + (size_t)seq * (size_t)c->n_embd_out;
+}
+
+const float *ob_get_embeddings_ith(ob_context *c, int i) {
+    if (c->pooling != OB_ARCH_POOL_TOKENS || i < 0 || i >= c->n_embd_rows) return NULL;
+    return c->embd + (size_t)i * (size_t)c->n_embd_out;
 }
 
 int ob_context_n_embd(const ob_context *c) { return c->pooling ? c->n_embd_out : c->m->hp.n_embd; }

@@ -30,6 +30,7 @@ struct ob_srv_embd {
     pthread_mutex_t mu;         /* guards c, the buffers and st */
     int n_ctx, n_seq, dim;
     bool rank;
+    bool per_token;             /* --pooling none: every token's final state, on /embedding only */
     volatile bool failed;       /* a device fault: the server must exit (ARCHITECTURE.md) */
     int32_t *tok_buf, *pos_buf, *seq_buf;   /* [n_ctx]: one pass */
     ob_srv_embd_stats st;
@@ -85,6 +86,7 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
     cp.type_k = cp.type_v = OB_KV_F32;
     cp.embeddings = true;
     cp.pooling = e->rank ? OB_POOLING_RANK : cfg->pooling;
+    e->per_token = !e->rank && cfg->pooling == OB_POOLING_NONE;
     cp.normalize = true;
     ob_status st = ob_context_new(m, &cp, &e->c, err, err_len);
     if (st) { ob_srv_embd_free(e); return st; }
@@ -201,13 +203,15 @@ fail:
     return NULL;
 }
 
-/* Runs inputs through the model, packing up to n_seq per pass; out [n, dim]. */
+/* Runs inputs through the model, packing up to n_seq per pass; out [n, dim] (per token:
+ * [tokens of every input, dim], the inputs' rows one after another). */
 static bool run(ob_srv_embd *e, const input *in, int n, float *out, ob_resp *r) {
     char err[512];
     bool ok = true;
     pthread_mutex_lock(&e->mu);
     double t0 = ob_time_s();
     long long tokens = 0;
+    size_t orow = 0; /* per token: the next output row */
     for (int i = 0; i < n && ok;) {
         int T = 0, ns = 0;
         while (i + ns < n && ns < e->n_seq && T + in[i + ns].n <= e->n_ctx) {
@@ -226,7 +230,15 @@ static bool run(ob_srv_embd *e, const input *in, int n, float *out, ob_resp *r) 
         }
         e->st.n_decode++;
         tokens += T;
-        for (int s = 0; s < ns; s++) {
+        for (int s = 0, row = 0; s < ns && ok; s++) {
+            if (e->per_token) {
+                for (int k = 0; k < in[i + s].n; k++, row++) {
+                    const float *v = ob_get_embeddings_ith(e->c, row);
+                    if (!v) { ob_srv_error(r, 500, NULL, "no embedding for input %d", i + s); ok = false; break; }
+                    memcpy(out + orow++ * (size_t)e->dim, v, sizeof(float) * (size_t)e->dim);
+                }
+                continue;
+            }
             const float *v = ob_get_embeddings(e->c, s);
             if (!v) { ob_srv_error(r, 500, NULL, "no embedding for input %d", i + s); ok = false; break; }
             memcpy(out + (size_t)(i + s) * (size_t)e->dim, v, sizeof(float) * (size_t)e->dim);
@@ -277,17 +289,36 @@ static void handle_embeddings(ob_server_state *s, ob_srv_embd *e, const ob_req *
         json_decref(body);
         return;
     }
+    if (e->per_token && !native) {
+        /* an OpenAI embedding is one vector per input */
+        ob_srv_error(r, 400, NULL, "pooling 'none' (one vector per token) is not OpenAI-compatible: use /embedding, "
+                     "or start the server with another --pooling");
+        json_decref(body);
+        return;
+    }
     json_t *inp = json_object_get(body, "input");
     if (!inp && native) inp = json_object_get(body, "content");
     int n = 0;
     input *in = parse_inputs(e, inp, &n, r);
-    float *out = in ? malloc(sizeof(float) * (size_t)n * (size_t)e->dim) : NULL;
+    size_t rows = (size_t)n;
+    if (in && e->per_token) {
+        rows = 0;
+        for (int i = 0; i < n; i++) rows += (size_t)in[i].n;
+    }
+    float *out = in ? malloc(sizeof(float) * rows * (size_t)e->dim) : NULL;
     if (in && !out) ob_srv_error(r, 500, NULL, "out of memory");
     if (out && run(e, in, n, out, r)) {
         long long tokens = 0;
         for (int i = 0; i < n; i++) tokens += in[i].n;
         json_t *data = json_array();
-        for (int i = 0; i < n; i++) {
+        size_t row = 0;
+        for (int i = 0; i < n && e->per_token; i++) {
+            /* llama-server's per-token shape: the input's vectors, one per token */
+            json_t *vs = json_array();
+            for (int k = 0; k < in[i].n; k++, row++) json_array_append_new(vs, vec_json(out + row * (size_t)e->dim, e->dim));
+            json_array_append_new(data, json_pack("{s:i,s:o}", "index", i, "embedding", vs));
+        }
+        for (int i = 0; i < n && !e->per_token; i++) {
             const float *v = out + (size_t)i * (size_t)e->dim;
             json_t *ej;
             if (fmt && !strcmp(fmt, "base64")) {

@@ -235,6 +235,11 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opt
     json_object_set_new(ctx, "date_string", today_string("%d %b %Y"));
     json_object_set_new(ctx, "datetime", today_string("%b %d %Y"));
     json_object_set_new(ctx, "enable_thinking", json_boolean(think));
+    /* FireFunction-style templates read the tools as one JSON text named `functions`
+     * (llama-server sets it for them): given to every template, "" without tools */
+    char *fn = o->tools ? json_dumps(o->tools, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_object_set_new(ctx, "functions", json_string(fn ? fn : ""));
+    free(fn);
     if (o->kwargs) json_object_update(ctx, o->kwargs);
     char err[512];
     char *out = NULL;

@@ -299,6 +299,23 @@ def test_builtin_template_names_and_reasoning(tmp_path):
         s.stop()
 
 
+def test_template_functions_variable(tmp_path):
+    """A template reading `functions` (FireFunction's) gets the tools as indented JSON
+    text, and "" without tools, as llama-server gives it."""
+    t = tmp_path / "fn.jinja"
+    t.write_text("[{{ functions }}]{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}")
+    tools = [{"type": "function", "function": {"name": "get_time", "description": "now",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    s = Server(["--chat-template-file", str(t)])
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        assert post(s, "/apply-template", {"messages": msgs}).json()["prompt"] == "[]<user>hi"
+        p = post(s, "/apply-template", {"messages": msgs, "tools": tools}).json()["prompt"]
+        assert json.loads(p[1:p.rindex("]")]) == tools and '\n  {' in p, p
+    finally:
+        s.stop()
+
+
 def test_reply_starting_inside_a_thought(tmp_path):
     """When the prompt ends inside <think>, the reply's text up to </think> is
     reasoning_content (llama-server's deepseek format), or content with --reasoning-format none."""

@@ -292,19 +292,38 @@ def test_hostile_rerank(rsrv, body):
 
 def test_pooling_flag(minilm, srv, ref):
     """--pooling picks the pooling (llama-server's flag); the model's own is mean, so cls
-    gives other vectors and mean the same ones; none is refused in one line."""
-    body = {"input": ["The quick brown fox jumps over the lazy dog."]}
-    mean = srv.post("/v1/embeddings", body).json()["data"][0]["embedding"]
+    gives other vectors and mean the same ones. none gives each token's final state on
+    /embedding (not normalised; their mean, normalised, is the mean-pooled vector, and the
+    first is the cls vector), and /v1/embeddings refuses it with a 400 (one vector per
+    input is OpenAI's shape)."""
+    text = "The quick brown fox jumps over the lazy dog."
+    body = {"input": [text]}
+    got = {"mean": srv.post("/v1/embeddings", body).json()["data"][0]["embedding"]}
     for pool, same in (("mean", True), ("cls", False)):
         s = Server(minilm, ["--embeddings", "--pooling", pool])
         try:
-            got = s.post("/v1/embeddings", body).json()["data"][0]["embedding"]
-            assert (float(np.abs(np.array(got) - np.array(mean)).max()) < 1e-5) == same, pool
+            v = s.post("/v1/embeddings", body).json()["data"][0]["embedding"]
+            assert (float(np.abs(np.array(v) - np.array(got["mean"])).max()) < 1e-5) == same, pool
+            got[pool] = v
         finally:
             s.stop()
-    r = subprocess.run([BIN, "serve", "-m", minilm, "--embeddings", "--pooling", "none"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and "--pooling" in r.stderr
+    n_tok = len(srv.post("/tokenize", {"content": text, "add_special": True}).json()["tokens"])
+    s = Server(minilm, ["--embeddings", "--pooling", "none"])
+    try:
+        r = s.post("/embedding", {"content": [text, "hello hello hello"]})
+        assert r.status_code == 200, r.text
+        rows = r.json()
+        assert [x["index"] for x in rows] == [0, 1]
+        toks = np.array(rows[0]["embedding"], dtype=np.float64)
+        assert toks.shape == (n_tok, 384) and len(rows[1]["embedding"]) == 5  # [CLS] hello x3 [SEP]
+        norms = np.linalg.norm(toks, axis=1)
+        assert np.all(np.abs(norms - 1.0) > 1e-3), norms  # not normalised
+        mean = toks.mean(axis=0)
+        assert np.abs(mean / np.linalg.norm(mean) - np.array(got["mean"])).max() < 1e-5
+        assert np.abs(toks[0] / norms[0] - np.array(got["cls"])).max() < 1e-5
+        check_error(s.post("/v1/embeddings", body), 400)
+    finally:
+        s.stop()
 
 
 def test_llama_server_input_forms(srv):
