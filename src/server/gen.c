@@ -517,7 +517,9 @@ bool ob_gen_wait(ob_server_state *s, const ob_req *rq, ob_task **tasks, int n, o
                 }
             }
             ob_task_out_clear(&o);
+            if (o.stop_word && !res[i].stop_word) res[i].stop_word = strdup(o.stop_word);
             res[i].last = o;
+            res[i].last.stop_word = res[i].stop_word;
             if (o.done) {
                 done[i] = true;
                 left--;
@@ -538,6 +540,7 @@ bool ob_gen_wait(ob_server_state *s, const ob_req *rq, ob_task **tasks, int n, o
 }
 
 void ob_gen_result_clear(ob_gen_result *res) {
+    free(res->stop_word);
     free(res->text);
     free(res->toks);
     memset(res, 0, sizeof *res);

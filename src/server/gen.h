@@ -86,7 +86,9 @@ ob_task *ob_gen_submit(ob_server_state *s, const ob_task_params *p, ob_resp *r);
 typedef struct ob_gen_result {
     char *text; size_t text_len;
     ob_tok_rec *toks; int n_toks;
-    ob_task_out last;   /* finish reason, counts, timings */
+    ob_task_out last;   /* finish reason, counts, timings; last.stop_word points at stop_word */
+    char *stop_word;    /* the matched stop string, copied: the task that owns it is freed
+                         * before the reply is written */
 } ob_gen_result;
 
 /* Runs tasks to completion, all at once; returns false with r filled on error or a

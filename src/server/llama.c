@@ -393,6 +393,10 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     const char *p = rq->path;
     bool get = !strcmp(rq->method, "GET"), post = !strcmp(rq->method, "POST");
     if (!strcmp(p, "/health") || !strcmp(p, "/v1/health")) {
+        if (!get && strcmp(rq->method, "HEAD")) {
+            ob_srv_error(r, 405, NULL, "use GET");
+            return true;
+        }
         int st = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
         if (st == 1) ob_srv_json(r, 200, json_pack("{s:s}", "status", "ok"));
         else ob_srv_error(r, 503, NULL, st == 0 ? "Loading model" : "the server is shutting down");

@@ -98,7 +98,16 @@ static json_t *normalize_messages(json_t *messages, ob_resp *r) {
             ob_srv_error(r, 400, NULL, "messages[%zu] must be an object with a string 'role'", i);
             goto fail;
         }
+        /* OpenAI's roles; "developer" is its newer name for system instructions and reaches
+         * the template as "system" (templates know only the four) */
+        const char *rv = json_string_value(role);
+        bool developer = !strcmp(rv, "developer");
+        if (!developer && strcmp(rv, "system") && strcmp(rv, "user") && strcmp(rv, "assistant") && strcmp(rv, "tool")) {
+            ob_srv_error(r, 400, NULL, "messages[%zu]: role '%.64s' is not system, developer, user, assistant or tool", i, rv);
+            goto fail;
+        }
         json_t *nm = json_deep_copy(m);
+        if (developer) json_object_set_new(nm, "role", json_string("system"));
         json_t *c = flat_content(json_object_get(m, "content"), i, r);
         if (!c) {
             json_decref(nm);

@@ -502,6 +502,13 @@ static void consume_batch(ob_sched *s, int n) {
         }
         if (sl->i_batch < 0) continue;
         if (t->t_prompt_done == 0) t->t_prompt_done = now;
+        if (t->n_predict == 0) {
+            /* n_predict / max_tokens 0: the prompt is evaluated (and cached), nothing is
+             * generated, as llama-server does */
+            sl->task = NULL;
+            task_finish(s, t, OB_FINISH_LENGTH, 0, NULL);
+            continue;
+        }
         int nd = sl->n_draft;
         int keep = sl->n_cache - nd; /* KV up to and including the token fed before the proposals */
         t->n_drafted += nd;

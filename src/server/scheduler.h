@@ -52,7 +52,8 @@ typedef struct ob_task_out {
     ob_finish finish;
     int err_status;                    /* http status when finish == ERROR */
     char err[256];
-    const char *stop_word;             /* the stop string matched, or NULL (task-owned) */
+    const char *stop_word;             /* the stop string matched, or NULL (task-owned: valid
+                                        * while the reader holds the task; ob_gen_result copies it) */
     bool stopped_eos;
     bool truncated;                    /* ended because the slot's context was full */
     int n_prompt, n_cached, n_gen, slot;

@@ -115,6 +115,43 @@ def test_stop_string_and_n(srv):
     assert [x.index for x in r.choices] == [0, 1] and r.choices[0].text == r.choices[1].text
 
 
+def test_stop_word_outlives_its_task(srv):
+    """The matched stop string is reported after the task that owned it is gone (it was
+    read from freed memory: issue #31): /completion's stopping_word, Anthropic's
+    stop_sequence, for a long stop list whose match is not the first entry. Under
+    AddressSanitizer (CI) a use after free ends the server."""
+    stops = ["never-" + "x" * 200, ","]
+    for _ in range(3):  # freed memory is reused between requests
+        r = requests.post(srv.url + "/completion", json={"prompt": "1, 2, 3, 4,", "n_predict": 16, "temperature": 0,
+                                                       "stop": stops}).json()
+        assert r["stop_type"] == "word" and r["stopping_word"] == ",", r
+        m = requests.post(srv.url + "/v1/messages", json={"model": "m", "max_tokens": 16, "temperature": 0,
+                                                        "messages": [{"role": "user", "content": "1, 2, 3, 4,"}],
+                                                        "stop_sequences": stops}).json()
+        assert m["stop_reason"] == "stop_sequence" and m["stop_sequence"] == ",", m
+
+
+def test_zero_tokens_roles_and_methods(srv):
+    """n_predict / max_tokens 0 evaluate the prompt and generate nothing (llama-server);
+    a chat role other than system, developer, user, assistant or tool is a 400; a method
+    a route does not take is a 405 (PUT /health)."""
+    r = requests.post(srv.url + "/completion", json={"prompt": "Hello there", "n_predict": 0}).json()
+    assert r["content"] == "" and r["tokens_predicted"] == 0 and r["tokens_evaluated"] > 0, r
+    for key in ("max_tokens", "max_completion_tokens"):
+        c = requests.post(srv.url + "/v1/chat/completions", json={"messages": MSGS, key: 0}).json()
+        assert c["choices"][0]["message"]["content"] == "" and c["usage"]["completion_tokens"] == 0, c
+        assert c["choices"][0]["finish_reason"] == "length"
+    for role in ("wizard", "function", "", "USER"):
+        check_error(requests.post(srv.url + "/v1/chat/completions",
+                                  json={"messages": [{"role": role, "content": "hi"}], "max_tokens": 1}), 400)
+    ok = requests.post(srv.url + "/v1/chat/completions", json={"max_tokens": 1, "messages": [
+        {"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+    assert ok.status_code == 200, ok.text
+    for method in ("PUT", "DELETE", "POST"):
+        check_error(requests.request(method, srv.url + "/health"), 405)
+    assert requests.head(srv.url + "/health").status_code == 200
+
+
 def test_sampling_params_accepted(srv):
     c = oai(srv)
     args = dict(model="m", messages=MSGS, max_completion_tokens=6, temperature=0.9, top_p=0.9, seed=42,
