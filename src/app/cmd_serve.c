@@ -18,6 +18,8 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->max_header = 64u << 10;
     c->timeout_s = 600;
     c->max_conns = 1024;
+    c->max_conns_per_ip = 256;
+    c->header_timeout_s = 30;
     c->n_slots = 1;
     c->n_ctx = 4096;
     c->n_batch = 512;
@@ -58,6 +60,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --alias NAMES             model id(s) reported by the API (comma list)\n"
            "  --tags LIST               model tags shown by /v1/models (comma list)\n"
            "  --timeout N               idle connection timeout in seconds (default 600)\n"
+           "  --header-timeout N        a request's headers must arrive within N s (default 30)\n"
+           "  --max-conns-per-ip N      connections from one address at once (default 256)\n"
            "  --max-body BYTES          request body limit (default 16 MiB)\n"
            "  -md, --model-draft FILE   speculative decoding with this draft model (same vocabulary)\n"
            "  --draft-max N             most tokens drafted per step (default 16)\n"
@@ -224,6 +228,8 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
         else if (is_flag(a, "--deterministic", NULL)) c->mp.deterministic = true;
         else if (is_flag(a, "-to", "--timeout")) INT_VALUE(1, 86400, c->timeout_s);
+        else if (is_flag(a, "--header-timeout", NULL)) INT_VALUE(1, 86400, c->header_timeout_s);
+        else if (is_flag(a, "--max-conns-per-ip", NULL)) INT_VALUE(1, 1 << 16, c->max_conns_per_ip);
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }

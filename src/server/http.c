@@ -54,7 +54,20 @@ typedef struct ob_http {
      * waking take it for writing, so st.sched never changes under a request. */
     pthread_rwlock_t life;
     int64_t t_last_ms;           /* the last request's start or end */
+    ob_conn_guard *guard;        /* the header deadline */
 } ob_http;
+
+void ob_conn_guard_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe);
+
+/* Counts a request header's occurrences (MHD keeps every one). */
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    struct { const char *name; int n; } *c = cls;
+    if (key && !strcasecmp(key, c->name)) c->n++;
+    return MHD_YES;
+}
 
 static int64_t now_ms(void) { return (int64_t)(ob_time_s() * 1e3); }
 
@@ -282,6 +295,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cn = calloc(1, sizeof *cn);
         if (!cn) return MHD_NO;
         *con_cls = cn;
+        ob_conn_guard_mark(h->guard, c, true); /* the headers are in */
+        struct { const char *name; int n; } ncl = {"Content-Length", 0};
+        MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &ncl);
+        if (ncl.n > 1) { /* which length is meant is ambiguous (request smuggling): refuse */
+            ob_resp r = {0};
+            ob_srv_error(&r, 400, NULL, "more than one Content-Length header");
+            return send_resp(h, c, &r);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl) {
             char *end;
@@ -381,6 +402,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     ob_http *h = cls;
     if (tc == MHD_REQUEST_TERMINATED_COMPLETED_OK)
         MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->st.cfg->timeout_s);
+    ob_conn_guard_mark(h->guard, c, false); /* the next request's headers are due */
     ob_conn *cn = *con_cls;
     if (!cn) return;
     if (cn->life) {
@@ -466,6 +488,13 @@ int ob_server_run(const ob_srv_config *cfg) {
         free(h);
         return 1;
     }
+    h->guard = ob_conn_guard_new(cfg->header_timeout_s);
+    if (!h->guard) {
+        fprintf(stderr, "1bit serve: cannot start the connection watchdog\n");
+        free(model_id);
+        free(h);
+        return 1;
+    }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     h->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
@@ -474,12 +503,14 @@ int ob_server_run(const ob_srv_config *cfg) {
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_conns,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)0,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_conns_per_ip,
+                            MHD_OPTION_NOTIFY_CONNECTION, ob_conn_guard_notify, h->guard,
                             MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                             MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                             MHD_OPTION_END);
     if (!h->d) {
         fprintf(stderr, "1bit serve: cannot listen on %s:%d: %s\n", cfg->host, port, strerror(errno));
+        ob_conn_guard_free(h->guard);
         free(model_id);
         free(h);
         return 1;
@@ -554,6 +585,7 @@ out:
     if (h->st.sched || embd) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
     if (h->st.sched) ob_sched_stop(h->st.sched); /* fails what is left, so every reader finishes */
     MHD_stop_daemon(h->d);                       /* waits for the connection threads */
+    ob_conn_guard_free(h->guard);
     gen_stop(h);
     ob_srv_embd_free(embd);
     ob_model_free(h->dm);

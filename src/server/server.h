@@ -23,7 +23,10 @@ typedef struct ob_srv_config {
     size_t max_body;           /* request body limit, bytes */
     size_t max_header;         /* per-connection header memory, bytes */
     int timeout_s;             /* idle connection timeout */
+    int header_timeout_s;      /* a request's headers must be complete this long after the
+                                * connection opens or the previous reply (conn_guard.c) */
     int max_conns;
+    int max_conns_per_ip;      /* connections from one address at once */
     int n_slots;               /* -np */
     int n_ctx;                 /* -c: total KV cells, split evenly between slots */
     int n_batch;               /* max tokens per forward */
@@ -70,6 +73,18 @@ typedef struct ob_server ob_server;
 /* Starts listening (health answers 503 while loading), loads the model, serves until
  * SIGINT/SIGTERM or a device fault. Returns the process exit code. */
 int ob_server_run(const ob_srv_config *cfg);
+
+/* The header deadline (conn_guard.c): MHD's connection notifier plus a watchdog thread. */
+#ifdef ONEBIT_HAVE_MHD
+struct MHD_Connection;
+typedef struct ob_conn_guard ob_conn_guard;
+ob_conn_guard *ob_conn_guard_new(double limit_s);
+void ob_conn_guard_free(ob_conn_guard *g);
+/* headers_done true: stop watching the connection; false: its next request's headers
+ * are due by a new deadline. */
+void ob_conn_guard_mark(ob_conn_guard *g, struct MHD_Connection *c, bool headers_done);
+unsigned long ob_conn_guard_cut(ob_conn_guard *g);
+#endif
 
 /* ---- what handlers see ----------------------------------------------------------- */
 

@@ -152,6 +152,51 @@ def test_zero_tokens_roles_and_methods(srv):
     assert requests.head(srv.url + "/health").status_code == 200
 
 
+def test_header_deadline_and_connection_cap():
+    """Headers that never finish are cut at --header-timeout (an idle timeout alone lets a
+    client trickle one byte at a time for ever); one address holds at most
+    --max-conns-per-ip connections; a request with two Content-Length headers is a 400;
+    keep-alive reuse still works."""
+    import socket
+    s = Server(["--header-timeout", "2", "--max-conns-per-ip", "8"])
+    host, port = "127.0.0.1", int(s.url.rsplit(":", 1)[1])
+    try:
+        c = socket.create_connection((host, port))
+        c.settimeout(5)
+        c.sendall(b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\n{}")
+        assert c.recv(4096).startswith(b"HTTP/1.1 400"), "duplicate Content-Length"
+        c.close()
+        slow = socket.create_connection((host, port))
+        t0 = time.time()
+        cut = None
+        try:
+            for ch in b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:
+                slow.sendall(bytes([ch]))
+                time.sleep(0.25)
+        except OSError:
+            cut = time.time() - t0
+        assert cut is not None and cut < 6, cut
+        idle = [socket.create_connection((host, port)) for _ in range(12)]
+        time.sleep(0.5)
+        gone = 0
+        for so in idle:
+            so.settimeout(0.3)
+            try:
+                gone += so.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                gone += 1
+        assert 4 <= gone <= 6, gone  # 12 asked, at most 8 kept (the cut one may not be reaped yet)
+        time.sleep(2.5)  # the 8 pass their deadline and are cut: the server is free again
+        with requests.Session() as sess:
+            assert [sess.get(s.url + "/health").status_code for _ in range(3)] == [200] * 3
+        for so in idle:
+            so.close()
+    finally:
+        assert s.stop()[0] == 0
+
+
 def test_sampling_params_accepted(srv):
     c = oai(srv)
     args = dict(model="m", messages=MSGS, max_completion_tokens=6, temperature=0.9, top_p=0.9, seed=42,
