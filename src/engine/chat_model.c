@@ -31,8 +31,13 @@ static json_t *piece_str(const ob_tokenizer *t, int id) {
 
 ob_status ob_chat_render_model(const ob_model *m, const json_t *messages, bool add_generation_prompt, char **out,
                                char *err, size_t err_len) {
+    return ob_chat_render_model_with(m, ob_model_template_or_builtin(m), messages, add_generation_prompt, out, err,
+                                     err_len);
+}
+
+ob_status ob_chat_render_model_with(const ob_model *m, const char *tmpl, const json_t *messages,
+                                    bool add_generation_prompt, char **out, char *err, size_t err_len) {
     *out = NULL;
-    const char *tmpl = ob_model_template_or_builtin(m);
     if (!tmpl) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "chat: the model has no chat template");
     json_t *ctx = json_object();
     json_object_set(ctx, "messages", (json_t *)messages);
