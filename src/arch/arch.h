@@ -25,6 +25,9 @@ typedef struct ob_rope_meta {
     float ext_factor, yarn_attn_factor, beta_fast, beta_slow; /* yarn_* keys; < 0: absent */
     float log_mul;            /* yarn_log_multiplier; 0: absent */
     float attn_factor;        /* rope.scaling.attn_factor; 1 when absent */
+    bool yarn_exact_range;    /* YaRN's correction range kept fractional, as transformers' truncate
+                                 = false (gpt-oss: set by the family, no key says it); else
+                                 floored and ceiled, as llama.cpp always does */
 } ob_rope_meta;
 
 typedef struct ob_hparams {
@@ -50,6 +53,23 @@ typedef struct ob_hparams {
     /* Mixture of experts (<arch>.expert_count, expert_used_count, expert_feed_forward_length);
      * 0 for dense families. */
     int n_expert, n_expert_used, n_ff_exp;
+    /* deepseek2's mixture: leading dense layers, shared experts (a plain FFN of n_ff_exp *
+     * n_expert_shared beside the routed ones), the router (expert_gating_func as the file
+     * has it: 0 absent, 1 softmax, 2 sigmoid; weights renormalised, scaled), group-limited
+     * routing (0: none) */
+    int n_layer_dense, n_expert_shared, expert_gating, n_expert_group, n_expert_group_used;
+    bool expert_norm;
+    float expert_scale;
+    /* Multi-head latent attention (deepseek2): the compressed q's rank (0: a plain attn_q)
+     * and kv's, a head's key (nope + rope) and value widths, and layers past n_layer that the
+     * file holds for multi-token prediction (read, not run). The cache keeps one latent row
+     * (kv_lora_rank + n_rot) a token; v_in_k: no V cache, the values are the first
+     * kv_lora_rank elements of the K rows. */
+    int q_lora_rank, kv_lora_rank, head_dim_k_mla, head_dim_v_mla, n_layer_nextn;
+    bool v_in_k;
+    /* YaRN's stretch (1 / its frequency scale, after the run-time overrides; 1 without YaRN),
+     * set by ob_rope_resolve: MLA scales its softmax by it (arch/deepseek2.c) */
+    float yarn_factor;
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */
@@ -104,6 +124,9 @@ const ob_weight *ob_mv_weight(ob_model_view *mv, const char *name, int n_dims, c
  * the model. NULL (err written) on failure. */
 const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const float *data, int64_t n, char *err,
                                   size_t err_len);
+/* The same with n_dims dimensions ne (F32, their product floats). */
+const ob_weight *ob_mv_new_weight_nd(ob_model_view *mv, const char *name, const float *data, int n_dims,
+                                     const int64_t *ne, char *err, size_t err_len);
 /* The file's bytes of a weight (host memory), for weights the host reads at load. */
 const void *ob_mv_host_data(ob_model_view *mv, const ob_weight *w);
 /* True once a weight lookup found a tensor with the wrong shape or type. */
@@ -120,6 +143,8 @@ extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
 extern const ob_arch ob_arch_gemma3;
 extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-roberta (encoders) */
 extern const ob_arch ob_arch_qwen3moe;
+extern const ob_arch ob_arch_gptoss;    /* gpt-oss: sliding/full attention with sinks, MoE with biases */
+extern const ob_arch ob_arch_deepseek2; /* deepseek2: DeepSeek-V2/V3, GLM-4.7-Flash (MLA + MoE) */
 
 /* RoPE (arch/rope.c). ob_rope_meta_load reads the file's scaling keys and refuses a type
  * it cannot run, naming it. ob_rope_resolve, after the family's bind, applies the

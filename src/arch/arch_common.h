@@ -8,9 +8,14 @@ typedef struct ob_attn_weights {
     const ob_weight *wq, *wk, *wv, *wo;    /* [n_embd, hd*n_head], [n_embd, hd*n_kv] x2, [hd*n_head, n_embd] */
     const ob_weight *bq, *bk, *bv, *bo;    /* optional biases (Qwen2) */
     const ob_weight *q_norm, *k_norm;      /* optional per-head RMSNorm [hd] (Qwen3, Gemma 3) */
+    const ob_weight *sinks;                /* optional attention sinks F32 [n_head] (gpt-oss; bound by the family) */
 } ob_attn_weights;
 
+/* The keys every decoder has, and the head sizes (attention.key_length = value_length,
+ * rope.dimension_count) with attn_scale 1/sqrt(head_dim). ob_hp_load_base reads the first
+ * part alone, for families whose heads differ (deepseek2's MLA). */
 ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
+ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
 ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
                              bool want_qk_norm, bool want_bias, char *err, size_t err_len);
 /* Projections, per-head norms, rope, KV store and attention of layer il; h is the

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 
-ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
+ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
     const char *a = ob_gguf_get_str(g, "general.architecture");
     if (!a) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: general.architecture missing");
     snprintf(hp->arch, sizeof(hp->arch), "%s", a);
@@ -25,6 +25,21 @@ ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t 
         hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_ff <= 0)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: implausible hyperparameters (layers %d, embd %d, heads %d/%d)",
                        hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv);
+    if (!ob_hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-5f;
+    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope.base)) hp->rope.base = 10000.0f;
+    hp->rope.freq_scale = hp->rope.mscale = 1.0f; /* set by ob_rope_resolve after bind */
+    ob_status st = ob_rope_meta_load(g, a, &hp->rope_meta, err, err_len);
+    if (st) return st;
+    hp->rope_base_swa = hp->rope.base;
+    hp->embd_scale = 1.0f;
+    return OB_OK;
+}
+
+ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
+    ob_status st = ob_hp_load_base(g, hp, err, err_len);
+    if (st) return st;
+    const char *a = hp->arch;
+    uint32_t v;
     hp->head_dim = ob_hp_u32(g, a, "attention.key_length", &v) ? (int)v : hp->n_embd / hp->n_head;
     uint32_t vlen;
     if (ob_hp_u32(g, a, "attention.value_length", &vlen) && (int)vlen != hp->head_dim)
@@ -34,14 +49,7 @@ ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t 
     hp->n_rot = ob_hp_u32(g, a, "rope.dimension_count", &v) ? (int)v : hp->head_dim;
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope dimension %d", hp->n_rot);
-    if (!ob_hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-5f;
-    if (!ob_hp_f32(g, a, "rope.freq_base", &hp->rope.base)) hp->rope.base = 10000.0f;
-    hp->rope.freq_scale = hp->rope.mscale = 1.0f; /* set by ob_rope_resolve after bind */
-    ob_status st = ob_rope_meta_load(g, a, &hp->rope_meta, err, err_len);
-    if (st) return st;
-    hp->rope_base_swa = hp->rope.base;
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
-    hp->embd_scale = 1.0f;
     return OB_OK;
 }
 
@@ -104,6 +112,7 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     ob_tensor *a = ob_attention(g, q, in->k_cache[il], in->v_cache[il], in->pos, in->seq, vs_,
                                 in->cells_per_seq, hp->n_head_kv, window, true, hp->attn_scale,
                                 hp->attn_softcap);
+    if (w->sinks) a->src[6] = ob_weight_leaf(g, w->sinks); /* graph.h: ATTENTION's sinks */
     ob_set_name(a, "blk.%d.attn", il);
     ob_tensor *o = proj(g, w->wo, w->bo, a, "attn_output", il);
     return o;

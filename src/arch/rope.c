@@ -11,7 +11,9 @@
  *   extrapolated one (theta) by a ramp over the pair index between the correction dims
  *   of beta_fast and beta_slow (as ggml's rope_yarn). The mix is linear in theta, so the
  *   host folds it into the factors, factor_i = rope_freqs_i / (fs (1 - r_i) + r_i), and the
- *   op's freq_scale becomes 1; mscale is YaRN's attention factor.
+ *   op's freq_scale becomes 1; mscale is YaRN's attention factor. The correction dims are
+ *   floored and ceiled (llama.cpp, transformers' default) unless the family keeps them
+ *   exact (ob_rope_meta.yarn_exact_range: gpt-oss, trained with truncate = false).
  * LongRoPE (phi3's long / short factors) is refused until a family that carries it lands. */
 #include "arch/arch.h"
 #include <math.h>
@@ -42,6 +44,7 @@ ob_status ob_rope_meta_load(const ob_gguf *g, const char *a, ob_rope_meta *m, ch
     if (!(m->factor >= 0.0f) || !isfinite(m->factor))
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope scaling factor %g", m->factor);
     uint32_t v;
+    m->yarn_exact_range = false;
     m->n_ctx_orig = ob_hp_u32(g, a, "rope.scaling.original_context_length", &v) ? (int)v : 0;
     struct { const char *suffix; float *dst, def; } fl[] = {
         {"rope.scaling.yarn_ext_factor", &m->ext_factor, -1.0f},
@@ -93,6 +96,7 @@ ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_para
     float ext = p->yarn_ext_factor >= 0 ? p->yarn_ext_factor : m->ext_factor;
     if (type != OB_ROPE_SCALING_YARN) ext = p->yarn_ext_factor >= 0 ? p->yarn_ext_factor : 0.0f;
     else if (ext < 0) ext = 1.0f;
+    hp->yarn_factor = ext != 0 ? 1.0f / fs : 1.0f;
 
     /* rope_freqs.weight: llama3's divisors, as llama.cpp reads them whatever the type */
     int64_t ne[1] = {half};
@@ -120,8 +124,10 @@ ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_para
     if (n_orig <= 0) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: YaRN needs the original context length");
     double bf = p->yarn_beta_fast >= 0 ? p->yarn_beta_fast : m->beta_fast >= 0 ? m->beta_fast : 32.0;
     double bs = p->yarn_beta_slow >= 0 ? p->yarn_beta_slow : m->beta_slow >= 0 ? m->beta_slow : 1.0;
-    double lo = fmax(0.0, floor(corr_dim(hp->n_rot, n_orig, bf, r->base)));
-    double hi = fmin(hp->n_rot - 1.0, ceil(corr_dim(hp->n_rot, n_orig, bs, r->base)));
+    double lo = corr_dim(hp->n_rot, n_orig, bf, r->base), hi = corr_dim(hp->n_rot, n_orig, bs, r->base);
+    if (!m->yarn_exact_range) lo = floor(lo), hi = ceil(hi);
+    lo = fmax(0.0, lo);
+    hi = fmin(hp->n_rot - 1.0, hi);
     float *tab = malloc(sizeof(float) * (size_t)half);
     if (!tab) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     const float *src = NULL;

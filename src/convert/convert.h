@@ -68,6 +68,11 @@ typedef struct ob_out_tensor {
     const ob_src_tensor **parts; /* n_parts > 0: src unused; the parts' rows one after another
                                     (a mixture's per-expert matrices as one 3-D tensor) */
     int n_parts;
+    /* head_rows > 0: a piece of every head (MLA's kv_b split into llama.cpp's attn_k_b and
+     * attn_v_b): the source's rows are heads of head_rows each, and head h of this 3-D tensor
+     * [ne0, ne1, n_head] is its rows [row0, row0 + ne1) (transposed: [row0, row0 + ne0)) */
+    int64_t head_rows, row0;
+    bool transpose;
     ob_type type;
     int n_dims;
     int64_t ne[4];           /* GGUF order */
@@ -94,11 +99,26 @@ ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_t
  * GGUF tensor name [cols, rows, n]; parts must live as long as c (ob_conv_keep). */
 ob_status ob_conv_add_stack(ob_conv *c, const ob_src_tensor **parts, int n, const char *name, ob_type want, char *err,
                             size_t err_len);
+/* Adds rows [row0, row0 + sub) of each of n_head heads of the 2-D source s (its rows are
+ * n_head blocks of equal height) as GGUF tensor name, 3-D: [cols, sub, n_head], or with
+ * transpose [sub, cols, n_head] (each head's block transposed). */
+ob_status ob_conv_add_heads(ob_conv *c, const ob_src_tensor *s, const char *name, ob_type want, int64_t n_head,
+                            int64_t row0, int64_t sub, bool transpose, char *err, size_t err_len);
 /* Registers every output tensor with the writer (data produced at write time). */
 ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len);
 void ob_conv_free(ob_conv *c);
 
-/* Decoder families (hf_decoder.c): LlamaForCausalLM, Qwen2/Qwen3 ForCausalLM, Qwen3Model.
+/* rope.freq_base and the rope scaling keys of a decoder's config.json, read and written as
+ * llama.cpp's converter does (hf_decoder.c; linear and yarn: llama3 is Llama's alone). */
+ob_status ob_conv_rope_keys(ob_gguf_writer *w, void *config_json, const char *hf_arch, const char *arch, char *err,
+                            size_t err_len);
+
+/* GptOssForCausalLM (hf_gptoss.c): as ob_convert_decoder, for gpt-oss. */
+ob_status ob_convert_gptoss(const char *dir, const char *hf_arch, void *config_json, const char *out_path,
+                            const ob_convert_opts *o, bool *handled, char *err, size_t err_len);
+
+/* Decoder families (hf_decoder.c): LlamaForCausalLM, Qwen2/Qwen3 ForCausalLM, Qwen3Model,
+ * Qwen3MoeForCausalLM, and the deepseek2 family (DeepseekV2/V3ForCausalLM, Glm4MoeLiteForCausalLM).
  * Returns OB_ERR_UNSUPPORTED without writing when hf_arch is not one of them and
  * *handled is false. */
 ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_json, const char *out_path,

@@ -1,7 +1,10 @@
 /* Hugging Face decoders -> GGUF: LlamaForCausalLM (q/k rows reordered for rope on adjacent
  * pairs, as llama.cpp's converter does), Qwen2ForCausalLM (qkv biases), Qwen3ForCausalLM
- * (per-head q/k norms), Qwen3Model (Qwen3-Embedding: no LM head, last-token pooling) and
- * Qwen3MoeForCausalLM (per-expert matrices stacked into 3-D tensors). */
+ * (per-head q/k norms), Qwen3Model (Qwen3-Embedding: no LM head, last-token pooling),
+ * Qwen3MoeForCausalLM (per-expert matrices stacked into 3-D tensors) and the deepseek2 family
+ * (DeepseekV2/V3ForCausalLM, Glm4MoeLiteForCausalLM: MLA's kv_b split per head into attn_k_b,
+ * transposed, and attn_v_b; shared experts; leading dense layers; multi-token-prediction
+ * layers left out, as llama.cpp's --no-mtp). */
 #include "convert/convert.h"
 #include <jansson.h>
 #include <math.h>
@@ -16,6 +19,9 @@ static const struct { const char *hf, *arch; bool embed; } g_dec[] = {
     {"Qwen3ForCausalLM", "qwen3", false},
     {"Qwen3Model", "qwen3", true},
     {"Qwen3MoeForCausalLM", "qwen3moe", false},
+    {"DeepseekV2ForCausalLM", "deepseek2", false},
+    {"DeepseekV3ForCausalLM", "deepseek2", false},
+    {"Glm4MoeLiteForCausalLM", "deepseek2", false},
 };
 
 static const struct { const char *hf, *gg; } g_layer[] = {
@@ -23,6 +29,12 @@ static const struct { const char *hf, *gg; } g_layer[] = {
     {"self_attn.v_proj", "attn_v"}, {"self_attn.o_proj", "attn_output"}, {"self_attn.q_norm", "attn_q_norm"},
     {"self_attn.k_norm", "attn_k_norm"}, {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_proj", "ffn_gate"},
     {"mlp.up_proj", "ffn_up"}, {"mlp.down_proj", "ffn_down"}, {"mlp.gate", "ffn_gate_inp"} /* the MoE router */,
+    /* deepseek2: MLA's projections (kv_b_proj is split, below), the shared experts, the
+     * router's selection bias */
+    {"self_attn.q_a_proj", "attn_q_a"}, {"self_attn.q_a_layernorm", "attn_q_a_norm"},
+    {"self_attn.q_b_proj", "attn_q_b"}, {"self_attn.kv_a_proj_with_mqa", "attn_kv_a_mqa"},
+    {"self_attn.kv_a_layernorm", "attn_kv_a_norm"}, {"mlp.shared_experts.gate_proj", "ffn_gate_shexp"},
+    {"mlp.shared_experts.up_proj", "ffn_up_shexp"}, {"mlp.shared_experts.down_proj", "ffn_down_shexp"},
 };
 
 /* A mixture's experts: layers.L.mlp.experts.X.{gate,up,down}_proj.weight, stacked into
@@ -47,6 +59,17 @@ static int expert_name(const char *name, long *il, long *ex, int *which) {
     return 0;
 }
 
+/* The layer of "[model.]layers.N.<rest>" (-1 for other names), rest pointed at. */
+static long layer_of(const char *name, const char **rest) {
+    if (!strncmp(name, "model.", 6)) name += 6;
+    if (strncmp(name, "layers.", 7)) return -1;
+    char *end;
+    long il = strtol(name + 7, &end, 10);
+    if (end == name + 7 || *end != '.' || il < 0) return -1;
+    *rest = end + 1;
+    return il;
+}
+
 /* Returns 1 mapped, 0 skipped, -1 unknown. */
 static int map_name(const char *name, bool tied, char *out, size_t cap) {
     if (!strncmp(name, "model.", 6)) name += 6;
@@ -63,6 +86,10 @@ static int map_name(const char *name, bool tied, char *out, size_t cap) {
     long il = strtol(name + 7, &end, 10);
     if (end == name + 7 || *end != '.' || il < 0 || il > 4096) return -1;
     const char *rest = end + 1;
+    if (!strcmp(rest, "mlp.gate.e_score_correction_bias")) {
+        snprintf(out, cap, "blk.%ld.exp_probs_b.bias", il);
+        return 1;
+    }
     const char *dot = strrchr(rest, '.');
     if (!dot || (strcmp(dot, ".weight") && strcmp(dot, ".bias"))) return -1;
     size_t bl = (size_t)(dot - rest);
@@ -112,6 +139,7 @@ typedef struct rope_cfg {
     double low, high;           /* llama3: low_freq_factor, high_freq_factor */
     double yarn[4];             /* g_yarn_keys values ... */
     bool has_yarn[4];           /* ... when the config has them */
+    double mscale_all;          /* yarn: DeepSeek's mscale_all_dim (0: none) */
 } rope_cfg;
 
 /* The type name for a message: at most 40 printable characters. */
@@ -174,6 +202,7 @@ static ob_status rope_read(json_t *cfg, const char *hf_arch, bool llama, rope_cf
             rc->yarn[i] = json_number_value(v);
             rc->has_yarn[i] = true;
         }
+    if (rc->kind == ROPE_YARN) rc->mscale_all = cfg_num(p, "mscale_all_dim", 0.0);
     return OB_OK;
 }
 
@@ -212,6 +241,110 @@ static void rope_llama3_factors(const rope_cfg *rc, int hd, float *out) {
     }
 }
 
+/* ---- deepseek2 (MLA + mixture) ------------------------------------------------------------
+ * What llama.cpp's DeepseekV2Model (and Glm4MoeLiteModel) converter writes, from the config's
+ * MLA sizes and router. The router's function is the model class's (transformers' V2 router
+ * is softmax, V3's and GLM-4.7-Flash's sigmoid with a selection bias): always written, where
+ * llama.cpp writes it only when the config names one (its loader then guesses GLM's from the
+ * layer and token counts). */
+typedef struct mla_cfg {
+    int q_lora, kv_lora, nope, rope, vd;   /* ranks (q_lora 0: none) and head widths */
+    int n_dense, n_shared, n_nextn;        /* leading dense layers, shared experts, MTP layers */
+    int gating, n_group, topk_group;       /* 1 softmax / 2 sigmoid; groups (-1: absent) */
+    bool norm;
+    double scale;                          /* routed_scaling_factor; < 0: absent */
+} mla_cfg;
+
+static ob_status mla_read(json_t *cfg, const char *hf_arch, int L, mla_cfg *mc, char *err, size_t err_len) {
+    memset(mc, 0, sizeof(*mc));
+    json_t *ql = json_object_get(cfg, "q_lora_rank");
+    mc->q_lora = json_is_integer(ql) ? (int)json_integer_value(ql) : 0;
+    mc->kv_lora = cfg_int(cfg, "kv_lora_rank", 512);
+    mc->nope = cfg_int(cfg, "qk_nope_head_dim", 0);
+    mc->rope = cfg_int(cfg, "qk_rope_head_dim", 0);
+    mc->vd = cfg_int(cfg, "v_head_dim", 0);
+    if (mc->q_lora < 0 || mc->kv_lora <= 0 || mc->nope <= 0 || mc->rope <= 0 || mc->rope % 2 || mc->vd <= 0 ||
+        mc->kv_lora > 65536 || mc->nope > 4096 || mc->rope > 1024 || mc->vd > 4096)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s: implausible MLA sizes (q_lora %d, kv_lora %d, nope %d, "
+                       "rope %d, v %d)", hf_arch, mc->q_lora, mc->kv_lora, mc->nope, mc->rope, mc->vd);
+    if (json_is_true(json_object_get(cfg, "attention_bias")))
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: %s with attention_bias is not supported", hf_arch);
+    if (json_is_false(json_object_get(cfg, "rope_interleave")))
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                       "convert: %s with rope_interleave off is not supported (deepseek2 turns adjacent pairs)", hf_arch);
+    if (cfg_int(cfg, "moe_layer_freq", 1) != 1)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: %s with moe_layer_freq %d is not supported", hf_arch,
+                       cfg_int(cfg, "moe_layer_freq", 1));
+    /* leading dense layers: transformers 5's mlp_layer_types (dense ones first), else
+     * first_k_dense_replace */
+    json_t *types = json_object_get(cfg, "mlp_layer_types");
+    mc->n_dense = -1;
+    if (json_is_array(types)) {
+        size_t n = json_array_size(types), i = 0;
+        for (; i < n; i++) {
+            const char *t = json_string_value(json_array_get(types, i));
+            if (!t || strcmp(t, "dense")) break;
+        }
+        mc->n_dense = (int)i;
+        for (; i < n; i++) {
+            const char *t = json_string_value(json_array_get(types, i));
+            if (!t || strcmp(t, "sparse"))
+                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
+                               "convert: %s: mlp_layer_types other than dense layers then sparse ones", hf_arch);
+        }
+    }
+    json_t *fk = json_object_get(cfg, "first_k_dense_replace");
+    if (json_is_integer(fk)) {
+        if (mc->n_dense >= 0 && mc->n_dense != (int)json_integer_value(fk))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s: first_k_dense_replace %d against %d dense mlp_layer_types",
+                           hf_arch, (int)json_integer_value(fk), mc->n_dense);
+        mc->n_dense = (int)json_integer_value(fk);
+    }
+    if (mc->n_dense < 0)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s: config.json has neither first_k_dense_replace nor "
+                       "mlp_layer_types", hf_arch);
+    if (mc->n_dense > L) mc->n_dense = L;
+    mc->n_shared = cfg_int(cfg, "n_shared_experts", 0);
+    mc->n_nextn = cfg_int(cfg, "num_nextn_predict_layers", 0);
+    mc->n_group = cfg_int(cfg, "n_group", -1);
+    mc->topk_group = cfg_int(cfg, "topk_group", -1);
+    mc->norm = json_is_true(json_object_get(cfg, "norm_topk_prob"));
+    mc->scale = cfg_num(cfg, "routed_scaling_factor", -1.0);
+    mc->gating = !strcmp(hf_arch, "DeepseekV2ForCausalLM") ? 1 : 2;
+    const char *sf = json_string_value(json_object_get(cfg, "scoring_func"));
+    if (sf && strcmp(sf, mc->gating == 1 ? "softmax" : "sigmoid"))
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "convert: %s with scoring_func '%s' is not supported", hf_arch,
+                       strlen(sf) < 32 ? sf : "?");
+    if (mc->n_shared < 0 || mc->n_shared > 1024 || mc->n_nextn < 0 || mc->n_nextn > 16)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: %s: implausible n_shared_experts %d or num_nextn_predict_layers %d",
+                       hf_arch, mc->n_shared, mc->n_nextn);
+    return OB_OK;
+}
+
+static void mla_write_keys(ob_gguf_writer *w, const char *arch, const mla_cfg *mc, const rope_cfg *rc, int n_vocab) {
+    char key[128];
+#define KEY(s) (snprintf(key, sizeof(key), "%s.%s", arch, s), key)
+    ob_gguf_set_u32(w, KEY("leading_dense_block_count"), (uint32_t)mc->n_dense);
+    ob_gguf_set_u32(w, KEY("vocab_size"), (uint32_t)n_vocab);
+    if (mc->q_lora > 0) ob_gguf_set_u32(w, KEY("attention.q_lora_rank"), (uint32_t)mc->q_lora);
+    ob_gguf_set_u32(w, KEY("attention.kv_lora_rank"), (uint32_t)mc->kv_lora);
+    /* the cache's one kv head is the latent row; the heads as transformers has them */
+    ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)(mc->kv_lora + mc->rope));
+    ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)mc->kv_lora);
+    ob_gguf_set_u32(w, KEY("attention.key_length_mla"), (uint32_t)(mc->nope + mc->rope));
+    ob_gguf_set_u32(w, KEY("attention.value_length_mla"), (uint32_t)mc->vd);
+    ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)mc->rope);
+    ob_gguf_set_u32(w, KEY("expert_shared_count"), (uint32_t)mc->n_shared);
+    if (mc->scale >= 0) ob_gguf_set_f32(w, KEY("expert_weights_scale"), (float)mc->scale);
+    if (mc->norm) ob_gguf_set_bool(w, KEY("expert_weights_norm"), true);
+    ob_gguf_set_u32(w, KEY("expert_gating_func"), (uint32_t)mc->gating);
+    if (mc->n_group >= 0) ob_gguf_set_u32(w, KEY("expert_group_count"), (uint32_t)mc->n_group);
+    if (mc->topk_group >= 0) ob_gguf_set_u32(w, KEY("expert_group_used_count"), (uint32_t)mc->topk_group);
+    /* llama.cpp's deepseek2 convention: 0.1 * mscale_all_dim (its loader divides by 0.1) */
+    if (rc->mscale_all != 0) ob_gguf_set_f32(w, KEY("rope.scaling.yarn_log_multiplier"), (float)(0.1 * rc->mscale_all));
+#undef KEY
+}
+
 ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_json, const char *out_path,
                              const ob_convert_opts *o, bool *handled, char *err, size_t err_len) {
     json_t *cfg = config_json;
@@ -231,15 +364,21 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     ob_status st = rope_read(cfg, hf_arch, llama, &rc, err, err_len);
     if (st) return st;
     bool tied = json_is_true(json_object_get(cfg, "tie_word_embeddings")) || g_dec[di].embed;
-    /* Qwen3-MoE: every layer a mixture, softmax top-k renormalised (what llama.cpp runs) */
-    const bool moe = !strcmp(arch, "qwen3moe");
-    const int n_exp = cfg_int(cfg, "num_experts", cfg_int(cfg, "num_local_experts", 0));
+    /* Qwen3-MoE: every layer a mixture, softmax top-k renormalised (what llama.cpp runs);
+     * deepseek2: mixtures after n_dense dense layers */
+    const bool mla = !strcmp(arch, "deepseek2"), moe = mla || !strcmp(arch, "qwen3moe");
+    const int n_exp = cfg_int(cfg, "num_experts", cfg_int(cfg, "num_local_experts", cfg_int(cfg, "n_routed_experts", 0)));
     const int n_used = cfg_int(cfg, "num_experts_per_tok", 0), F_exp = cfg_int(cfg, "moe_intermediate_size", 0);
-    if (moe) {
-        json_t *mlp_only = json_object_get(cfg, "mlp_only_layers");
+    mla_cfg mc = {0};
+    if (mla && (st = mla_read(cfg, hf_arch, L, &mc, err, err_len))) return st;
+    const int first_moe = mla ? mc.n_dense : 0;
+    if (moe && first_moe < L) {
         if (n_exp <= 0 || n_exp > 4096 || n_used <= 0 || n_used > n_exp || F_exp <= 0)
             return ob_fail(err, err_len, OB_ERR_FORMAT, "%s/config.json: implausible experts (%d, %d used, width %d)", dir,
                            n_exp, n_used, F_exp);
+    }
+    if (moe && !mla) {
+        json_t *mlp_only = json_object_get(cfg, "mlp_only_layers");
         if (!json_is_true(json_object_get(cfg, "norm_topk_prob")))
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
                            "convert: %s with norm_topk_prob off is not supported (llama.cpp's qwen3moe renormalises)", hf_arch);
@@ -253,7 +392,7 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     ob_gguf_writer *w = NULL;
     float *rope_freqs = NULL;
     st = ob_conv_load_sources(&c, dir, err, err_len);
-    if (!st && moe) {
+    if (!st && moe && first_moe < L) {
         experts = calloc((size_t)L * 3 * (size_t)n_exp, sizeof(*experts));
         st = ob_conv_keep(&c, experts, err, err_len); /* the stacked tensors point into it */
     }
@@ -262,8 +401,23 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
         char name[96];
         long il, ex;
         int which;
+        const char *rest = NULL;
+        const long lay = layer_of(s->name, &rest);
+        if (mla && lay >= L) continue; /* multi-token prediction (nextn) layers */
+        if (mla && !strcmp(rest ? rest : "", "self_attn.kv_b_proj.weight")) {
+            /* [H * (nope + v), kv_lora] -> attn_k_b [nope, kv_lora, H] (each head's rows
+             * transposed) and attn_v_b [kv_lora, v, H], as llama.cpp splits it for MLA */
+            snprintf(name, sizeof(name), "blk.%ld.attn_k_b.weight", lay);
+            st = ob_conv_add_heads(&c, s, name, o->type, H, 0, mc.nope, true, err, err_len);
+            snprintf(name, sizeof(name), "blk.%ld.attn_v_b.weight", lay);
+            if (!st) st = ob_conv_add_heads(&c, s, name, o->type, H, mc.nope, mc.vd, false, err, err_len);
+            if (!st && s->shape[0] != (int64_t)H * (mc.nope + mc.vd))
+                st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: '%s' has %lld rows, not %d heads of %d + %d", s->name,
+                             (long long)s->shape[0], H, mc.nope, mc.vd);
+            continue;
+        }
         if (moe && expert_name(s->name, &il, &ex, &which)) {
-            if (il < 0 || il >= L || ex < 0 || ex >= n_exp) {
+            if (il < first_moe || il >= L || ex < 0 || ex >= n_exp) {
                 st = ob_fail(err, err_len, OB_ERR_FORMAT, "convert: '%s' is past %d layers of %d experts", s->name, L, n_exp);
                 break;
             }
@@ -282,7 +436,7 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
             break;
         }
     }
-    for (int il = 0; !st && moe && il < L; il++)
+    for (int il = first_moe; !st && moe && il < L; il++)
         for (int wh = 0; !st && wh < 3; wh++) {
             const ob_src_tensor **parts = experts + ((size_t)il * 3 + (size_t)wh) * (size_t)n_exp;
             for (int ex = 0; ex < n_exp && !st; ex++)
@@ -307,11 +461,13 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
     ob_gguf_set_u32(w, KEY("block_count"), (uint32_t)L);
     ob_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)F);
     ob_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)H);
-    ob_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)Hkv);
+    ob_gguf_set_u32(w, KEY("attention.head_count_kv"), mla ? 1u : (uint32_t)Hkv); /* MLA: one latent kv head */
     ob_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)cfg_num(cfg, "rms_norm_eps", 1e-6));
     ob_gguf_set_f32(w, KEY("rope.freq_base"), (float)rc.theta);
-    ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
-    ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    if (!mla) {
+        ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)hd);
+        ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)hd);
+    }
     if (llama) ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)hd);
     rope_write_keys(w, arch, &rc);
     if (g_dec[di].embed) ob_gguf_set_u32(w, KEY("pooling_type"), OB_POOLING_LAST);
@@ -321,6 +477,7 @@ ob_status ob_convert_decoder(const char *dir, const char *hf_arch, void *config_
         ob_gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)F_exp);
     }
 #undef KEY
+    if (mla) mla_write_keys(w, arch, &mc, &rc, cfg_int(cfg, "vocab_size", 0));
     int64_t n_vocab = 0;
     if ((st = ob_convert_vocab_bpe(w, dir, &n_vocab, err, err_len))) goto done;
     for (int64_t i = 0; i < c.n_out; i++)
@@ -341,4 +498,16 @@ done:
     free(rope_freqs);
     ob_conv_free(&c);
     return st;
+}
+
+ob_status ob_conv_rope_keys(ob_gguf_writer *w, void *config_json, const char *hf_arch, const char *arch, char *err,
+                            size_t err_len) {
+    rope_cfg rc;
+    ob_status st = rope_read(config_json, hf_arch, false, &rc, err, err_len);
+    if (st) return st;
+    char key[128];
+    snprintf(key, sizeof(key), "%s.rope.freq_base", arch);
+    ob_gguf_set_f32(w, key, (float)rc.theta);
+    rope_write_keys(w, arch, &rc);
+    return OB_OK;
 }

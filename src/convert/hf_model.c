@@ -177,6 +177,36 @@ static int read_pooling(const char *dir, int def) {
     return p;
 }
 
+/* Element i of a source tensor as float. */
+static float src_elem(const ob_src_tensor *s, int64_t i) {
+    if (s->type == OB_TYPE_F32) {
+        float f;
+        memcpy(&f, (const char *)s->data + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)s->data + 2 * i, 2);
+    return s->type == OB_TYPE_F16 ? ob_f16_to_f32(h) : ob_bf16_to_f32(h);
+}
+
+/* The n floats of c->buf as output tensor o's type into dst (size bytes). */
+static bool store_buf(ob_conv *c, const ob_out_tensor *o, int64_t n, void *dst, size_t size) {
+    const int64_t row = o->ne[0];
+    if (o->type == OB_TYPE_F32) { memcpy(dst, c->buf, sizeof(float) * (size_t)n); return size == sizeof(float) * (size_t)n; }
+    if (o->type == OB_TYPE_F16) {
+        for (int64_t i = 0; i < n; i++) { uint16_t h = ob_f32_to_f16(c->buf[i]); memcpy((char *)dst + 2 * i, &h, 2); }
+        return size == (size_t)n * 2;
+    }
+    if (o->type == OB_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) { uint16_t h = ob_f32_to_bf16(c->buf[i]); memcpy((char *)dst + 2 * i, &h, 2); }
+        return size == (size_t)n * 2;
+    }
+    const ob_type_traits *tr = ob_type_traits_get(o->type);
+    size_t rb = ob_row_size(o->type, row);
+    for (int64_t r = 0; r < n / row; r++) tr->from_float(c->buf + r * row, (char *)dst + (size_t)r * rb, row);
+    return size == rb * (size_t)(n / row);
+}
+
 static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
     ob_conv *c = ctx;
     const ob_out_tensor *o = &c->out[index];
@@ -191,6 +221,16 @@ static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
     }
     if (o->n_parts) s = o->parts[0]; /* every part has its dtype and shape */
     size_t es = s->type == OB_TYPE_F32 ? 4 : 2;
+    if (o->head_rows) { /* a piece of each head, element by element (transposed or not) */
+        const int64_t cols = s->shape[s->n_dims - 1], per = o->ne[1];
+        for (int64_t r = 0; r < n / row; r++)
+            for (int64_t i = 0; i < row; i++) {
+                const int64_t h = r / per, j = r % per;
+                const int64_t sr = h * o->head_rows + o->row0 + (o->transpose ? i : j), sc = o->transpose ? j : i;
+                c->buf[r * row + i] = src_elem(s, sr * cols + sc);
+            }
+        return store_buf(c, o, n, dst, size);
+    }
     const unsigned char *p = (const unsigned char *)s->data + (size_t)(o->skip_rows * row) * es;
     int64_t rows = n / row, hd = o->permute_heads > 0 ? rows / o->permute_heads : 0;
     const int64_t part_rows = o->n_parts ? rows / o->n_parts : rows;
@@ -211,25 +251,15 @@ static bool fill_tensor(void *ctx, int64_t index, void *dst, size_t size) {
             }
         }
     }
-    if (o->type == OB_TYPE_F32) { memcpy(dst, c->buf, need); return size == need; }
-    if (o->type == OB_TYPE_F16) {
-        for (int64_t i = 0; i < n; i++) { uint16_t h = ob_f32_to_f16(c->buf[i]); memcpy((char *)dst + 2 * i, &h, 2); }
-        return size == (size_t)n * 2;
-    }
-    if (o->type == OB_TYPE_BF16) {
-        for (int64_t i = 0; i < n; i++) { uint16_t h = ob_f32_to_bf16(c->buf[i]); memcpy((char *)dst + 2 * i, &h, 2); }
-        return size == (size_t)n * 2;
-    }
-    const ob_type_traits *tr = ob_type_traits_get(o->type);
-    size_t rb = ob_row_size(o->type, row);
-    for (int64_t r = 0; r < n / row; r++) tr->from_float(c->buf + r * row, (char *)dst + (size_t)r * rb, row);
-    return size == rb * (size_t)(n / row);
+    return store_buf(c, o, n, dst, size);
 }
 
-/* Output type of a tensor: 1-D tensors, norms and the token-type table stay F32;
- * rows that do not fill whole blocks of the wanted type fall back to F16. */
+/* Output type of a tensor: 1-D tensors, norms, the token-type table and a mixture's router
+ * (ffn_gate_inp, as llama.cpp's converter keeps it) stay F32; rows that do not fill whole
+ * blocks of the wanted type fall back to F16. */
 static ob_type pick_type(const ob_out_tensor *o, ob_type want) {
-    if (o->n_dims < 2 || strstr(o->name, "token_types") || strstr(o->name, "norm")) return OB_TYPE_F32;
+    if (o->n_dims < 2 || strstr(o->name, "token_types") || strstr(o->name, "norm") || strstr(o->name, "ffn_gate_inp"))
+        return OB_TYPE_F32;
     if (ob_row_size(want, o->ne[0]) == 0) return OB_TYPE_F16;
     return want;
 }
@@ -240,11 +270,12 @@ ob_status ob_conv_add(ob_conv *c, const ob_src_tensor *s, const char *name, ob_t
                        s->name, s->dtype, s->n_dims);
     for (int64_t j = 0; j < c->n_out; j++)
         if (!strcmp(c->out[j].name, name)) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: two tensors map to '%s'", name);
+    /* a source gives at most two outputs (MLA's kv_b: attn_k_b and attn_v_b) */
     if (!c->out) {
-        c->out = calloc((size_t)(c->src.n ? c->src.n : 1), sizeof(ob_out_tensor));
+        c->out = calloc((size_t)(2 * c->src.n + 1), sizeof(ob_out_tensor));
         if (!c->out) return ob_fail(err, err_len, OB_ERR_NOMEM, "convert: out of memory");
     }
-    if (c->n_out >= c->src.n) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: more outputs than source tensors");
+    if (c->n_out >= 2 * c->src.n + 1) return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: more outputs than source tensors");
     ob_out_tensor *ot = &c->out[c->n_out];
     memset(ot, 0, sizeof(*ot));
     snprintf(ot->name, sizeof(ot->name), "%s", name);
@@ -291,6 +322,27 @@ ob_status ob_conv_add_stack(ob_conv *c, const ob_src_tensor **parts, int n, cons
     return OB_OK;
 }
 
+ob_status ob_conv_add_heads(ob_conv *c, const ob_src_tensor *s, const char *name, ob_type want, int64_t n_head,
+                            int64_t row0, int64_t sub, bool transpose, char *err, size_t err_len) {
+    if (s->n_dims != 2 || n_head < 1 || s->shape[0] % n_head || row0 < 0 || sub < 1 || row0 + sub > s->shape[0] / n_head)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "convert: '%s' [%lld, %lld] does not split into %lld heads for '%s'",
+                       s->name, (long long)s->shape[0], (long long)(s->n_dims > 1 ? s->shape[1] : 1), (long long)n_head,
+                       name);
+    ob_status st = ob_conv_add(c, s, name, want, err, err_len);
+    if (st) return st;
+    ob_out_tensor *ot = &c->out[c->n_out - 1];
+    const int64_t cols = s->shape[1];
+    ot->n_dims = 3;
+    ot->ne[0] = transpose ? sub : cols;
+    ot->ne[1] = transpose ? cols : sub;
+    ot->ne[2] = n_head;
+    ot->head_rows = s->shape[0] / n_head;
+    ot->row0 = row0;
+    ot->transpose = transpose;
+    ot->type = pick_type(ot, want);
+    return OB_OK;
+}
+
 ob_status ob_conv_write_tensors(ob_conv *c, ob_gguf_writer *w, char *err, size_t err_len) {
     for (int64_t i = 0; i < c->n_out; i++) {
         const ob_out_tensor *ot = &c->out[i];
@@ -329,13 +381,15 @@ ob_status ob_convert_hf(const char *dir, const char *out_path, const ob_convert_
     if (!ha && hfa) {
         bool handled = false;
         st = ob_convert_decoder(dir, hfa, cfg, out_path, &o, &handled, err, err_len);
+        if (!handled) st = ob_convert_gptoss(dir, hfa, cfg, out_path, &o, &handled, err, err_len);
         if (handled) goto done;
     }
     if (!ha) {
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
                      "convert: architecture '%s' is not supported (supported: BertModel, XLMRobertaModel, RobertaModel, "
                      "NomicBertModel, JinaBertModel, their ForSequenceClassification rerankers, LlamaForCausalLM, "
-                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3Model, Qwen3MoeForCausalLM)", hfa ? hfa : "(none in config.json)");
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3Model, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, "
+                     "DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM, GptOssForCausalLM)", hfa ? hfa : "(none in config.json)");
         goto done;
     }
     const char *pet = json_string_value(json_object_get(cfg, "position_embedding_type"));

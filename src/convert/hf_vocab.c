@@ -371,8 +371,8 @@ ob_status ob_convert_vocab(ob_gguf_writer *w, const char *dir, int type_vocab_si
 /* ---- byte-level BPE ---------------------------------------------------------------------- */
 
 /* The pre-tokenizer, named as tokenizer.ggml.pre: recognised from the Split regex's
- * digit rule (Llama 3 groups up to three digits, Qwen2 splits every digit) or a bare
- * ByteLevel (GPT-2's built-in regex). */
+ * letter rule (o200k, GPT-4o and gpt-oss: runs by case class) or digit rule (Llama 3 groups
+ * up to three digits, Qwen2 splits every digit), or a bare ByteLevel (GPT-2's built-in regex). */
 static const char *bpe_pre(json_t *pre) {
     const char *ty = json_string_value(json_object_get(pre, "type"));
     if (!ty) return NULL;
@@ -386,7 +386,8 @@ static const char *bpe_pre(json_t *pre) {
             if (t && !strcmp(t, "Split")) {
                 const char *re = json_string_value(json_object_get(json_object_get(p, "pattern"), "Regex"));
                 if (!re || found) return NULL;
-                if (strstr(re, "\\p{N}{1,3}")) found = "llama-bpe";
+                if (strstr(re, "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]")) found = "gpt-4o"; /* o200k: gpt-oss */
+                else if (strstr(re, "\\p{N}{1,3}")) found = "llama-bpe";
                 else if (strstr(re, "\\p{N}|")) found = "qwen2";
                 else return NULL;
             } else if (!t || strcmp(t, "ByteLevel") || !json_is_false(json_object_get(p, "use_regex"))) {
@@ -422,7 +423,7 @@ ob_status ob_convert_vocab_bpe(ob_gguf_writer *w, const char *dir, int64_t *n_vo
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: only byte-level BPE tokenizers convert for decoders", path);
         goto done;
     }
-    if (!pre) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: unknown pre-tokenizer (known: GPT-2, Llama 3, Qwen2)", path); goto done; }
+    if (!pre) { st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s: unknown pre-tokenizer (known: GPT-2, Llama 3, Qwen2, GPT-4o)", path); goto done; }
     int64_t n = 0;
     if ((st = vocab_count(j, jv, path, &n, err, err_len))) goto done;
     const char *key;

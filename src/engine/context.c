@@ -74,8 +74,12 @@ static ob_tensor *build(ob_context *c, int T, int n_out) {
     int64_t nekv[2] = {(int64_t)hp->head_dim * hp->n_head_kv, cells};
     for (int il = 0; il < hp->n_layer; il++) {
         in.k_cache[il] = ob_leaf(g, "cache_k", c->kv_type_k, 2, nekv, c->k[il]);
-        in.v_cache[il] = ob_leaf(g, "cache_v", c->kv_type_v, 2, nekv, c->v[il]);
         ob_set_name(in.k_cache[il], "cache_k.%d", il);
+        if (hp->v_in_k) { /* MLA: the values are read from the K rows */
+            in.v_cache[il] = in.k_cache[il];
+            continue;
+        }
+        in.v_cache[il] = ob_leaf(g, "cache_v", c->kv_type_v, 2, nekv, c->v[il]);
         ob_set_name(in.v_cache[il], "cache_v.%d", il);
     }
     in.cells_per_seq = c->cells_per_seq;
@@ -150,7 +154,7 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: head size %zu is not a multiple of the KV cache block", row);
         goto fail;
     }
-    size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = (vrow * cells + 255) & ~(size_t)255;
+    size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = hp->v_in_k ? 0 : (vrow * cells + 255) & ~(size_t)255;
     size_t kv_total = (layer_k + layer_v) * (size_t)hp->n_layer;
     if (hp->encoder && !p.embeddings) {
         /* An encoder has no LM head: a caller expecting logits gets a clear error, not NULL rows. */
@@ -174,7 +178,7 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
         c->embd_valid = calloc((size_t)p.n_seq, sizeof(bool));
         if (!c->embd || !c->embd_valid) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory"); goto fail; }
     }
-    c->graph = ob_graph_new((int64_t)hp->n_layer * 48 + 64);
+    c->graph = ob_graph_new((int64_t)hp->n_layer * 64 + 64); /* deepseek2 builds ~60 nodes a layer */
     c->h_in = calloc((size_t)p.n_batch * 4, sizeof(int32_t));
     /* +1: a chunk with no wanted row still writes one. Embeddings contexts have no logits. */
     c->logits = malloc(sizeof(float) * (c->pooling ? 1 : (size_t)hp->n_vocab * ((size_t)p.n_batch + 1)));
@@ -235,7 +239,7 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     }
     for (int il = 0; il < hp->n_layer; il++) {
         c->k[il] = (char *)c->kv_buf + (size_t)il * (layer_k + layer_v);
-        c->v[il] = (char *)c->k[il] + layer_k;
+        c->v[il] = hp->v_in_k ? c->k[il] : (char *)c->k[il] + layer_k;
     }
     *out = c;
     return OB_OK;

@@ -56,7 +56,14 @@ const void *ob_mv_host_data(ob_model_view *mv, const ob_weight *w) {
 
 const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const float *data, int64_t n, char *err,
                                   size_t err_len) {
+    return ob_mv_new_weight_nd(mv, name, data, 1, &n, err, err_len);
+}
+
+const ob_weight *ob_mv_new_weight_nd(ob_model_view *mv, const char *name, const float *data, int n_dims,
+                                     const int64_t *ne, char *err, size_t err_len) {
     ob_model *m = mv->m;
+    int64_t n = 1;
+    for (int d = 0; d < n_dims; d++) n *= ne[d];
     const ob_backend_iface *bi = m->backend->iface;
     if (m->n_made >= OB_MODEL_MAX_MADE) {
         ob_fail(err, err_len, OB_ERR_NOMEM, "model: too many made weights");
@@ -73,9 +80,8 @@ const ob_weight *ob_mv_new_weight(ob_model_view *mv, const char *name, const flo
     }
     w->name = name;
     w->type = OB_TYPE_F32;
-    w->n_dims = 1;
-    w->ne[0] = n;
-    w->ne[1] = w->ne[2] = w->ne[3] = 1;
+    w->n_dims = n_dims;
+    for (int d = 0; d < 4; d++) w->ne[d] = d < n_dims ? ne[d] : 1;
     w->data = buf;
     m->made[m->n_made++] = w;
     return w;

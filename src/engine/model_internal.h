@@ -6,7 +6,7 @@
 #include "backend/backend.h"
 #include "format/quant.h"
 
-#define OB_MODEL_MAX_MADE 4
+#define OB_MODEL_MAX_MADE (2 * OB_MAX_LAYERS + 4) /* YaRN's factors; deepseek2's k_b and v_b of old files */
 
 struct ob_model {
     ob_gguf *gguf;           /* owns the mapping the CPU weights point into */

@@ -114,5 +114,13 @@ typedef struct { uint8_t e; uint8_t qs[16]; } ob_block_mxfp4;                   
 /* The IQ4_NL / IQ4_XS non-linear 16-level table, and MXFP4's E2M1 values (doubled). */
 extern const int8_t ob_iq4nl_values[16];
 extern const int8_t ob_mxfp4_values[16];
+/* MXFP4's block scale 2^(e-128) (its table values above are doubled), as float bits; e < 2
+ * lands in the subnormals. Every value d * table[q] is then exact in a float. */
+static inline float ob_mxfp4_scale(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 #endif

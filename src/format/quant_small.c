@@ -264,18 +264,11 @@ size_t ob_quant_row_q1_0(const float *x, void *y, int64_t n) {
  * 32 elements { uint8 e (E8M0 exponent); uint8 qs[16] (E2M1 codes, byte j = elements j
  * and j+16) }. Value = 2^(e-127) * e2m1 = (2^(e-128)) * doubled-table value. */
 
-/* 2^(e-128) as float bits; e < 2 lands in the subnormals. */
-static float ob_e8m0_half(uint8_t e) {
-    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f; memcpy(&f, &bits, 4);
-    return f;
-}
-
 void ob_dequant_row_mxfp4(const void *x, float *y, int64_t n) {
     const uint8_t *p = x;
     for (int64_t i = 0; i < n / 32; i++, p += sizeof(ob_block_mxfp4), y += 32) {
         ob_block_mxfp4 b; memcpy(&b, p, sizeof b);
-        const float d = ob_e8m0_half(b.e);
+        const float d = ob_mxfp4_scale(b.e);
         for (int j = 0; j < 16; j++) {
             y[j] = d * (float)ob_mxfp4_values[b.qs[j] & 0xf];
             y[j + 16] = d * (float)ob_mxfp4_values[b.qs[j] >> 4];
@@ -294,7 +287,7 @@ size_t ob_quant_row_mxfp4(const float *x, void *y, int64_t n) {
         if (amax > 0.0f && isfinite(amax)) e = ob_clampi((int)(floorf(log2f(amax)) - 2.0f + 127.0f), 0, 255);
         ob_block_mxfp4 b;
         b.e = (uint8_t)e;
-        const float d = ob_e8m0_half(b.e);
+        const float d = ob_mxfp4_scale(b.e);
         uint8_t code[32];
         for (int j = 0; j < 32; j++) {
             int best = 0;

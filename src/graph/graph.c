@@ -64,8 +64,40 @@ ob_tensor *ob_moe_gate(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, o
     return t;
 }
 
+ob_tensor *ob_moe_gate_grouped(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, ob_moe_gating gating, bool norm,
+                               float scale, int n_group, int n_group_used) {
+    ob_tensor *t = ob_moe_gate(g, logits, bias, k, gating, norm, scale);
+    if (n_group > 1) t->ip[3] = OB_MOE_GROUPS(n_group, n_group_used);
+    return t;
+}
+
+ob_tensor *ob_concat(ob_graph *g, ob_tensor *a, ob_tensor *b) {
+    OB_ASSERT(ob_nrows(a) == ob_nrows(b));
+    int64_t ne[4] = {a->ne[0] + b->ne[0], a->ne[1], a->ne[2], a->ne[3]};
+    ob_tensor *t = new_node(g, OB_OP_CONCAT, OB_TYPE_F32, 4, ne);
+    t->src[0] = a;
+    t->src[1] = b;
+    return t;
+}
+
+ob_tensor *ob_slice(ob_graph *g, ob_tensor *x, int64_t offset, int64_t len) {
+    OB_ASSERT(offset >= 0 && len >= 1 && offset + len <= x->ne[0] && offset <= INT32_MAX);
+    int64_t ne[4] = {len, x->ne[1], x->ne[2], x->ne[3]};
+    ob_tensor *t = new_node(g, OB_OP_SLICE, OB_TYPE_F32, 4, ne);
+    t->src[0] = x;
+    t->ip[0] = (int32_t)offset;
+    return t;
+}
+
 ob_tensor *ob_matmul_id(ob_graph *g, ob_tensor *w, ob_tensor *x, ob_tensor *gate) {
     OB_ASSERT(w->ne[0] == x->ne[0]);
+    if (!gate) { /* one matrix per head: x [K, E, T] */
+        int64_t ne[3] = {w->ne[1], w->ne[2], ob_nrows(x) / w->ne[2]};
+        ob_tensor *t = new_node(g, OB_OP_MATMUL_ID, OB_TYPE_F32, 3, ne);
+        t->src[0] = w;
+        t->src[1] = x;
+        return t;
+    }
     int64_t ne[3] = {w->ne[1], gate->ne[0] / 2, ob_nrows(gate)};
     ob_tensor *t = new_node(g, OB_OP_MATMUL_ID, OB_TYPE_F32, 3, ne);
     t->src[0] = w;
@@ -200,11 +232,34 @@ ob_tensor *ob_attention(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc,
     return t;
 }
 
+ob_tensor *ob_attention_v(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc, ob_tensor *pos, ob_tensor *seq,
+                          ob_tensor *order, int cells_per_seq, int n_head_kv, int dv, float scale) {
+    ob_tensor *t = ob_attention(g, q, kc, vc, pos, seq, order, cells_per_seq, n_head_kv, 0, true, scale, 0.0f);
+    t->ne[0] = (int64_t)dv * q->ne[1];
+    return t;
+}
+
 ob_tensor *ob_glu(ob_graph *g, ob_tensor *gate, ob_tensor *up, ob_act act) {
     OB_ASSERT(ob_nelements(gate) == ob_nelements(up));
     ob_tensor *t = unary_like(g, OB_OP_GLU, gate);
     t->src[1] = up;
     t->ip[0] = act;
+    return t;
+}
+
+ob_tensor *ob_glu_swiglu_oai(ob_graph *g, ob_tensor *gate, ob_tensor *up, float alpha, float limit) {
+    ob_tensor *t = ob_glu(g, gate, up, OB_ACT_SILU);
+    t->ip[1] = OB_GLU_SWIGLU_OAI;
+    t->fp[0] = alpha;
+    t->fp[1] = limit;
+    return t;
+}
+
+ob_tensor *ob_add_id(ob_graph *g, ob_tensor *y, ob_tensor *bias, ob_tensor *gate) {
+    OB_ASSERT(bias->ne[0] == y->ne[0]);
+    ob_tensor *t = unary_like(g, OB_OP_ADD_ID, y);
+    t->src[1] = bias;
+    t->src[2] = gate;
     return t;
 }
 

@@ -6,7 +6,7 @@
 #include "core/common.h"
 #include <math.h>
 
-#define OB_MAX_SRC 6
+#define OB_MAX_SRC 7 /* ATTENTION's optional sinks are its seventh */
 #define OB_MAX_NAME 64
 
 typedef enum ob_op {
@@ -38,16 +38,26 @@ typedef enum ob_op {
                          the reference and the GPU backends skip it */
     OB_OP_ATTENTION,  /* src0 q F32 [hd, n_head, T]; src1 K cache [hd*n_kv, cells];
                          src2 V cache [hd*n_kv, cells]; src3 pos I32 [T]; src4 seq I32 [T];
-                         src5 the KV_STORE token (ordering only).
+                         src5 the KV_STORE token (ordering only); src6 NULL or sinks F32 [n_head]
+                         (gpt-oss): head h's sink is one more logit, in the scaled scores' units,
+                         that joins the softmax's denominator and adds no value.
                          i[0] cells per sequence, i[1] n_head_kv, i[2] sliding window (0 = none),
                          i[3] causal (1) or whole sequence (0, encoders: attends to the
                          batch's tokens of the same sequence); f[0] scale, f[1] logit soft-cap (0 = none),
                          f[2] ALiBi max bias (0 = none): query head h adds -slope_h * |pos_q - pos_k| to
                          its scores, slope_h = m0^(h+1) for h < n2, else m1^(2(h-n2)+1), where n2 is the
                          largest power of two <= n_head, m0 = 2^(-f[2]/n2), m1 = 2^(-f[2]/(2 n2))
-                         -> F32 [hd*n_head, T]; a token outside the cache (as KV_STORE's) gets
-                         zeros, and whole-sequence attention reaches cell i[0] - 1 at most */
-    OB_OP_GLU,        /* src0 gate [n, rows], src1 up [n, rows] -> act(gate) * up; i[0] ob_act */
+                         -> F32 [dv*n_head, T]; a token outside the cache (as KV_STORE's) gets
+                         zeros, and whole-sequence attention reaches cell i[0] - 1 at most.
+                         dv, the values' width, is the output's ne[0] / n_head (hd unless built by
+                         ob_attention_v); kv head j's value is elements [j*sv, j*sv + dv) of a
+                         V cache row, sv = its width / n_kv >= dv: src2 may be the K cache
+                         itself (MLA keeps one latent row per token and reads its first dv
+                         elements as the value) */
+    OB_OP_GLU,        /* src0 gate [n, rows], src1 up [n, rows] -> act(gate) * up; i[0] ob_act;
+                         i[1] ob_glu_kind: OB_GLU_SWIGLU_OAI (i[0] SILU) is gpt-oss's clamped form,
+                         g = min(gate, f[1]), u = clamp(up, -f[1], f[1]):
+                         g * sigmoid(f[0] * g) * (u + 1); f[0] alpha, f[1] limit > 0 */
     OB_OP_ACT,        /* src0 -> act(src0); i[0] ob_act */
     OB_OP_SOFTMAX,    /* softmax over rows of src0 */
     OB_OP_CPY,        /* src0 -> dst of another type (same element count) */
@@ -62,7 +72,9 @@ typedef enum ob_op {
      * the gate output: [w_0 .. w_{k-1}, id_0 .. id_{k-1}], ids as exact floats. */
     OB_OP_MOE_GATE,   /* src0 router logits F32 [E, T]; src1 NULL or selection bias F32 [E]
                          -> F32 [2k, T]. i[0] k (1..E), i[1] ob_moe_gating, i[2] flags
-                         (OB_MOE_NORM: the k weights divided by their sum); f[0] scale.
+                         (OB_MOE_NORM: the k weights divided by their sum); f[0] scale;
+                         i[3] 0, or OB_MOE_GROUPS(n, used): group-limited routing (DeepSeek-V3),
+                         see there.
                          Softmax: the k largest logits (the softmax is monotone), weight
                          softmax(logits)[id]. Sigmoid: the k largest sigmoid(l) + bias, weight
                          sigmoid(l)[id] (the bias only selects). Ties go to the lower id;
@@ -72,17 +84,39 @@ typedef enum ob_op {
                          reads token t's row) or [K, k, T] (one row per slot); src2 the
                          MOE_GATE output [2k, T] -> F32 [N, k, T]: slot j of token t is
                          W[id_j,t] x. A slot whose id is not an integer in [0, E) (a
-                         gate output is always one; a corrupt one is not) gives zeros */
+                         gate output is always one; a corrupt one is not) gives zeros.
+                         src2 NULL: slot j uses matrix j (k = E, x [K, E, T]): one matrix
+                         per head, as MLA's k_b and v_b are */
     OB_OP_MOE_SUM,    /* src0 y F32 [N, k, T]; src1 the MOE_GATE output [2k, T] -> F32 [N, T]:
                          sum over j = 0..k-1, in that order, of w_j,t * y[:, j, t] */
+    /* Pieces of rows (MLA, issue #32): splitting a projection into its parts and joining the
+     * parts of a query or key, as ggml's strided views and concat do. */
+    OB_OP_CONCAT,     /* src0 a F32 [na, ...], src1 b F32 [nb, ...] of as many rows -> F32
+                         [na + nb, ...] (a's shape past ne[0]): each row a's then b's */
+    OB_OP_SLICE,      /* src0 F32 [n, ...] -> F32 [len, ...]: elements [i[0], i[0] + len) of
+                         every row */
+    /* gpt-oss (issue #32): each expert's bias after MATMUL_ID */
+    OB_OP_ADD_ID,     /* src0 y F32 [N, k, T] (a MATMUL_ID output); src1 bias F32 [N, E]; src2 the
+                         MOE_GATE output [2k, T] -> F32 [N, k, T]: y[:, j, t] + bias[:, id_j,t].
+                         A slot whose id names no expert (as MATMUL_ID's) gets y unchanged */
     OB_OP_COUNT,
 } ob_op;
 
 /* MOE_GATE's gating function (i[1]) and flags (i[2]). */
 typedef enum ob_moe_gating { OB_MOE_SOFTMAX = 0, OB_MOE_SIGMOID = 1 } ob_moe_gating;
 #define OB_MOE_NORM 1
+/* MOE_GATE's i[3] for group-limited routing: the E experts are n consecutive groups of E/n;
+ * a group's score is the sum of its two best selection scores (its one, in groups of one;
+ * softmax: probabilities), and only the experts of the `used` best groups (ties to the lower
+ * group) can be chosen, as llama.cpp's expert_group_count / expert_group_used_count. */
+#define OB_MOE_GROUPS(n, used) ((int32_t)((uint32_t)(n) | (uint32_t)(used) << 16))
+#define OB_MOE_GROUP_COUNT(i3) ((int)((uint32_t)(i3) & 0xffff))
+#define OB_MOE_GROUP_USED(i3) ((int)((uint32_t)(i3) >> 16))
 /* Experts an id can name: every id below is exact in a float. */
 #define OB_MOE_MAX_EXPERTS (1 << 24)
+
+/* GLU's kind (i[1]). */
+typedef enum ob_glu_kind { OB_GLU_PLAIN = 0, OB_GLU_SWIGLU_OAI = 1 } ob_glu_kind;
 
 typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
                      OB_ACT_TANH = 4, OB_ACT_SOFTPLUS = 5 /* log(1 + e^x) */,
@@ -170,17 +204,32 @@ ob_tensor *ob_kv_store(ob_graph *g, ob_tensor *x, ob_tensor *cache, ob_tensor *p
 ob_tensor *ob_attention(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc, ob_tensor *pos,
                         ob_tensor *seq, ob_tensor *order, int cells_per_seq, int n_head_kv,
                         int window, bool causal, float scale, float softcap);
+/* Causal ATTENTION whose values are dv wide (<= the V cache's row per kv head): MLA's,
+ * where vc is the K cache and the value is the first dv elements of each latent row. */
+ob_tensor *ob_attention_v(ob_graph *g, ob_tensor *q, ob_tensor *kc, ob_tensor *vc, ob_tensor *pos, ob_tensor *seq,
+                          ob_tensor *order, int cells_per_seq, int n_head_kv, int dv, float scale);
 ob_tensor *ob_glu(ob_graph *g, ob_tensor *gate, ob_tensor *up, ob_act act);
+/* GLU of kind OB_GLU_SWIGLU_OAI (gpt-oss: alpha 1.702, limit 7). */
+ob_tensor *ob_glu_swiglu_oai(ob_graph *g, ob_tensor *gate, ob_tensor *up, float alpha, float limit);
+/* ADD_ID: each slot's expert bias (bias F32 [N, E]) added to a MATMUL_ID output. */
+ob_tensor *ob_add_id(ob_graph *g, ob_tensor *y, ob_tensor *bias, ob_tensor *gate);
 ob_tensor *ob_act_op(ob_graph *g, ob_tensor *x, ob_act act);
 ob_tensor *ob_softmax(ob_graph *g, ob_tensor *x);
 ob_tensor *ob_cpy(ob_graph *g, ob_tensor *x, ob_type type);
 ob_tensor *ob_pool(ob_graph *g, ob_tensor *x, ob_tensor *seq, ob_tensor *pos, ob_pool_type type, bool normalize, int n_seq);
 ob_tensor *ob_sample(ob_graph *g, ob_tensor *logits, ob_tensor *params);
-/* Mixture of experts (see OB_OP_MOE_GATE, OB_OP_MATMUL_ID, OB_OP_MOE_SUM). bias: NULL or F32 [E]. */
+/* Mixture of experts (see OB_OP_MOE_GATE, OB_OP_MATMUL_ID, OB_OP_MOE_SUM). bias: NULL or F32 [E];
+ * gate NULL: slot j of ob_matmul_id uses matrix j of w (one per head). */
 ob_tensor *ob_moe_gate(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, ob_moe_gating gating, bool norm,
                        float scale);
 ob_tensor *ob_matmul_id(ob_graph *g, ob_tensor *w, ob_tensor *x, ob_tensor *gate);
 ob_tensor *ob_moe_sum(ob_graph *g, ob_tensor *y, ob_tensor *gate);
+/* MOE_GATE with group-limited routing (n_group > 1; see OB_MOE_GROUPS). */
+ob_tensor *ob_moe_gate_grouped(ob_graph *g, ob_tensor *logits, ob_tensor *bias, int k, ob_moe_gating gating, bool norm,
+                               float scale, int n_group, int n_group_used);
+/* CONCAT and SLICE (graph.h's ops of the same names). */
+ob_tensor *ob_concat(ob_graph *g, ob_tensor *a, ob_tensor *b);
+ob_tensor *ob_slice(ob_graph *g, ob_tensor *x, int64_t offset, int64_t len);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

@@ -54,10 +54,13 @@ static bool unary_ok(const ob_tensor *n) {
 
 static bool act_node_ok(const ob_tensor *n) { return act_ok(n->ip[0]) && unary_ok(n); }
 
+/* GLU: plain, or gpt-oss's clamped SwiGLU (a SiLU GLU with a finite alpha and limit > 0). */
 static bool glu_ok(const ob_tensor *n) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
+    const bool kind_ok = n->ip[1] == OB_GLU_PLAIN || (n->ip[1] == OB_GLU_SWIGLU_OAI && n->ip[0] == OB_ACT_SILU &&
+                                                      isfinite(n->fp[0]) && n->fp[1] > 0.0f && isfinite(n->fp[1]));
     return is_f32(a) && is_f32(b) && is_f32(n) && ob_nelements(a) == ob_nelements(b) &&
-           ob_nelements(n) == ob_nelements(a) && act_ok(n->ip[0]);
+           ob_nelements(n) == ob_nelements(a) && act_ok(n->ip[0]) && kind_ok;
 }
 
 static bool rope_ok(const ob_tensor *n) {
@@ -88,11 +91,18 @@ static bool attention_ok(const ob_tensor *n) {
         return false;
     const int64_t hd = q->ne[0], H = q->ne[1], T = q->ne[2] * q->ne[3];
     const int n_kv = n->ip[1];
-    if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0) return false;
-    if (kc->ne[0] != hd * n_kv || vc->ne[0] != hd * n_kv || ob_nrows(kc) != ob_nrows(vc)) return false;
-    /* Per-head slices of a quantized cache row must start on a block boundary. */
-    if ((kc->type == OB_TYPE_Q8_0 || vc->type == OB_TYPE_Q8_0) && hd % 32 != 0) return false;
-    return ob_nelements(pos) == T && ob_nelements(seq) == T && n->ne[0] == hd * H && ob_nrows(n) == T;
+    if (n_kv <= 0 || H % n_kv != 0 || n->ip[0] <= 0 || n->ip[2] < 0 || n->ne[0] % H != 0) return false;
+    /* the values' width dv, and the V row of one kv head (sv; wider than dv when the V
+     * cache is the K cache, as MLA's) */
+    const int64_t dv = n->ne[0] / H, sv = vc->ne[0] / n_kv;
+    if (kc->ne[0] != hd * n_kv || vc->ne[0] % n_kv != 0 || dv < 1 || dv > sv || ob_nrows(kc) != ob_nrows(vc))
+        return false;
+    /* Per-head slices of a quantized cache row must start and end on a block boundary. */
+    if (kc->type == OB_TYPE_Q8_0 && hd % 32 != 0) return false;
+    if (vc->type == OB_TYPE_Q8_0 && (sv % 32 != 0 || dv % 32 != 0)) return false;
+    /* sinks (gpt-oss): one logit per query head */
+    if (n->src[6] && (!is_f32(n->src[6]) || ob_nelements(n->src[6]) != H)) return false;
+    return ob_nelements(pos) == T && ob_nelements(seq) == T && ob_nrows(n) == T;
 }
 
 /* A conversion between any two types the node's rows hold in whole blocks. */
@@ -123,6 +133,10 @@ static bool sample_ok(const ob_tensor *n) {
 static bool moe_gate_ok(const ob_tensor *n) {
     const ob_tensor *a = n->src[0], *bias = n->src[1];
     const int64_t E = a->ne[0], k = n->ip[0];
+    if (n->ip[3]) { /* groups: whole ones, enough experts left in the used ones for k */
+        const int64_t ng = OB_MOE_GROUP_COUNT(n->ip[3]), nu = OB_MOE_GROUP_USED(n->ip[3]);
+        if (ng < 2 || E % ng != 0 || nu < 1 || nu > ng || k > nu * (E / ng)) return false;
+    }
     return is_f32(a) && is_f32(n) && E >= 1 && E <= OB_MOE_MAX_EXPERTS && k >= 1 && k <= E && n->ne[0] == 2 * k &&
            ob_nrows(n) == ob_nrows(a) && (n->ip[1] == OB_MOE_SOFTMAX || n->ip[1] == OB_MOE_SIGMOID) &&
            (n->ip[2] & ~OB_MOE_NORM) == 0 && isfinite(n->fp[0]) && (!bias || (is_f32(bias) && ob_nelements(bias) == E));
@@ -133,19 +147,45 @@ static bool gate_rows_ok(const ob_tensor *gate, int64_t k, int64_t T) {
     return is_f32(gate) && k >= 1 && gate->ne[0] == 2 * k && ob_nrows(gate) == T;
 }
 
-/* MATMUL_ID: x shared by the k slots of its token ([K, T]) or one row per slot ([K, k, T]). */
+/* MATMUL_ID: x shared by the k slots of its token ([K, T]) or one row per slot ([K, k, T]);
+ * without a gate, one row per matrix ([K, E, T]). */
 static bool matmul_id_ok(const ob_tensor *n) {
     const ob_tensor *w = n->src[0], *x = n->src[1];
     const int64_t k = n->ne[1], T = n->ne[2] * n->ne[3];
-    return whole_blocks(w->type, w->ne[0]) && w->ne[2] >= 1 && w->ne[2] <= OB_MOE_MAX_EXPERTS && w->ne[3] == 1 &&
-           is_f32(x) && is_f32(n) && x->ne[0] == w->ne[0] && n->ne[0] == w->ne[1] && gate_rows_ok(n->src[2], k, T) &&
-           (ob_nrows(x) == T || (x->ne[1] == k && ob_nrows(x) == k * T));
+    if (!whole_blocks(w->type, w->ne[0]) || w->ne[2] < 1 || w->ne[2] > OB_MOE_MAX_EXPERTS || w->ne[3] != 1 ||
+        !is_f32(x) || !is_f32(n) || x->ne[0] != w->ne[0] || n->ne[0] != w->ne[1])
+        return false;
+    if (!n->src[2]) return k == w->ne[2] && x->ne[1] == k && ob_nrows(x) == k * T;
+    return gate_rows_ok(n->src[2], k, T) && (ob_nrows(x) == T || (x->ne[1] == k && ob_nrows(x) == k * T));
 }
 
 static bool moe_sum_ok(const ob_tensor *n) {
     const ob_tensor *y = n->src[0];
     const int64_t k = y->ne[1], T = y->ne[2] * y->ne[3];
     return is_f32(y) && is_f32(n) && n->ne[0] == y->ne[0] && ob_nrows(n) == T && gate_rows_ok(n->src[1], k, T);
+}
+
+/* CONCAT: two F32 operands of as many rows, joined row by row. */
+static bool concat_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0], *b = n->src[1];
+    return is_f32(a) && is_f32(b) && is_f32(n) && ob_nrows(a) == ob_nrows(b) && ob_nrows(n) == ob_nrows(a) &&
+           n->ne[0] == a->ne[0] + b->ne[0];
+}
+
+/* SLICE: a range inside each row of an F32 operand. */
+static bool slice_ok(const ob_tensor *n) {
+    const ob_tensor *a = n->src[0];
+    return is_f32(a) && is_f32(n) && n->ip[0] >= 0 && n->ne[0] >= 1 && n->ip[0] + n->ne[0] <= a->ne[0] &&
+           ob_nrows(n) == ob_nrows(a);
+}
+
+/* ADD_ID: a bias row per expert [N, E] added to each slot of a MATMUL_ID output [N, k, T]. */
+static bool add_id_ok(const ob_tensor *n) {
+    const ob_tensor *y = n->src[0], *bias = n->src[1];
+    const int64_t k = y->ne[1], T = y->ne[2] * y->ne[3];
+    return is_f32(y) && is_f32(bias) && is_f32(n) && ob_nelements(n) == ob_nelements(y) && n->ne[0] == y->ne[0] &&
+           n->ne[1] == k && bias->ne[0] == y->ne[0] && bias->ne[1] >= 1 && bias->ne[1] <= OB_MOE_MAX_EXPERTS &&
+           bias->ne[2] * bias->ne[3] == 1 && gate_rows_ok(n->src[2], k, T);
 }
 
 /* ---- the table ------------------------------------------------------------------------ */
@@ -162,7 +202,7 @@ static const ob_op_info g_ops[] = {
     [OB_OP_SCALE] = {"SCALE", 1, 0, unary_ok},
     [OB_OP_ROPE] = {"ROPE", 2, 1, rope_ok},
     [OB_OP_KV_STORE] = {"KV_STORE", 4, 1, kv_store_ok},
-    [OB_OP_ATTENTION] = {"ATTENTION", 5, 1, attention_ok},
+    [OB_OP_ATTENTION] = {"ATTENTION", 5, 2, attention_ok},
     [OB_OP_GLU] = {"GLU", 2, 0, glu_ok},
     [OB_OP_ACT] = {"ACT", 1, 0, act_node_ok},
     [OB_OP_SOFTMAX] = {"SOFTMAX", 1, 0, unary_ok},
@@ -170,8 +210,11 @@ static const ob_op_info g_ops[] = {
     [OB_OP_POOL] = {"POOL", 3, 0, pool_ok},
     [OB_OP_SAMPLE] = {"SAMPLE", 2, 0, sample_ok},
     [OB_OP_MOE_GATE] = {"MOE_GATE", 1, 1, moe_gate_ok},
-    [OB_OP_MATMUL_ID] = {"MATMUL_ID", 3, 0, matmul_id_ok},
+    [OB_OP_MATMUL_ID] = {"MATMUL_ID", 2, 1, matmul_id_ok},
     [OB_OP_MOE_SUM] = {"MOE_SUM", 2, 0, moe_sum_ok},
+    [OB_OP_CONCAT] = {"CONCAT", 2, 0, concat_ok},
+    [OB_OP_SLICE] = {"SLICE", 1, 0, slice_ok},
+    [OB_OP_ADD_ID] = {"ADD_ID", 3, 0, add_id_ok},
 };
 /* A new op must get its entry; test_graph checks that every entry is filled. */
 _Static_assert(sizeof(g_ops) / sizeof(g_ops[0]) == OB_OP_COUNT, "g_ops needs one entry per ob_op");

@@ -10,6 +10,11 @@ static const char re_llama3[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char re_qwen2[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* o200k (GPT-4o, gpt-oss): letter runs split by case class, contractions kept on the word. */
+static const char re_gpt4o[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char re_dsv3_digits[] = "\\p{N}{1,3}";
 static const char re_dsv3_cjk[] = "[\\x{4e00}-\\x{9fa5}\\x{3040}-\\x{309f}\\x{30a0}-\\x{30ff}]+";
 static const char re_dsv3_main[] =
@@ -41,6 +46,8 @@ ob_status ob_tok_set_preset(ob_tokenizer *t, const char *pre, char *err, size_t 
         t->norm = OB_TOK_NORM_NFC;
         return ob_tok_add_regex(t, re_qwen2, strlen(re_qwen2), err, err_len);
     }
+    if (!strcmp(pre, "gpt-4o") || !strcmp(pre, "llama4")) /* llama.cpp's names for the o200k split */
+        return ob_tok_add_regex(t, re_gpt4o, strlen(re_gpt4o), err, err_len);
     if (!strcmp(pre, "deepseek-v3")) {
         if ((st = ob_tok_add_regex(t, re_dsv3_digits, strlen(re_dsv3_digits), err, err_len))) return st;
         if ((st = ob_tok_add_regex(t, re_dsv3_cjk, strlen(re_dsv3_cjk), err, err_len))) return st;

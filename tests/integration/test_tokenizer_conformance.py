@@ -104,6 +104,31 @@ def test_cli_tokenize():
 
 GGUF_PRESETS = [("qwen3", "qwen2"), ("llama3", "llama-bpe"), ("deepseek_v3", "deepseek-v3")]
 
+# The o200k split (GPT-4o, gpt-oss: tokenizer.ggml.pre "gpt-4o"), as tiktoken writes it and
+# transformers' GGUF tokenizer map carries it.
+GPT4O_RE = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+            r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def _gpt4o_json(tmp_path):
+    """Llama 3's vocabulary and merges behind the o200k split (its one Split regex swapped),
+    merges always applied (llama.cpp runs "gpt-4o" without ignore_merges): a real BPE whose
+    ids change wherever the split puts a boundary elsewhere."""
+    import json
+    j = json.load(open(f"{tc.DATA}/llama3/tokenizer.json", encoding="utf-8"))
+    splits = [p for p in j["pre_tokenizer"]["pretokenizers"] if p["type"] == "Split"]
+    assert len(splits) == 1
+    splits[0]["pattern"] = {"Regex": GPT4O_RE}
+    j["model"]["ignore_merges"] = False
+    path = str(tmp_path / "gpt4o.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    return path
+
+
+GGUF_PRESETS.append(("gpt4o", "gpt-4o"))
+
 
 @pytest.mark.parametrize("name,pre", GGUF_PRESETS, ids=[p[0] for p in GGUF_PRESETS])
 def test_gguf_bpe_presets(name, pre, tmp_path):
@@ -111,7 +136,7 @@ def test_gguf_bpe_presets(name, pre, tmp_path):
     tokenizer.json written into GGUF metadata must encode like HF does from the json."""
     gguf = pytest.importorskip("gguf")
     import json
-    ref = f"{tc.DATA}/{name}/tokenizer.json"
+    ref = _gpt4o_json(tmp_path) if name == "gpt4o" else f"{tc.DATA}/{name}/tokenizer.json"
     j = json.load(open(ref, encoding="utf-8"))
     n = max(max(j["model"]["vocab"].values()), max(a["id"] for a in j["added_tokens"])) + 1
     toks, types = [f"[PAD{i}]" for i in range(n)], [5] * n

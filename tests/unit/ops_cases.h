@@ -127,6 +127,10 @@ ob_tensor *ops_leaf_i32(ops_build *b, const char *name, int64_t n, const int32_t
 void ops_check(ops_build *b, ob_tensor *t, ops_tol tol);
 void ops_tol_on(ops_build *b, unsigned mask, ops_tol tol);
 
+/* A MOE_GATE output [2k, T] as a leaf: k distinct random experts of E per token with
+ * weights in (0, 1]; bad: some slots name no expert (-1, E, 2.5, NaN, 1e9) (ops_moe.c). */
+ob_tensor *ops_gate_leaf(ops_build *b, int64_t E, int64_t k, int64_t T, bool bad);
+
 /* The weight types of MATMUL / GET_ROWS / CPY: every type of the type table that is F32,
  * F16, BF16 or quantized (format/quant.h). n <= OB_TYPE_COUNT; returns n. */
 int ops_weight_types(ob_type *out);
@@ -137,4 +141,6 @@ void ops_add_types(ops_list *l);       /* MATMUL GET_ROWS CPY over the type tabl
 void ops_add_attention(ops_list *l);   /* ROPE KV_STORE ATTENTION POOL SAMPLE */
 void ops_add_chains(ops_list *l);      /* fused chains against the node-by-node reference */
 void ops_add_moe(ops_list *l);         /* MOE_GATE MATMUL_ID MOE_SUM and the Qwen3-MoE block */
+void ops_add_gptoss(ops_list *l);      /* ATTENTION's sinks, GLU's clamped SwiGLU, ADD_ID, the gpt-oss block */
+void ops_add_mla(ops_list *l);         /* CONCAT SLICE, MLA's ATTENTION / MATMUL_ID, grouped MOE_GATE */
 #endif

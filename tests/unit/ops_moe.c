@@ -249,3 +249,5 @@ void ops_add_moe(ops_list *l) {
         }
     }
 }
+
+ob_tensor *ops_gate_leaf(ops_build *b, int64_t E, int64_t k, int64_t T, bool bad) { return gate_leaf(b, E, k, T, bad); }

@@ -6,13 +6,16 @@
  * at a time (the decode kernels, fused ones included, at positions 2048-2079), on every
  * backend this build has, and the RoPE variants (llama3 at factors 8 and 32, YaRN) in
  * the GGUF llama.cpp's own converter wrote and in the one `1bit convert` writes from the
- * same Hugging Face folder, and the mixture-of-experts fixtures (qwen3moe) the same way.
+ * same Hugging Face folder, and the mixture-of-experts fixtures (qwen3moe; glm4moelite, GLM-4.7-Flash's
+ * class as deepseek2: latent attention, shared experts, a dense first layer, YaRN; gptoss:
+ * sinks, sliding and full layers, MXFP4 experts with biases, the clamped SwiGLU) the same way.
  * Errors are printed by position range; a backend this build has but this machine lacks,
  * or one without kernels for a fixture's ops, is reported SKIPPED. */
 #include "testutil.h"
 #include "onebit.h"
 #include "convert/convert.h"
 #include "backend/backend.h"
+#include "format/gguf.h"
 #include <jansson.h>
 #include <math.h>
 #include <string.h>
@@ -291,6 +294,55 @@ static bool dev_present(const dev *d) {
     return b != NULL;
 }
 
+/* deepseek2 files from before llama.cpp split attn_kv_b into attn_k_b / attn_v_b: the
+ * glm4moelite fixture rewritten with each layer's kv_b [kv_lora, H * (nope + v)], rebuilt
+ * from its k_b [nope, kv_lora, H] and v_b [kv_lora, v, H], in their place loads through the
+ * loader's own split and gives the same logits. */
+static void run_legacy_kv_b(const dev *d) {
+    char err[512], out[128];
+    ob_gguf *g = NULL;
+    if (ob_gguf_open(FIX "glm4moelite.gguf", &g, err, sizeof(err))) { CHECKF(0, "%s", err); return; }
+    ob_gguf_writer *w = ob_gguf_writer_new(3, 0);
+    ob_gguf_copy_kv(w, g);
+    void *keep[32];
+    int n_keep = 0;
+    bool ok = w != NULL;
+    for (int64_t i = 0; i < ob_gguf_n_tensors(g) && ok; i++) {
+        const ob_gguf_tensor *t = ob_gguf_tensor_at(g, i);
+        const char *kb = strstr(t->name.p, "attn_k_b.weight");
+        if (strstr(t->name.p, "attn_v_b.weight")) continue;
+        if (!kb) {
+            ok = ob_gguf_add_tensor(w, t->name.p, t->type, t->n_dims, t->ne, t->data, err, sizeof(err)) == OB_OK;
+            continue;
+        }
+        char vname[96];
+        snprintf(vname, sizeof(vname), "%.*sattn_v_b.weight", (int)(kb - t->name.p), t->name.p);
+        const ob_gguf_tensor *v = ob_gguf_find_tensor(g, vname);
+        ok = v && t->type == OB_TYPE_F32 && v->type == OB_TYPE_F32 && n_keep + 2 <= 32;
+        if (!ok) break;
+        const int64_t nope = t->ne[0], kvr = t->ne[1], H = t->ne[2], vd = v->ne[1], per = nope + vd;
+        float *kv = malloc(sizeof(float) * (size_t)(kvr * H * per));
+        char *name = malloc(96);
+        keep[n_keep++] = kv;
+        keep[n_keep++] = name;
+        const float *k = t->data, *vv = v->data;
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t c = 0; c < per; c++)
+                for (int64_t j = 0; j < kvr; j++)
+                    kv[(h * per + c) * kvr + j] = c < nope ? k[(h * kvr + j) * nope + c] : vv[(h * vd + c - nope) * kvr + j];
+        snprintf(name, 96, "%.*sattn_kv_b.weight", (int)(kb - t->name.p), t->name.p);
+        ok = ob_gguf_add_tensor(w, name, OB_TYPE_F32, 2, (const int64_t[]){kvr, H * per}, kv, err, sizeof(err)) == OB_OK;
+    }
+    snprintf(out, sizeof(out), "/tmp/ob_models_glm_kv_b_%d.gguf", (int)getpid());
+    if (ok) ok = ob_gguf_writer_write(w, out, err, sizeof(err)) == OB_OK;
+    CHECKF(ok, "rewriting glm4moelite with attn_kv_b: %s", err);
+    if (ok) run_long("glm4moelite", out, d, "glm4moelite (attn_kv_b)", true);
+    unlink(out);
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    ob_gguf_writer_free(w);
+    ob_gguf_close(g);
+}
+
 static void run_long_all(const dev *devs, int n_dev) {
     static const char *const plain[] = {"llama", "qwen2", "qwen3", "gemma3"};
     static const char *const variants[] = {"llama3-f8", "llama3-f32", "qwen3-yarn"};
@@ -324,7 +376,7 @@ static void run_long_all(const dev *devs, int n_dev) {
     }
     /* Mixtures of experts (issue #32), the same two files; a GPU backend without MoE
      * kernels refuses them (SKIPPED). */
-    static const char *const moe[] = {"qwen3moe"};
+    static const char *const moe[] = {"qwen3moe", "glm4moelite", "gptoss"};
     for (size_t i = 0; i < OB_ARRAY_LEN(moe); i++) {
         char hf[256], out[128];
         snprintf(hf, sizeof(hf), FIX "%s-hf", moe[i]);
@@ -368,6 +420,9 @@ int main(void) {
         for (int i = 0; i < 4; i++) check_batch_invariance(arches[i], devs[k].kind, devs[k].name, det, false);
         /* the MoE ops (issue #32): a GPU backend without their kernels says SKIPPED */
         check_batch_invariance("qwen3moe", devs[k].kind, devs[k].name, det, true);
+        check_batch_invariance("glm4moelite", devs[k].kind, devs[k].name, det, true);
+        if (devs[k].kind == OB_DEVICE_CPU) run_legacy_kv_b(&devs[k]);
+        check_batch_invariance("gptoss", devs[k].kind, devs[k].name, det, true);
     }
     /* Unknown architectures and missing files are refused with a clear message. */
     char err[512] = {0};

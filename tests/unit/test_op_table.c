@@ -57,6 +57,18 @@ int main(void) {
     ob_tensor *eu = ob_matmul_id(g, ob_leaf(g, "up_exps", OB_TYPE_Q4_0, 3, (int64_t[]){HD * H, FF, NE}, p), n1, gt);
     ob_tensor *ed = ob_matmul_id(g, ob_leaf(g, "down_exps", OB_TYPE_Q8_0, 3, (int64_t[]){FF, HD * H, NE}, p), eu, gt);
     ob_tensor *ms = ob_moe_sum(g, ed, gt);
+    /* MLA (deepseek2): a row split and joined, values narrower than the keys read from the
+     * K cache, one matrix per head, routing limited to groups */
+    ob_tensor *sl = ob_slice(g, y, HD, HD);
+    ob_tensor *cc = ob_concat(g, sl, ob_slice(g, y, 0, HD));
+    ob_tensor *av = ob_attention_v(g, q, kc, kc, pos, seq, ks, CELLS, NKV, HD / 2, 0.125f);
+    ob_tensor *mh = ob_matmul_id(g, ob_leaf(g, "k_b", OB_TYPE_Q8_0, 3, (int64_t[]){HD, FF, H}, p), q, NULL);
+    ob_tensor *gg = ob_moe_gate_grouped(g, rl, NULL, TOPK, OB_MOE_SIGMOID, true, 1.0f, 4, 2);
+    /* gpt-oss: attention sinks (a sliding window), the clamped SwiGLU, each expert's bias */
+    ob_tensor *as = ob_attention(g, q, kc, vc, pos, seq, vs, CELLS, NKV, 4, true, 0.125f, 0.0f);
+    as->src[6] = ob_leaf(g, "sinks", OB_TYPE_F32, 1, (int64_t[]){H}, p);
+    ob_tensor *go = ob_glu_swiglu_oai(g, eu, eu, 1.702f, 7.0f);
+    ob_tensor *ai = ob_add_id(g, eu, ob_leaf(g, "up_b", OB_TYPE_F32, 2, (int64_t[]){FF, NE}, p), gt);
     bool seen[OB_OP_COUNT] = {0};
     for (int64_t i = 0; i < g->n; i++) {
         seen[g->nodes[i].op] = true;
@@ -65,7 +77,7 @@ int main(void) {
     for (int op = 0; op < OB_OP_COUNT; op++) CHECKF(seen[op], "no %s node in the test graph", ob_op_name((ob_op)op));
 
     /* Sources: a required one missing, or one past the optional ones, is malformed. */
-    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp, gt, eu, ed, ms};
+    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp, gt, eu, ed, ms, sl, cc, av, mh, gg, as, go, ai};
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
         ob_tensor m = *nodes[i];
         const ob_op_info *info = ob_op_info_get(m.op);
@@ -98,7 +110,57 @@ int main(void) {
     CHECK(!ob_op_valid(&bad));
     bad.op = OB_OP_COUNT;
     CHECK(!ob_op_valid(&bad));
+    /* MLA's: a slice past the row, rows that do not pair up, values wider than the V rows,
+     * a gateless MATMUL_ID without a row per matrix, groups that do not divide the experts
+     * or leave fewer than k to choose from */
+    bad = *sl;
+    bad.ip[0] = HD * 2 * H - HD + 1;
+    CHECK(!ob_op_valid(&bad));
+    bad = *cc;
+    bad.src[1] = n1; /* widths 32 + 128 for an output of 64 */
+    CHECK(!ob_op_valid(&bad));
+    bad = *av;
+    bad.ne[0] = (HD * NKV + 2) * H; /* values past a kv head's row */
+    CHECK(!ob_op_valid(&bad));
+    bad = *mh;
+    bad.src[1] = n1; /* [128, 3]: not one row per head */
+    CHECK(!ob_op_valid(&bad));
+    bad = *gg;
+    bad.ip[3] = OB_MOE_GROUPS(3, 2);
+    CHECK(!ob_op_valid(&bad));
+    bad.ip[3] = OB_MOE_GROUPS(8, 1); /* 1 group of 1 expert for k = 2 */
+    CHECK(!ob_op_valid(&bad));
+    CHECK(ob_op_valid(mh) && ob_op_valid(av) && ob_op_valid(gg));
     CHECK(!ob_op_valid(NULL));
+    /* gpt-oss's: sinks not one F32 per query head; the clamped SwiGLU of another activation,
+     * kind, or a limit that clamps nothing sensible; expert biases of other rows, type or gate */
+    bad = *as;
+    bad.src[6] = nw;
+    CHECK(!ob_op_valid(&bad));
+    bad.src[6] = ob_leaf(g, "sinks16", OB_TYPE_F16, 1, (int64_t[]){H}, p);
+    CHECK(!ob_op_valid(&bad));
+    bad = *go;
+    bad.ip[0] = OB_ACT_GELU;
+    CHECK(!ob_op_valid(&bad));
+    bad = *go;
+    bad.ip[1] = OB_GLU_SWIGLU_OAI + 1;
+    CHECK(!ob_op_valid(&bad));
+    bad = *go;
+    bad.fp[1] = 0.0f;
+    CHECK(!ob_op_valid(&bad));
+    bad.fp[1] = NAN;
+    CHECK(!ob_op_valid(&bad));
+    bad = *go;
+    bad.fp[0] = INFINITY;
+    CHECK(!ob_op_valid(&bad));
+    bad = *ai;
+    bad.src[1] = ob_leaf(g, "up_b2", OB_TYPE_F32, 2, (int64_t[]){FF / 2, NE}, p);
+    CHECK(!ob_op_valid(&bad));
+    bad.src[1] = ob_leaf(g, "up_b16", OB_TYPE_F16, 2, (int64_t[]){FF, NE}, p);
+    CHECK(!ob_op_valid(&bad));
+    bad = *ai;
+    bad.src[2] = rl; /* not a gate of k slots */
+    CHECK(!ob_op_valid(&bad));
     ob_graph_free(g);
     return ob_test_done("test_op_table");
 }

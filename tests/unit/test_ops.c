@@ -668,7 +668,7 @@ static void run_case(const ops_case *c) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void (*const g_families[])(ops_list *) = {ops_add_elementwise, ops_add_types, ops_add_attention, ops_add_chains,
-                                                    ops_add_moe};
+                                                    ops_add_moe, ops_add_mla, ops_add_gptoss};
 
 static bool selected(const char *name, int argc, char **argv) {
     bool any = false;

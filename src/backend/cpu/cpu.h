@@ -70,6 +70,9 @@ void ob_cpu_op_sample(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_moe_gate(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_matmul_id(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_moe_sum(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_concat(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_slice(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_add_id(ob_tensor *dst, const ob_cpu_op_ctx *c);
 /* Work buffer of MOE_GATE (scores per thread) and MATMUL_ID (pairs grouped by expert and
  * their act rows); 0 for the other ops (op_moe.c). */
 size_t ob_cpu_moe_work_size(const ob_tensor *node, int nth);
@@ -85,6 +88,8 @@ void ob_cpu_ref_matmul(ob_tensor *dst);
 void ob_cpu_ref_pool(ob_tensor *dst);
 /* MOE_GATE, MATMUL_ID and MOE_SUM references (op_moe.c). */
 void ob_cpu_ref_moe(ob_tensor *dst);
+/* ADD_ID reference (op_add_id.c). */
+void ob_cpu_ref_add_id(ob_tensor *dst);
 /* SAMPLE reference (op_sample.c: the kernel is already plain C). */
 void ob_cpu_ref_sample(ob_tensor *dst);
 

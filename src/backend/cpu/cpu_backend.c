@@ -72,6 +72,9 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_SAMPLE:
     case OB_OP_MOE_GATE:
     case OB_OP_MOE_SUM:
+    case OB_OP_CONCAT:
+    case OB_OP_SLICE:
+    case OB_OP_ADD_ID:
         return true;
     case OB_OP_MATMUL_ID:
         return has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && ob_cpu_matmul_has_kernel(a->type);
@@ -135,6 +138,9 @@ static ob_cpu_kernel_fn kernel_for(ob_op op) {
     case OB_OP_MOE_GATE: return ob_cpu_op_moe_gate;
     case OB_OP_MATMUL_ID: return ob_cpu_op_matmul_id;
     case OB_OP_MOE_SUM: return ob_cpu_op_moe_sum;
+    case OB_OP_CONCAT: return ob_cpu_op_concat;
+    case OB_OP_SLICE: return ob_cpu_op_slice;
+    case OB_OP_ADD_ID: return ob_cpu_op_add_id;
     default: return NULL;
     }
 }
@@ -192,6 +198,9 @@ static bool is_tiny(const ob_tensor *n) {
     case OB_OP_SOFTMAX:
     case OB_OP_CPY:
     case OB_OP_GET_ROWS:
+    case OB_OP_CONCAT:
+    case OB_OP_SLICE:
+    case OB_OP_ADD_ID:
         return ob_nelements(n) <= OB_CPU_TINY_ELEMS;
     case OB_OP_KV_STORE:
     case OB_OP_MOE_GATE:

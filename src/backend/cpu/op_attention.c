@@ -4,9 +4,10 @@
  * Attention work is split into tasks (tile of up to OB_ATTN_TILE batch tokens, kv head,
  * kv split). A task serves all n_head/n_kv query heads of its kv head for every token of
  * its tile, so each K/V block is converted to float once per task, not once per query.
- * When there are fewer (token, kv head) pairs than threads (decode), each pair's cells
- * are also split into n_split chunks whose partial (max, sum, acc) are merged after a
- * barrier, so a long-context decode step uses every thread. */
+ * When there are fewer (token, kv head) pairs than threads (decode; MLA's one kv head for
+ * every head), a kv head's query heads are dealt over several tasks instead, so a decode
+ * step uses every thread (a row's cells are never split, see attn_dims). Attention sinks
+ * (src6) join a row's softmax once its cells are done. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/simd_exp.h"
 #include <math.h>
@@ -248,6 +249,8 @@ static ob_attn_vec attn_vec(void) {
 
 typedef struct ob_attn_dims {
     int64_t hd, H, T, n_kv, g, cps, n_split, tile, rows; /* rows: tile * g query rows per task */
+    int64_t dv, sv;      /* the values' width, and a kv head's stride in a V row (graph.h) */
+    int64_t hsplit, gs;  /* tasks a kv head's group of g heads is dealt over, gs heads each */
     size_t per_thread;   /* floats of scratch per thread (64-byte multiple) */
     size_t partial_off;  /* float offsets in the work buffer */
     size_t maxpos_off;
@@ -260,6 +263,8 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.H = q->ne[1];
     d.T = q->ne[2] * q->ne[3];
     d.n_kv = n->ip[1] > 0 ? n->ip[1] : 1;
+    d.dv = n->ne[0] / d.H;
+    d.sv = n->src[2]->ne[0] / d.n_kv;
     d.g = d.H / d.n_kv;
     d.cps = n->ip[0];
     int64_t pairs = d.T * d.n_kv;
@@ -269,12 +274,19 @@ static ob_attn_dims attn_dims(const ob_tensor *n, int nth) {
     d.n_split = 1;
     /* Tiles only as large as still leaves about four tasks per thread. */
     d.tile = OB_MAX(1, OB_MIN(OB_ATTN_TILE, pairs / (4 * (int64_t)nth)));
-    d.rows = d.tile * d.g;
-    /* k, v blocks [BLOCK*hd] each; per query row: q, acc [hd], m, l, and the cell range
-     * (two int64 as four floats), scores, probs [BLOCK] */
-    d.per_thread = (size_t)(2 * OB_ATTN_BLOCK * d.hd + d.rows * (2 * d.hd + 6 + 2 * OB_ATTN_BLOCK) + 15) & ~(size_t)15;
+    /* Too few (token, kv head) pairs for the threads (a decode step of MLA's one kv head
+     * for every head): the heads of a group go to several tasks. A row computes the same
+     * whatever rows share its task (blocks align to absolute cells), so outputs do not
+     * change with the split. */
+    d.hsplit = pairs >= nth ? 1 : OB_MIN(d.g, (nth + pairs - 1) / pairs);
+    d.gs = (d.g + d.hsplit - 1) / d.hsplit;
+    d.rows = d.tile * d.gs;
+    /* k, v blocks [BLOCK*hd], [BLOCK*dv]; per query row: q [hd], acc [dv], m, l, and the
+     * cell range (two int64 as four floats), scores, probs [BLOCK] */
+    d.per_thread = (size_t)(OB_ATTN_BLOCK * (d.hd + d.dv) + d.rows * (d.hd + d.dv + 6 + 2 * OB_ATTN_BLOCK) + 15) &
+                   ~(size_t)15;
     d.partial_off = d.per_thread * (size_t)nth;
-    size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.hd + 2)) : 0;
+    size_t partial = d.n_split > 1 ? (size_t)(d.T * d.H * d.n_split * (d.dv + 2)) : 0;
     d.maxpos_off = d.partial_off + partial;
     return d;
 }
@@ -296,29 +308,41 @@ static void attn_range(const ob_tensor *n, int32_t p, int32_t maxpos, int64_t *l
 
 /* One thread's scratch, carved from the work buffer. */
 typedef struct ob_attn_scratch {
-    float *kbuf, *vbuf;      /* [BLOCK * hd] converted K / V rows of the current block */
-    float *q, *acc;          /* [rows * hd] scaled queries, unnormalised outputs */
+    float *kbuf, *vbuf;      /* [BLOCK * hd], [BLOCK * dv] converted K / V rows of the current block */
+    float *q, *acc;          /* [rows * hd] scaled queries, [rows * dv] unnormalised outputs */
     float *m, *l;            /* [rows] running max and sum */
     int64_t *j0, *j1;        /* [rows] each row's cells [j0, j1) */
     float *sc, *pr;          /* [rows * BLOCK] scores and probabilities of the block */
-    float *partial;          /* shared [T, H, n_split, 2 + hd] (max, sum, acc) when n_split > 1 */
+    float *partial;          /* shared [T, H, n_split, 2 + dv] (max, sum, acc) when n_split > 1 */
 } ob_attn_scratch;
 
-/* Batch tokens [t0, t1) of one sequence, kv head kh, kv split sp: every query row
- * (token, head of the group) walks the union of the rows' cell ranges block by block;
- * each row only scores the cells of its own range, so masks never need -inf. */
+/* A head's sink (gpt-oss, graph.h): one more logit in the softmax's denominator, with no
+ * value; folded into a row's running max m, sum l and accumulator acc [dv] at the end. */
+static void sink_merge(float *m, float *l, float *acc, int64_t dv, float sink) {
+    if (sink > *m) {
+        const float corr = expf(*m - sink);
+        *l *= corr;
+        for (int64_t e = 0; e < dv; e++) acc[e] *= corr;
+        *m = sink;
+    }
+    *l += expf(sink - *m);
+}
+
+/* Batch tokens [t0, t1) of one sequence, kv head kh, heads [h0, h0 + g) of its group, kv
+ * split sp: every query row (token, head) walks the union of the rows' cell ranges block by
+ * block; each row only scores the cells of its own range, so masks never need -inf. */
 static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scratch *w, const ob_attn_vec *vec,
-                       const int32_t *maxpos, int64_t t0, int64_t t1, int64_t kh, int64_t sp) {
+                       const int32_t *maxpos, int64_t t0, int64_t t1, int64_t kh, int64_t h0, int64_t g, int64_t sp) {
     const ob_tensor *q = dst->src[0], *kc = dst->src[1], *vc = dst->src[2];
     const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
-    int64_t hd = d->hd, g = d->g, nr = (t1 - t0) * g, u0 = INT64_MAX, u1 = INT64_MIN;
+    int64_t hd = d->hd, dv = d->dv, nr = (t1 - t0) * g, u0 = INT64_MAX, u1 = INT64_MIN;
     float scale = dst->fp[0], cap = dst->fp[1], max_bias = dst->fp[2];
     bool causal = dst->ip[3] != 0;
     for (int64_t t = t0; t < t1; t++) {
         int64_t lo, hi;
         attn_range(dst, pos[t], causal ? pos[t] : maxpos[t], &lo, &hi);
         int64_t n = hi - lo + 1, a = lo + n * sp / d->n_split, b = lo + n * (sp + 1) / d->n_split;
-        const float *qt = (const float *)q->data + (t * d->H + kh * g) * hd;
+        const float *qt = (const float *)q->data + (t * d->H + h0) * hd;
         for (int64_t i = 0; i < g; i++) {
             int64_t r = (t - t0) * g + i;
             w->j0[r] = a;
@@ -329,10 +353,10 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
         }
         if (a < b) { u0 = OB_MIN(u0, a); u1 = OB_MAX(u1, b); }
     }
-    memset(w->acc, 0, sizeof(float) * (size_t)(nr * hd));
-    size_t krb = ob_row_size(kc->type, hd * d->n_kv), vrb = ob_row_size(vc->type, hd * d->n_kv);
+    memset(w->acc, 0, sizeof(float) * (size_t)(nr * dv));
+    size_t krb = ob_row_size(kc->type, hd * d->n_kv), vrb = ob_row_size(vc->type, d->sv * d->n_kv);
     const char *kbase = (const char *)kc->data + ob_row_size(kc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * krb;
-    const char *vbase = (const char *)vc->data + ob_row_size(vc->type, hd * kh) + (size_t)(seq[t0] * d->cps) * vrb;
+    const char *vbase = (const char *)vc->data + ob_row_size(vc->type, d->sv * kh) + (size_t)(seq[t0] * d->cps) * vrb;
     const float *krows[OB_ATTN_BLOCK], *vrows[OB_ATTN_BLOCK];
     /* Blocks start at absolute multiples of the block size, so each row sees the same
      * block boundaries whatever other rows share its task. */
@@ -346,7 +370,7 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
             float *si = w->sc + r * OB_ATTN_BLOCK + (a - jb), bm = -INFINITY;
             vec->dot_rows(si, w->q + r * hd, krows + (a - jb), b - a, hd);
             /* ALiBi: a penalty growing with the distance between the two positions */
-            float slope = max_bias > 0 ? ob_alibi_slope((int)(kh * g + r % g), (int)d->H, max_bias) : 0.0f;
+            float slope = max_bias > 0 ? ob_alibi_slope((int)(h0 + r % g), (int)d->H, max_bias) : 0.0f;
             int64_t pq = pos[t0 + r / g];
             for (int64_t c = 0; c < b - a; c++) {
                 if (cap > 0) si[c] = cap * tanhf(si[c] / cap);
@@ -357,29 +381,31 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
                 /* New running max: rescale what was accumulated under the old one. */
                 float corr = expf(w->m[r] - bm);
                 w->l[r] *= corr;
-                for (int64_t e = 0; e < hd; e++) w->acc[r * hd + e] *= corr;
+                for (int64_t e = 0; e < dv; e++) w->acc[r * dv + e] *= corr;
                 w->m[r] = bm;
             }
             w->l[r] += vec->exp_sum(w->pr + r * OB_ATTN_BLOCK + (a - jb), si, w->m[r], b - a);
         }
         /* V rows of the block are converted once and shared by every row of the task. */
-        for (int64_t c = 0; c < nb; c++) vrows[c] = vec->row(vc->type, vbase + (size_t)(jb + c) * vrb, w->vbuf + c * hd, hd);
+        for (int64_t c = 0; c < nb; c++) vrows[c] = vec->row(vc->type, vbase + (size_t)(jb + c) * vrb, w->vbuf + c * dv, dv);
         for (int64_t r = 0; r < nr; r++) {
             int64_t a = OB_MAX(w->j0[r], jb), b = OB_MIN(w->j1[r], jb + nb);
-            if (a < b) vec->acc_rows(w->acc + r * hd, w->pr + r * OB_ATTN_BLOCK + (a - jb), vrows + (a - jb), b - a, hd);
+            if (a < b) vec->acc_rows(w->acc + r * dv, w->pr + r * OB_ATTN_BLOCK + (a - jb), vrows + (a - jb), b - a, dv);
         }
     }
+    const float *sinks = dst->src[6] ? dst->src[6]->data : NULL;
     for (int64_t r = 0; r < nr; r++) {
-        int64_t t = t0 + r / g, h = kh * g + r % g;
-        const float *ar = w->acc + r * hd;
+        int64_t t = t0 + r / g, h = h0 + r % g;
+        if (sinks && d->n_split == 1) sink_merge(&w->m[r], &w->l[r], w->acc + r * dv, dv, sinks[h]);
+        const float *ar = w->acc + r * dv;
         if (d->n_split == 1) {
-            float *o = (float *)dst->data + (t * d->H + h) * hd, inv = w->l[r] > 0 ? 1.0f / w->l[r] : 0.0f;
-            for (int64_t e = 0; e < hd; e++) o[e] = ar[e] * inv;
+            float *o = (float *)dst->data + (t * d->H + h) * dv, inv = w->l[r] > 0 ? 1.0f / w->l[r] : 0.0f;
+            for (int64_t e = 0; e < dv; e++) o[e] = ar[e] * inv;
         } else {
-            float *pp = w->partial + (size_t)(((t * d->H + h) * d->n_split + sp) * (hd + 2));
+            float *pp = w->partial + (size_t)(((t * d->H + h) * d->n_split + sp) * (dv + 2));
             pp[0] = w->m[r];
             pp[1] = w->l[r];
-            memcpy(pp + 2, ar, sizeof(float) * (size_t)hd);
+            memcpy(pp + 2, ar, sizeof(float) * (size_t)dv);
         }
     }
 }
@@ -387,7 +413,7 @@ static void attn_group(ob_tensor *dst, const ob_attn_dims *d, const ob_attn_scra
 void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
     ob_attn_dims d = attn_dims(dst, c->nth);
-    int64_t hd = d.hd;
+    int64_t hd = d.hd, dv = d.dv;
     float *wb = c->wdata;
     int32_t *maxpos = (int32_t *)(wb + d.maxpos_off);
     ob_attn_vec vec = attn_vec();
@@ -407,28 +433,31 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     }
 
     ob_attn_scratch w;
-    w.kbuf = wb + d.per_thread * (size_t)c->ith;
-    w.vbuf = w.kbuf + OB_ATTN_BLOCK * hd;
-    w.q = w.vbuf + OB_ATTN_BLOCK * hd;
-    w.acc = w.q + d.rows * hd;
-    w.m = w.acc + d.rows * hd;
-    w.l = w.m + d.rows;
-    w.j0 = (int64_t *)(void *)(w.l + d.rows);
+    /* the cell ranges first: the 64-byte aligned start keeps them aligned whatever hd and dv */
+    w.j0 = (int64_t *)(void *)(wb + d.per_thread * (size_t)c->ith);
     w.j1 = w.j0 + d.rows;
-    w.sc = (float *)(void *)(w.j1 + d.rows);
+    w.kbuf = (float *)(void *)(w.j1 + d.rows);
+    w.vbuf = w.kbuf + OB_ATTN_BLOCK * hd;
+    w.q = w.vbuf + OB_ATTN_BLOCK * dv;
+    w.acc = w.q + d.rows * hd;
+    w.m = w.acc + d.rows * dv;
+    w.l = w.m + d.rows;
+    w.sc = w.l + d.rows;
     w.pr = w.sc + d.rows * OB_ATTN_BLOCK;
     w.partial = wb + d.partial_off;
 
-    int64_t n_tiles = (d.T + d.tile - 1) / d.tile, n_tasks = n_tiles * d.n_kv * d.n_split;
+    int64_t n_tiles = (d.T + d.tile - 1) / d.tile, n_tasks = n_tiles * d.n_kv * d.hsplit * d.n_split;
     /* Tasks are dealt round-robin: causal costs grow with position, so contiguous blocks
      * would leave the thread with the last tokens doing most of the work. */
     for (int64_t task = c->ith; task < n_tasks; task += c->nth) {
-        int64_t sp = task % d.n_split, kh = (task / d.n_split) % d.n_kv, tile = task / (d.n_split * d.n_kv);
-        int64_t end = OB_MIN(d.T, (tile + 1) * d.tile);
+        int64_t sp = task % d.n_split, rest = task / d.n_split, hs = rest % d.hsplit, kh = rest / d.hsplit % d.n_kv;
+        int64_t tile = rest / (d.hsplit * d.n_kv), end = OB_MIN(d.T, (tile + 1) * d.tile);
+        int64_t h0 = kh * d.g + hs * d.gs, gn = OB_MIN(d.gs, (kh + 1) * d.g - h0);
+        if (gn <= 0) continue;
         /* A tile may straddle sequences: serve each run of one sequence on its own. */
         for (int64_t t0 = tile * d.tile, t1; t0 < end; t0 = t1) {
             for (t1 = t0 + 1; t1 < end && seq[t1] == seq[t0];) t1++;
-            attn_group(dst, &d, &w, &vec, maxpos, t0, t1, kh, sp);
+            attn_group(dst, &d, &w, &vec, maxpos, t0, t1, kh, h0, gn, sp);
         }
     }
     if (d.n_split == 1) return;
@@ -438,20 +467,21 @@ void ob_cpu_op_attention(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int64_t r0, r1;
     ob_cpu_split(d.T * d.H, c->ith, c->nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
-        const float *pp = w.partial + (size_t)(r * d.n_split * (hd + 2));
+        const float *pp = w.partial + (size_t)(r * d.n_split * (dv + 2));
         float mx = -INFINITY, sum = 0;
         for (int64_t s = 0; s < d.n_split; s++)
-            if (pp[s * (hd + 2) + 1] > 0 && pp[s * (hd + 2)] > mx) mx = pp[s * (hd + 2)];
-        float *o = (float *)dst->data + r * hd;
-        memset(o, 0, sizeof(float) * (size_t)hd);
+            if (pp[s * (dv + 2) + 1] > 0 && pp[s * (dv + 2)] > mx) mx = pp[s * (dv + 2)];
+        float *o = (float *)dst->data + r * dv;
+        memset(o, 0, sizeof(float) * (size_t)dv);
         for (int64_t s = 0; s < d.n_split; s++) {
-            const float *ps = pp + s * (hd + 2);
+            const float *ps = pp + s * (dv + 2);
             if (!(ps[1] > 0)) continue;
             float f = expf(ps[0] - mx);
             sum += ps[1] * f;
-            vec.axpy(o, f, ps + 2, hd);
+            vec.axpy(o, f, ps + 2, dv);
         }
+        if (dst->src[6]) sink_merge(&mx, &sum, o, dv, ((const float *)dst->src[6]->data)[r % d.H]);
         float inv = sum > 0 ? 1.0f / sum : 0.0f;
-        for (int64_t e = 0; e < hd; e++) o[e] *= inv;
+        for (int64_t e = 0; e < dv; e++) o[e] *= inv;
     }
 }

@@ -1,7 +1,7 @@
-/* Element-wise ops (ADD, MUL, SCALE, GLU, ACT), row ops (SOFTMAX), type conversion (CPY)
- * and row gathers (GET_ROWS). Element-wise ops split the flattened elements over threads
- * so a single decode row still uses every thread; row ops split rows. All of them read an
- * element before writing the same index, so dst may alias src0. */
+/* Element-wise ops (ADD, MUL, SCALE, GLU and gpt-oss's clamped form, ACT), row ops
+ * (SOFTMAX), type conversion (CPY) and row gathers (GET_ROWS). Element-wise ops split the
+ * flattened elements over threads so a single decode row still uses every thread; row ops split
+ * rows. All of them read an element before writing the same index, so dst may alias src0. */
 #include "backend/cpu/cpu.h"
 #include "backend/cpu/simd_exp.h"
 #include <math.h>
@@ -30,6 +30,31 @@ __attribute__((target("avx2,fma,f16c"))) static void silu_avx2(float *y, const f
         memcpy(gt, g + i, sizeof(float) * (size_t)(n - i));
         if (u) memcpy(ut, u + i, sizeof(float) * (size_t)(n - i));
         silu_avx2(yt, gt, u ? ut : NULL, 8);
+        memcpy(y + i, yt, sizeof(float) * (size_t)(n - i));
+    }
+}
+
+/* gpt-oss's clamped SwiGLU over n values (graph.h, OB_GLU_SWIGLU_OAI): x = min(g, limit),
+ * y = x * sigmoid(alpha x) * (clamp(u, -limit, limit) + 1), the sigmoid as silu_avx2's. The
+ * clamps keep a NaN: min/max return their second operand when one is NaN. */
+__attribute__((target("avx2,fma,f16c"))) static void swiglu_oai_avx2(float *y, const float *g, const float *u, int64_t n,
+                                                                     float alpha, float limit) {
+    const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f), zero = _mm256_setzero_ps();
+    const __m256 va = _mm256_set1_ps(alpha), lim = _mm256_set1_ps(limit), nlim = _mm256_set1_ps(-limit);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 x = _mm256_min_ps(lim, _mm256_loadu_ps(g + i));
+        const __m256 v = _mm256_min_ps(lim, _mm256_max_ps(nlim, _mm256_loadu_ps(u + i)));
+        const __m256 z = _mm256_mul_ps(va, x), e = exp_neg_avx2(_mm256_or_ps(z, sign));
+        const __m256 num = _mm256_blendv_ps(e, one, _mm256_cmp_ps(z, zero, _CMP_GE_OQ));
+        const __m256 r = _mm256_mul_ps(_mm256_mul_ps(x, _mm256_div_ps(num, _mm256_add_ps(one, e))), _mm256_add_ps(v, one));
+        _mm256_storeu_ps(y + i, r);
+    }
+    if (i < n) { /* the tail through the same vector code, as silu_avx2's */
+        float gt[8] = {0}, ut[8] = {0}, yt[8];
+        memcpy(gt, g + i, sizeof(float) * (size_t)(n - i));
+        memcpy(ut, u + i, sizeof(float) * (size_t)(n - i));
+        swiglu_oai_avx2(yt, gt, ut, 8, alpha, limit);
         memcpy(y + i, yt, sizeof(float) * (size_t)(n - i));
     }
 }
@@ -131,6 +156,20 @@ void ob_cpu_op_glu(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     int act = dst->ip[0];
     int64_t e0, e1;
     ob_cpu_split(ob_nelements(dst), c->ith, c->nth, &e0, &e1);
+    if (dst->ip[1] == OB_GLU_SWIGLU_OAI) {
+        const float alpha = dst->fp[0], lim = dst->fp[1];
+#if defined(__x86_64__)
+        if (ob_cpu_simd_level() >= 1) {
+            swiglu_oai_avx2(y + e0, g + e0, u + e0, e1 - e0, alpha, lim);
+            return;
+        }
+#endif
+        for (int64_t i = e0; i < e1; i++) {
+            const float x = g[i] > lim ? lim : g[i], v = u[i] > lim ? lim : u[i] < -lim ? -lim : u[i]; /* NaN kept */
+            y[i] = x / (1.0f + expf(-alpha * x)) * (v + 1.0f);
+        }
+        return;
+    }
 #if defined(__x86_64__)
     if (act == OB_ACT_SILU && ob_cpu_simd_level() >= 1) {
         silu_avx2(y + e0, g + e0, u + e0, e1 - e0);

@@ -1,6 +1,8 @@
 /* Mixture of experts on the CPU (graph.h): MOE_GATE picks each token's k experts and their
- * weights, MATMUL_ID multiplies each (token, slot) by its expert's matrix, MOE_SUM adds the
- * slots up by weight. With their plain-C references (double accumulation).
+ * weights (within the best groups, for group-limited routing), MATMUL_ID multiplies each
+ * (token, slot) by its expert's matrix (without a gate, slot j by matrix j: MLA's per-head
+ * products), MOE_SUM adds the slots up by weight. With their plain-C references (double
+ * accumulation).
  *
  * MATMUL_ID walks each chosen expert's weights once per node, as llama.cpp's MUL_MAT_ID
  * does: thread 0 groups the (token, slot) pairs by expert, the threads quantize each
@@ -43,9 +45,42 @@ static void gate_select(const double *s, int64_t E, int k, int32_t *ids) {
     }
 }
 
-/* Per thread: the E scores and the k chosen ids. */
+/* Group-limited routing (graph.h: OB_MOE_GROUPS): every expert outside the `used` best
+ * groups gets the score -inf, so only the others can be chosen. A group's score is the sum
+ * of its two best selection scores (softmax: probabilities, in double); gs [n_group] and
+ * gid [used] are scratch. */
+static void gate_mask_groups(double *s, const float *l, int gating, int64_t E, int32_t groups, double *gs, int32_t *gid) {
+    const int64_t ng = OB_MOE_GROUP_COUNT(groups), nu = OB_MOE_GROUP_USED(groups), per = E / ng;
+    double mx = -INFINITY, den = 0;
+    if (gating == OB_MOE_SOFTMAX) {
+        for (int64_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int64_t e = 0; e < E; e++) den += isnan(l[e]) ? 0.0 : exp((double)l[e] - mx);
+    }
+    for (int64_t gi = 0; gi < ng; gi++) {
+        double b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t e = gi * per; e < (gi + 1) * per; e++) {
+            double v = gating == OB_MOE_SOFTMAX ? exp((double)l[e] - mx) / den : s[e];
+            if (isnan(v)) v = -INFINITY;
+            if (v > b1) { b2 = b1; b1 = v; }
+            else if (v > b2) b2 = v;
+        }
+        gs[gi] = per > 1 ? b1 + b2 : b1;
+        if (isnan(gs[gi])) gs[gi] = -INFINITY; /* inf + -inf, from an infinite bias */
+    }
+    gate_select(gs, ng, (int)nu, gid);
+    for (int64_t gi = 0; gi < ng; gi++) {
+        bool used = false;
+        for (int64_t j = 0; j < nu; j++) used = used || gid[j] == gi;
+        if (!used)
+            for (int64_t e = gi * per; e < (gi + 1) * per; e++) s[e] = -INFINITY;
+    }
+}
+
+/* Per thread: the E scores and the k chosen ids, and the group scores and chosen groups. */
 static size_t gate_thread_bytes(const ob_tensor *n) {
-    return round64(sizeof(double) * (size_t)n->src[0]->ne[0]) + round64(sizeof(int32_t) * (size_t)n->ip[0]);
+    const size_t ng = n->ip[3] ? (size_t)OB_MOE_GROUP_COUNT(n->ip[3]) : 0;
+    return round64(sizeof(double) * (size_t)n->src[0]->ne[0]) + round64(sizeof(int32_t) * (size_t)n->ip[0]) +
+           round64(sizeof(double) * ng) + round64(sizeof(int32_t) * ng);
 }
 
 static size_t gate_work_size(const ob_tensor *n, int nth) { return (size_t)nth * gate_thread_bytes(n) + 64; }
@@ -61,12 +96,15 @@ void ob_cpu_op_moe_gate(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     }
     double *s = (double *)(align64(c->wdata) + (size_t)c->ith * gate_thread_bytes(dst));
     int32_t *id = (int32_t *)((char *)s + round64(sizeof(double) * (size_t)E));
+    double *gs = (double *)((char *)id + round64(sizeof(int32_t) * (size_t)k));
+    int32_t *gid = (int32_t *)((char *)gs + round64(sizeof(double) * (size_t)OB_MOE_GROUP_COUNT(dst->ip[3])));
     int64_t t0, t1;
     ob_cpu_split(T, c->ith, c->nth, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         const float *l = (const float *)a->data + t * E;
         float *y = (float *)dst->data + t * 2 * k;
         for (int64_t e = 0; e < E; e++) s[e] = gate_score(gating, l[e], bias, e);
+        if (dst->ip[3]) gate_mask_groups(s, l, gating, E, dst->ip[3], gs, gid);
         gate_select(s, E, k, id);
         float sum = 0.0f;
         if (gating == OB_MOE_SOFTMAX) {
@@ -91,13 +129,16 @@ static void ref_moe_gate(ob_tensor *dst) {
     const float *bias = dst->src[1] ? dst->src[1]->data : NULL;
     const int64_t E = a->ne[0], T = ob_nrows(a);
     const int k = dst->ip[0], gating = dst->ip[1];
+    const int64_t ng = OB_MOE_GROUP_COUNT(dst->ip[3]);
     double *s = malloc(sizeof(double) * (size_t)E), *w = malloc(sizeof(double) * (size_t)k);
-    int32_t *id = malloc(sizeof(int32_t) * (size_t)k);
-    if (!s || !w || !id) goto done;
+    double *gs = malloc(sizeof(double) * (size_t)(ng + 1));
+    int32_t *id = malloc(sizeof(int32_t) * (size_t)k), *gid = malloc(sizeof(int32_t) * (size_t)(ng + 1));
+    if (!s || !w || !id || !gs || !gid) goto done;
     for (int64_t t = 0; t < T; t++) {
         const float *l = (const float *)a->data + t * E;
         float *y = (float *)dst->data + t * 2 * k;
         for (int64_t e = 0; e < E; e++) s[e] = gate_score(gating, l[e], bias, e);
+        if (dst->ip[3]) gate_mask_groups(s, l, gating, E, dst->ip[3], gs, gid);
         gate_select(s, E, k, id);
         double mx = -INFINITY, den = 0, sum = 0;
         for (int64_t e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
@@ -115,6 +156,8 @@ done:
     free(s);
     free(w);
     free(id);
+    free(gs);
+    free(gid);
 }
 
 /* ---- MATMUL_ID -------------------------------------------------------------------------- */
@@ -122,6 +165,12 @@ done:
 /* The expert a gate slot names, or -1 when it names none (not an integer in [0, E)). */
 static int64_t slot_expert(float v, int64_t E) {
     return v >= 0.0f && v < (float)E && v == floorf(v) ? (int64_t)v : -1;
+}
+
+/* The matrix of pair p (token p / k, slot p % k): its gate slot's expert, or without a
+ * gate (g NULL: one matrix per head) matrix p % k. */
+static int64_t pair_expert(const float *g, int64_t p, int64_t k, int64_t E) {
+    return g ? slot_expert(g[(p / k) * 2 * k + k + p % k], E) : p % k;
 }
 
 /* Bytes of one x row in the largest act format any level may pick (F32 included: the
@@ -155,20 +204,20 @@ void ob_cpu_op_matmul_id(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     char *act = (char *)pairs + round64(sizeof(int32_t) * (size_t)P);
     const size_t act_rs = kern.act == OB_ACT_F32 ? sizeof(float) * (size_t)K : ob_cpu_act_row_size(kern.act, K);
     float *y = dst->data;
-    const float *g = gate->data;
+    const float *g = gate ? gate->data : NULL;
     /* 1. group the pairs by expert (a counting sort: pairs keep their order in a group);
      *    a slot naming no expert gets zeros */
     if (c->ith == 0) {
         memset(off, 0, sizeof(int32_t) * (size_t)(E + 1));
         for (int64_t p = 0; p < P; p++) {
-            const int64_t e = slot_expert(g[(p / k) * 2 * k + k + p % k], E);
+            const int64_t e = pair_expert(g, p, k, E);
             if (e >= 0) off[e + 1]++;
             else memset(y + p * N, 0, sizeof(float) * (size_t)N);
         }
         for (int64_t e = 0; e < E; e++) off[e + 1] += off[e];
         /* fill from each group's start; off[e] ends at the group's end, then is shifted back */
         for (int64_t p = 0; p < P; p++) {
-            const int64_t e = slot_expert(g[(p / k) * 2 * k + k + p % k], E);
+            const int64_t e = pair_expert(g, p, k, E);
             if (e >= 0) pairs[off[e]++] = (int32_t)p;
         }
         for (int64_t e = E; e > 0; e--) off[e] = off[e - 1];
@@ -227,14 +276,14 @@ static void ref_matmul_id(ob_tensor *dst) {
     const ob_tensor *w = dst->src[0], *x = dst->src[1];
     const int64_t K = w->ne[0], N = w->ne[1], E = w->ne[2], k = dst->ne[1], T = dst->ne[2] * dst->ne[3];
     const bool shared = ob_nrows(x) == T && k > 1;
-    const float *g = dst->src[2]->data;
+    const float *g = dst->src[2] ? dst->src[2]->data : NULL;
     const ob_type_traits *tr = ob_type_traits_get(w->type);
     const size_t w_rs = ob_row_size(w->type, K);
     float *row = malloc(sizeof(float) * (size_t)K), *y = dst->data;
     if (!row) return;
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < k; j++) {
-            const int64_t e = slot_expert(g[t * 2 * k + k + j], E), p = t * k + j;
+            const int64_t p = t * k + j, e = pair_expert(g, p, k, E);
             const float *xr = (const float *)x->data + (shared ? t : p) * K;
             for (int64_t r = 0; r < N; r++) {
                 if (e < 0) { y[p * N + r] = 0.0f; continue; }

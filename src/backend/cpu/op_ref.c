@@ -18,6 +18,12 @@ static double act_ref(int act, double x) {
     }
 }
 
+/* gpt-oss's clamped SwiGLU (graph.h, OB_GLU_SWIGLU_OAI): the clamps keep a NaN, as torch's. */
+static float swiglu_oai_ref(float g, float u, double alpha, double limit) {
+    const double x = g > limit ? limit : g, v = u > limit ? limit : u < -limit ? -limit : u;
+    return (float)(x / (1.0 + exp(-alpha * x)) * (v + 1.0));
+}
+
 static void ref_norm(ob_tensor *dst, bool layer) {
     const ob_tensor *src = dst->src[0];
     const float *w = dst->src[1] ? dst->src[1]->data : NULL;
@@ -85,23 +91,24 @@ static void ref_kv_store(ob_tensor *dst) {
     *(float *)dst->data = 0.0f;
 }
 
-/* Two passes per (token, head): all logits in double, then softmax and the V sum. */
+/* Two passes per (token, head): all logits in double, then softmax and the V sum. The
+ * values are dv wide at a stride of sv per kv head in the V rows (graph.h). */
 static void ref_attention(ob_tensor *dst) {
     const ob_tensor *q = dst->src[0], *kc = dst->src[1], *vc = dst->src[2];
     const int32_t *pos = dst->src[3]->data, *seq = dst->src[4]->data;
     int64_t hd = q->ne[0], H = q->ne[1], T = q->ne[2] * q->ne[3], n_kv = dst->ip[1], cps = dst->ip[0];
-    int64_t row = hd * n_kv, w = dst->ip[2];
+    int64_t row = hd * n_kv, w = dst->ip[2], dv = dst->ne[0] / H, vrow = vc->ne[0], sv = vrow / n_kv;
     bool causal = dst->ip[3] != 0;
     double scale = dst->fp[0], cap = dst->fp[1];
     const ob_type_traits *tk = ob_type_traits_get(kc->type), *tv = ob_type_traits_get(vc->type);
-    size_t krb = ob_row_size(kc->type, row), vrb = ob_row_size(vc->type, row);
-    float *kr = malloc(sizeof(float) * (size_t)row), *vr = malloc(sizeof(float) * (size_t)row);
-    double *lg = malloc(sizeof(double) * (size_t)cps), *o = malloc(sizeof(double) * (size_t)hd);
+    size_t krb = ob_row_size(kc->type, row), vrb = ob_row_size(vc->type, vrow);
+    float *kr = malloc(sizeof(float) * (size_t)row), *vr = malloc(sizeof(float) * (size_t)vrow);
+    double *lg = malloc(sizeof(double) * (size_t)cps), *o = malloc(sizeof(double) * (size_t)dv);
     if (!kr || !vr || !lg || !o) goto done;
     for (int64_t t = 0; t < T; t++) {
         int64_t p = pos[t], s = seq[t], hi = p;
         if (!in_cache(p, s, cps, ob_nrows(kc))) {
-            memset((float *)dst->data + t * H * hd, 0, sizeof(float) * (size_t)(H * hd));
+            memset((float *)dst->data + t * H * dv, 0, sizeof(float) * (size_t)(H * dv));
             continue;
         }
         if (!causal)
@@ -125,17 +132,20 @@ static void ref_attention(ob_tensor *dst) {
                 lg[j] = dot;
                 if (dot > mx) mx = dot;
             }
-            double sum = 0;
-            for (int64_t e = 0; e < hd; e++) o[e] = 0;
+            /* the head's sink (src6): one more logit in the denominator, with no value */
+            const double sk = dst->src[6] ? (double)((const float *)dst->src[6]->data)[h] : -INFINITY;
+            if (sk > mx) mx = sk;
+            double sum = sk > -INFINITY ? exp(sk - mx) : 0;
+            for (int64_t e = 0; e < dv; e++) o[e] = 0;
             for (int64_t j = 0; j <= hi; j++) {
                 if (lg[j] == -INFINITY) continue;
                 double pj = exp(lg[j] - mx);
                 sum += pj;
-                tv->to_float((const char *)vc->data + (size_t)(s * cps + j) * vrb, vr, row);
-                for (int64_t e = 0; e < hd; e++) o[e] += pj * vr[kh * hd + e];
+                tv->to_float((const char *)vc->data + (size_t)(s * cps + j) * vrb, vr, vrow);
+                for (int64_t e = 0; e < dv; e++) o[e] += pj * vr[kh * sv + e];
             }
-            float *y = (float *)dst->data + (t * H + h) * hd;
-            for (int64_t e = 0; e < hd; e++) y[e] = sum > 0 ? (float)(o[e] / sum) : 0.0f;
+            float *y = (float *)dst->data + (t * H + h) * dv;
+            for (int64_t e = 0; e < dv; e++) y[e] = sum > 0 ? (float)(o[e] / sum) : 0.0f;
         }
     }
 done:
@@ -143,6 +153,24 @@ done:
     free(vr);
     free(lg);
     free(o);
+}
+
+/* Row r of dst: a's row r, then b's (element by element, no memcpy: the oracle). */
+static void ref_concat(ob_tensor *dst) {
+    const ob_tensor *a = dst->src[0], *b = dst->src[1];
+    const int64_t na = a->ne[0], nb = b->ne[0];
+    float *y = dst->data;
+    for (int64_t r = 0; r < ob_nrows(dst); r++) {
+        for (int64_t i = 0; i < na; i++) y[r * (na + nb) + i] = ((const float *)a->data)[r * na + i];
+        for (int64_t i = 0; i < nb; i++) y[r * (na + nb) + na + i] = ((const float *)b->data)[r * nb + i];
+    }
+}
+
+static void ref_slice(ob_tensor *dst) {
+    const ob_tensor *a = dst->src[0];
+    const int64_t n = a->ne[0], len = dst->ne[0], off = dst->ip[0];
+    for (int64_t r = 0; r < ob_nrows(dst); r++)
+        for (int64_t i = 0; i < len; i++) ((float *)dst->data)[r * len + i] = ((const float *)a->data)[r * n + off + i];
 }
 
 static void ref_cpy(ob_tensor *dst) {
@@ -189,7 +217,9 @@ void ob_cpu_ref_op(ob_tensor *dst) {
     case OB_OP_ATTENTION: ref_attention(dst); break;
     case OB_OP_GLU:
         for (int64_t i = 0; i < n; i++)
-            y[i] = (float)(act_ref(dst->ip[0], ((const float *)a->data)[i]) * ((const float *)b->data)[i]);
+            y[i] = dst->ip[1] == OB_GLU_SWIGLU_OAI
+                       ? swiglu_oai_ref(((const float *)a->data)[i], ((const float *)b->data)[i], dst->fp[0], dst->fp[1])
+                       : (float)(act_ref(dst->ip[0], ((const float *)a->data)[i]) * ((const float *)b->data)[i]);
         break;
     case OB_OP_ACT:
         for (int64_t i = 0; i < n; i++) y[i] = (float)act_ref(dst->ip[0], ((const float *)a->data)[i]);
@@ -211,6 +241,9 @@ void ob_cpu_ref_op(ob_tensor *dst) {
     case OB_OP_MOE_GATE:
     case OB_OP_MATMUL_ID:
     case OB_OP_MOE_SUM: ob_cpu_ref_moe(dst); break;
+    case OB_OP_CONCAT: ref_concat(dst); break;
+    case OB_OP_SLICE: ref_slice(dst); break;
+    case OB_OP_ADD_ID: ob_cpu_ref_add_id(dst); break;
     default: break;
     }
 }

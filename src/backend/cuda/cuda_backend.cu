@@ -55,13 +55,17 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_MUL:
     case OB_OP_SCALE:
     case OB_OP_ACT:
-    case OB_OP_GLU:
     case OB_OP_ROPE: /* with its factors (src2: NULL or F32 [n_rot/2]) and a finite mscale */
     case OB_OP_KV_STORE:
         return true;
+    case OB_OP_GLU: /* not gpt-oss's clamped SwiGLU: no kernel yet */
+        return n->ip[1] == OB_GLU_PLAIN;
     case OB_OP_ATTENTION: {
         const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
+        if (n->src[6]) return false;           /* attention sinks (gpt-oss): no kernel yet */
+        /* values as wide as the keys, from a V cache of their own (not MLA's) */
+        if (n->ne[0] != hd * H || n->src[2]->ne[0] != n->src[1]->ne[0]) return false;
         /* any head size that is a multiple of 4 up to 256 (encoders use 12, 16, ...) */
         return hd % 4 == 0 && hd <= 256 && H <= 65535 && T <= 65535;
     }

@@ -334,10 +334,11 @@ bool ob_cu_op_moe_sum(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_supports_moe(const ob_tensor *n) {
     switch (n->op) {
-    case OB_OP_MOE_GATE:
-        return ob_nrows(n->src[0]) <= 0x7fffffff; /* blocks of OB_MOE_WARPS tokens */
+    case OB_OP_MOE_GATE: /* no group-limited routing (i[3]) yet */
+        return ob_nrows(n->src[0]) <= 0x7fffffff && n->ip[3] == 0; /* blocks of OB_MOE_WARPS tokens */
     case OB_OP_MATMUL_ID: {
         const ob_tensor *w = n->src[0];
+        if (!n->src[2]) return false; /* one matrix per head (no gate): no kernel yet */
         const bool plain = w->type == OB_TYPE_F32 || w->type == OB_TYPE_F16 || w->type == OB_TYPE_BF16;
         /* rows as the MATMUL kernels take them (plain types any length, the others whole
          * 32-element chunks); slots and tokens within a grid's y and z */

@@ -30,11 +30,11 @@ static uint64_t cdiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 bool ob_vk_moe_supports(const ob_vk *vk, const ob_tensor *n) {
     const ob_tensor *a = n->src[0], *b = n->src[1];
     switch (n->op) {
-    case OB_OP_MOE_GATE:
-        return fits32(ob_nelements(a)) &&
+    case OB_OP_MOE_GATE: /* no group-limited routing (i[3]) yet */
+        return fits32(ob_nelements(a)) && n->ip[3] == 0 &&
                (n->ip[1] == OB_MOE_SOFTMAX ? vk->mods[OB_VK_SH_MOE_GATE] : vk->mods[OB_VK_SH_MOE_GATE_F64]) != NULL;
-    case OB_OP_MATMUL_ID:
-        return ob_vk_matvec_weight_ok(a) && fits32(ob_nelements(b)) && fits32(ob_nelements(n->src[2]));
+    case OB_OP_MATMUL_ID: /* one matrix per head (no gate): no shader yet */
+        return n->src[2] && ob_vk_matvec_weight_ok(a) && fits32(ob_nelements(b)) && fits32(ob_nelements(n->src[2]));
     case OB_OP_MOE_SUM:
         return fits32(ob_nelements(a)) && fits32(ob_nelements(b));
     default:

@@ -96,13 +96,17 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
-    case OB_OP_GLU:
     case OB_OP_ROPE: /* with or without its F32 [n_rot/2] frequency factors */
         return true;
+    case OB_OP_GLU: /* not gpt-oss's clamped SwiGLU: no shader yet */
+        return n->ip[1] == OB_GLU_PLAIN;
     case OB_OP_KV_STORE: /* F32/F16 rows may end in a partial 32-chunk (tiny heads) */
         return fits32(ob_nrows(b)) && fits32(ob_nelements(a));
     case OB_OP_ATTENTION:
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
+        if (n->src[6]) return false;           /* attention sinks (gpt-oss): no shader yet */
+        /* values as wide as the keys, from a V cache of their own (not MLA's) */
+        if (n->ne[0] != a->ne[0] * a->ne[1] || n->src[2]->ne[0] != b->ne[0]) return false;
         return a->ne[1] <= 65535 && a->ne[0] <= 512 && fits32(ob_nrows(b)) && fits32(ob_nelements(b));
     case OB_OP_POOL:
         return fits32(ob_nelements(a));
