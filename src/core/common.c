@@ -61,3 +61,8 @@ int ob_argmax_f32(const float *w, int n) {
         if (w[i] == m) return i;
     return 0;
 }
+
+#ifndef ONEBIT_BUILD_INFO
+#define ONEBIT_BUILD_INFO "b0-unknown"
+#endif
+const char *ob_build_info(void) { return ONEBIT_BUILD_INFO; }

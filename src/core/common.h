@@ -85,5 +85,7 @@ int ob_argmax_f32(const float *w, int n);
  * scratch of min(top_k, n) ids when top-k is on, n otherwise. */
 int32_t ob_sample_pick(const float *w, int n, float temp, int top_k, float top_p, float min_p, double u,
                        int32_t *idx);
+/* The k best ids of w[0..n) (k <= n) by (value desc, id asc), best first. */
+void ob_top_k_sorted(const float *w, int n, int k, int32_t *idx);
 
 #endif

@@ -42,6 +42,13 @@ static void top_k(const float *w, int n, int k, int32_t *h) {
     }
 }
 
+void ob_top_k_sorted(const float *w, int n, int k, int32_t *idx) {
+    if (k > n) k = n;
+    if (k <= 0) return;
+    top_k(w, n, k, idx);
+    qsort_r(idx, (size_t)k, sizeof(int32_t), cmp_rank, (void *)w);
+}
+
 int32_t ob_sample_pick(const float *w, int n, float temp, int top_k_n, float top_p, float min_p, double u,
                        int32_t *idx) {
     int m = 0;

@@ -1,6 +1,7 @@
 /* Sampling: penalties and logit bias, then greedy or temperature with top-k, top-p and
  * min-p. Deterministic for a seed. */
 #include "core/common.h"
+#include "engine/sampler.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -15,6 +16,10 @@ struct ob_sampler {
     float *work;             /* [n_vocab] adjusted logits */
     int32_t *idx;            /* [n_vocab] candidate ids */
     uint64_t rng[2];
+    /* sampling under a filter, allocated on first use */
+    int32_t *f_cand, *f_ids; /* [n_vocab] ranked candidates; allowed ids */
+    float *f_w;              /* [n_vocab] the allowed ids' adjusted logits */
+    uint8_t *f_mask;         /* [n_vocab] */
 };
 
 ob_sampler_params ob_sampler_default_params(void) {
@@ -84,6 +89,10 @@ void ob_sampler_free(ob_sampler *s) {
     free(s->hist);
     free(s->bias_tok);
     free(s->bias_val);
+    free(s->f_cand);
+    free(s->f_ids);
+    free(s->f_w);
+    free(s->f_mask);
     free(s);
 }
 
@@ -130,22 +139,19 @@ void ob_sampler_device_params(ob_sampler *s, float *params) {
     params[5] = (float)s->n_vocab;
 }
 
-int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
+/* Logits after logit bias and penalties: s->work, or logits itself when neither applies. */
+static const float *adjust(ob_sampler *s, const float *logits) {
     const ob_sampler_params *p = &s->p;
     int n = s->n_vocab;
-    bool pen = has_penalties(p);
-    if (p->temperature <= 0 && p->n_logit_bias == 0 && !(pen && s->hist_n > 0)) {
-        const int best = ob_argmax_f32(logits, n); /* greedy, nothing to adjust: no copy */
-        ob_sampler_accept(s, best);
-        return best;
-    }
+    bool pen = has_penalties(p) && s->hist_n > 0;
+    if (p->n_logit_bias == 0 && !pen) return logits;
     float *w = s->work;
     memcpy(w, logits, sizeof(float) * (size_t)n);
     for (int i = 0; i < p->n_logit_bias; i++) {
         int32_t t = p->logit_bias_tok[i];
         if (t >= 0 && t < n) w[t] += p->logit_bias_val[i];
     }
-    if (pen && s->hist_n > 0) {
+    if (pen) {
         /* Visit each distinct token of the window once. */
         for (int k = 0; k < s->hist_n; k++) {
             int32_t t = s->hist[(s->hist_head - 1 - k + s->hist_cap) % s->hist_cap];
@@ -160,13 +166,148 @@ int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
             if (s->counts[t] < 0) s->counts[t] = -s->counts[t];
         }
     }
+    return w;
+}
+
+int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
+    const ob_sampler_params *p = &s->p;
+    const float *w = adjust(s, logits);
     if (p->temperature <= 0) {
-        const int best = ob_argmax_f32(w, n);
+        const int best = ob_argmax_f32(w, s->n_vocab);
         ob_sampler_accept(s, best);
         return best;
     }
-    const int32_t pick = ob_sample_pick(w, n, p->temperature, p->top_k, p->top_p, p->min_p,
+    const int32_t pick = ob_sample_pick(w, s->n_vocab, p->temperature, p->top_k, p->top_p, p->min_p,
                                         (double)ob_sampler_next_uniform(s), s->idx);
     ob_sampler_accept(s, pick);
     return pick;
+}
+
+/* Candidates asked about one by one before the whole vocabulary is masked instead. */
+#define FILTER_LAZY_MAX 1024
+#define BLOCK 64
+
+static int cmp_rank(const void *a, const void *b, void *ctx) {
+    const float *w = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (w[x] != w[y]) return w[x] < w[y] ? 1 : -1;
+    return (x > y) - (x < y);
+}
+
+/* Every id whose w reaches the k-th largest of the block maxima (k blocks hold a value at
+ * least that large, so the k best are among them), ranked by (value desc, id asc), into
+ * s->f_cand; returns how many. Two vectorizable passes and a sort of a few hundred, where
+ * a heap over the whole vocabulary would compare every entry with its root. */
+static int rank_candidates(ob_sampler *s, const float *w, int k) {
+    int n = s->n_vocab, nb = (n + BLOCK - 1) / BLOCK;
+    float *bm = s->f_w, floor = -INFINITY; /* scratch until the candidates are chosen */
+    for (int b = 0; b < nb; b++) {
+        const float *x = w + (size_t)b * BLOCK;
+        int len = b == nb - 1 ? n - b * BLOCK : BLOCK;
+        float m8[8];
+        for (int j = 0; j < 8; j++) m8[j] = -INFINITY;
+        int i = 0;
+        for (; i + 8 <= len; i += 8) /* eight running maxima: vectorizable */
+            for (int j = 0; j < 8; j++) m8[j] = x[i + j] > m8[j] ? x[i + j] : m8[j];
+        for (; i < len; i++) m8[0] = x[i] > m8[0] ? x[i] : m8[0];
+        float m = m8[0];
+        for (int j = 1; j < 8; j++) m = m8[j] > m ? m8[j] : m;
+        bm[b] = m;
+    }
+    if (k < nb) {
+        ob_top_k_sorted(bm, nb, k, s->idx);
+        floor = bm[s->idx[k - 1]];
+    }
+    int c = 0;
+    for (int b = 0; b < nb; b++) { /* only blocks whose maximum reaches the floor hold any */
+        if (!(bm[b] >= floor)) continue;
+        int end = b == nb - 1 ? n : (b + 1) * BLOCK;
+        for (int i = b * BLOCK; i < end; i++) if (w[i] >= floor) s->f_cand[c++] = i;
+    }
+    qsort_r(s->f_cand, (size_t)c, sizeof(int32_t), cmp_rank, (void *)w);
+    return c;
+}
+
+/* The allowed tokens among the best by adjusted logit, best first, into s->f_ids: as many
+ * as the chain can reach (greedy 1, top-k k, min-p those above its floor). Returns how
+ * many, or -1 when the chain could reach further than FILTER_LAZY_MAX candidates. */
+static int lazy_candidates(ob_sampler *s, const float *w, const ob_token_filter *f) {
+    const ob_sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    bool greedy = p->temperature <= 0;
+    int need = greedy ? 1 : p->top_k > 0 && p->top_k < n ? p->top_k : 0;
+    if (need == 0 && !(p->min_p > 0)) return -1;
+    int m = 0, checked = 0, k = need > 32 ? need : 32;
+    for (;;) {
+        /* a longer list starts with the shorter one: ask only about the new candidates */
+        int c = rank_candidates(s, w, k);
+        for (int i = checked; i < c && (need == 0 || m < need); i++)
+            if (f->allows(f->ud, s->f_cand[i])) s->f_ids[m++] = s->f_cand[i];
+        checked = c;
+        if (need > 0 && m == need) return m;
+        if (need == 0 && m > 0) {
+            /* min-p keeps (w - max) >= log(min_p) * T: clearly past that, no later one counts */
+            double lim = log(p->min_p) * p->temperature;
+            if ((double)(w[s->f_cand[c - 1]] - w[s->f_ids[0]]) < lim - 1e-4) return m;
+        }
+        if (c == n) return m;
+        /* at the density of allowed tokens seen so far, how far the chain would look */
+        long want = need > 0 ? 2L * need * c / (m ? m : 1) : 8L * c;
+        if (want < 8L * k) want = 8L * k;
+        if (want > FILTER_LAZY_MAX) return -1;
+        k = (int)want;
+    }
+}
+
+static int cmp_id(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int32_t ob_sampler_sample_filtered(ob_sampler *s, const float *logits, const ob_token_filter *f) {
+    const ob_sampler_params *p = &s->p;
+    int n = s->n_vocab;
+    if (!s->f_cand) {
+        s->f_cand = malloc(sizeof(int32_t) * (size_t)n);
+        s->f_ids = malloc(sizeof(int32_t) * (size_t)n);
+        s->f_w = malloc(sizeof(float) * (size_t)n);
+        s->f_mask = malloc((size_t)n);
+        if (!s->f_cand || !s->f_ids || !s->f_w || !s->f_mask) {
+            free(s->f_cand); free(s->f_ids); free(s->f_w); free(s->f_mask);
+            s->f_cand = s->f_ids = NULL;
+            s->f_w = NULL;
+            s->f_mask = NULL;
+            return -1;
+        }
+    }
+    const float *w = adjust(s, logits);
+    int m = lazy_candidates(s, w, f);
+    if (m < 0) {
+        f->mask(f->ud, s->f_mask);
+        m = 0;
+        int i = 0;
+        for (; i + 8 <= n; i += 8) { /* a word at a time: most of a grammar's mask is zeros */
+            uint64_t w8;
+            memcpy(&w8, s->f_mask + i, 8);
+            if (!w8) continue;
+            for (int j = i; j < i + 8; j++) if (s->f_mask[j]) s->f_ids[m++] = j;
+        }
+        for (; i < n; i++) if (s->f_mask[i]) s->f_ids[m++] = i;
+    } else if (m > 0 && p->temperature <= 0) {
+        ob_sampler_accept(s, s->f_ids[0]); /* the best allowed: masked argmax */
+        return s->f_ids[0];
+    } else {
+        /* in id order, so ties rank as they would in the masked vocabulary */
+        qsort(s->f_ids, (size_t)m, sizeof(int32_t), cmp_id);
+    }
+    if (m == 0) return -1;
+    /* The disallowed tokens would be -inf: weight 0 in every sum, never picked. Sampling
+     * the allowed ones alone, in id order, draws the same token. */
+    for (int i = 0; i < m; i++) s->f_w[i] = w[s->f_ids[i]];
+    int32_t j = p->temperature <= 0 ? ob_argmax_f32(s->f_w, m)
+                                    : ob_sample_pick(s->f_w, m, p->temperature, p->top_k, p->top_p, p->min_p,
+                                                     (double)ob_sampler_next_uniform(s), s->f_cand);
+    int32_t tok = s->f_ids[j];
+    ob_sampler_accept(s, tok);
+    return tok;
 }

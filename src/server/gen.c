@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 
 #include "core/common.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 static bool parse_stop(json_t *v, const char *key, ob_gen_req *g, ob_resp *r) {
@@ -106,9 +107,15 @@ static bool parse_bias(ob_server_state *s, json_t *v, ob_gen_req *g, ob_resp *r)
     return false;
 }
 
-/* Structured output is not implemented here: a request that asks for it is refused
- * rather than answered unconstrained ("text" is no constraint). */
-static bool refuse_structured(json_t *o, ob_resp *r) {
+/* The schema a request asks its output to follow (borrowed), from llama-server's
+ * json_schema, OpenAI's response_format ({"type":"json_object"} with an optional "schema",
+ * {"type":"json_schema","json_schema":{"schema":...}}) or Anthropic's output_config.format /
+ * output_format ({"type":"json_schema","schema":...}); *any when it asks for any JSON object
+ * without a schema. False with r filled on a malformed field. */
+static bool find_schema(json_t *o, ob_gen_flavor fl, const json_t **schema, bool *any, ob_resp *r) {
+    json_t *js = json_object_get(o, "json_schema");
+    *schema = js && !json_is_null(js) ? js : NULL;
+    *any = false;
     json_t *rf = json_object_get(o, "response_format");
     if (rf && !json_is_null(rf)) {
         const char *ty = json_string_value(json_object_get(rf, "type"));
@@ -116,23 +123,86 @@ static bool refuse_structured(json_t *o, ob_resp *r) {
             ob_srv_error(r, 400, NULL, "'response_format' must be an object with a 'type'");
             return false;
         }
-        if (!strcmp(ty, "json_object") || !strcmp(ty, "json_schema")) {
-            ob_srv_error(r, 400, NULL, "response_format '%s' is not supported: this server has no constrained "
-                         "(grammar) sampling", ty);
-            return false;
-        }
-        if (strcmp(ty, "text")) {
-            ob_srv_error(r, 400, NULL, "response_format type '%s' is not text, json_object or json_schema", ty);
+        if (!strcmp(ty, "json_object")) {
+            json_t *sch = json_object_get(rf, "schema");
+            if (sch) *schema = sch;
+            else if (!*schema) *any = true;
+        } else if (!strcmp(ty, "json_schema")) {
+            json_t *w = json_object_get(rf, "json_schema");
+            *schema = json_is_object(w) ? json_object_get(w, "schema") : json_object_get(rf, "schema");
+            *any = !*schema;
+        } else if (strcmp(ty, "text")) {
+            ob_srv_error(r, 400, NULL, "response_format type must be one of \"text\", \"json_object\" or \"json_schema\", "
+                         "but got: %s", ty);
             return false;
         }
     }
-    json_t *gr = json_object_get(o, "grammar"), *js = json_object_get(o, "json_schema");
-    if ((json_is_string(gr) && json_string_length(gr)) || (gr && !json_is_null(gr) && !json_is_string(gr)) ||
-        (js && !json_is_null(js))) {
-        ob_srv_error(r, 400, NULL, "'%s' is not supported: this server has no constrained (grammar) sampling",
-                     js && !json_is_null(js) ? "json_schema" : "grammar");
+    if (fl == OB_GEN_ANTHROPIC) {
+        json_t *fmt = json_object_get(json_object_get(o, "output_config"), "format");
+        if (!fmt || json_is_null(fmt)) fmt = json_object_get(o, "output_format");
+        if (fmt && !json_is_null(fmt)) {
+            const char *ty = json_string_value(json_object_get(fmt, "type"));
+            if (!ty || strcmp(ty, "json_schema") || !json_object_get(fmt, "schema")) {
+                ob_srv_error(r, 400, NULL, "the output format must be {\"type\": \"json_schema\", \"schema\": {...}}");
+                return false;
+            }
+            *schema = json_object_get(fmt, "schema");
+        }
+    }
+    return true;
+}
+
+/* Structured output: the grammar the output must follow, as GBNF text kept in the body's
+ * "grammar" field (a JSON schema is converted into it, as llama-server does), checked here
+ * so that a bad one is a 400 before anything runs. g->grammar borrows it. */
+static bool parse_structured(json_t *o, ob_gen_flavor fl, ob_gen_req *g, ob_resp *r) {
+    json_t *gr = json_object_get(o, "grammar");
+    if (gr && !json_is_null(gr) && !json_is_string(gr)) {
+        ob_srv_error(r, 400, NULL, "'grammar' must be a string");
         return false;
     }
+    const json_t *schema;
+    bool any;
+    if (!find_schema(o, fl, &schema, &any, r)) return false;
+    bool has_grammar = json_string_length(gr) > 0;
+    if ((schema || any) && has_grammar) {
+        if (fl != OB_GEN_LLAMA) { /* the native route lets the grammar win, as llama-server */
+            ob_srv_error(r, 400, NULL, "Cannot use both json_schema and grammar");
+            return false;
+        }
+        schema = NULL;
+        any = false;
+    }
+    if (schema || any) {
+        char *text = NULL, err[256];
+        ob_status st = ob_grammar_from_schema(schema, &text, err, sizeof err);
+        if (st == OB_ERR_NOMEM) {
+            ob_srv_error(r, 500, NULL, "out of memory");
+            return false;
+        }
+        if (st) {
+            ob_srv_error(r, 400, NULL, "\"json_schema\": %s", err);
+            return false;
+        }
+        int bad = json_object_set_new(o, "grammar", json_string(text));
+        free(text);
+        if (bad) {
+            ob_srv_error(r, 500, NULL, "the schema's grammar could not be kept");
+            return false;
+        }
+        gr = json_object_get(o, "grammar");
+        has_grammar = true;
+    }
+    if (!has_grammar) return true;
+    ob_grammar *gm = NULL;
+    char err[256];
+    ob_status st = ob_grammar_parse(json_string_value(gr), json_string_length(gr), &gm, err, sizeof err);
+    ob_grammar_free(gm);
+    if (st) {
+        ob_srv_error(r, st == OB_ERR_NOMEM ? 500 : 400, NULL, "Failed to parse grammar: %s", err);
+        return false;
+    }
+    g->grammar = json_string_value(gr);
     return true;
 }
 
@@ -144,7 +214,7 @@ bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g
     g->verbose = s->cfg->verbose;
     if (!s->cfg->seed_set)
         g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)g << 16) ^ (uint64_t)(ob_time_s() * 1e9);
-    if (!refuse_structured(o, r)) return false;
+    if (!parse_structured(o, fl, g, r)) return false;
     g->n_predict = s->cfg->n_predict;
     g->n = 1;
     long long ll;
@@ -435,7 +505,7 @@ json_t *ob_gen_settings_json(ob_server_state *s, const ob_gen_req *g) {
                             "dynatemp_exponent", 1.0, "typical_p", 1.0, "xtc_probability", 0.0, "xtc_threshold", 0.1,
                             "dry_multiplier", 0.0, "mirostat", 0, "top_n_sigma", -1.0, "adaptive_target", -1.0,
                             "adaptive_decay", 0.9, "n_keep", 0, "n_discard", 0, "min_keep", 0, "dry_penalty_last_n", 0,
-                            "grammar", "");
+                            "grammar", g->grammar ? g->grammar : "");
     json_object_update(j, off);
     json_decref(off);
     json_object_set_new(j, "samplers", json_pack("[s,s,s,s,s]", "penalties", "top_k", "top_p", "min_p", "temperature"));
@@ -458,6 +528,7 @@ ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, in
     p.logprobs = g->logprobs;
     p.post_sampling = g->logprobs && g->post_sampling_probs;
     p.ignore_eos = g->ignore_eos;
+    p.grammar = g->grammar;
     return p;
 }
 

@@ -29,6 +29,8 @@ typedef struct ob_gen_req {
     bool think_open;                     /* the prompt opened a thought (ob_chat_out) */
     bool seed_given;                     /* the request or the server fixed the seed */
     json_t *response_fields;             /* llama-server: array of field paths to keep (borrowed) */
+    const char *grammar;                 /* GBNF the output follows (borrowed from the body's "grammar",
+                                          * where a JSON schema's conversion is put), or NULL */
 } ob_gen_req;
 
 /* Reads max_tokens, temperature, top_p, ... in the flavor's spelling. */

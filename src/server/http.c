@@ -15,12 +15,18 @@
 
 #include "core/common.h"
 #include "server/gen.h"
+#include "server/router.h"
 #include "server/scheduler.h"
 #include "engine/spec.h"
 
 /* The route families in turn; the first that owns the path answers. */
 void ob_srv_dispatch(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    if (__atomic_load_n(&s->router, __ATOMIC_ACQUIRE)) { /* router mode: the models answer in children */
+        if (!ob_srv_route_agent(s, rq, r)) ob_srv_route_router(s, rq, r);
+        return;
+    }
     if (ob_srv_route_vertex(s, rq, r)) return;
+    if (ob_srv_route_agent(s, rq, r)) return;
     if (ob_srv_route_embeddings(s, rq, r)) return;
     if (ob_srv_route_llama(s, rq, r)) return;
     if (ob_srv_route_openai(s, rq, r)) return;
@@ -196,7 +202,9 @@ static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, c
     return false;
 }
 
-static bool path_is_open(const char *path) {
+/* Reads anyone may make without the key (llama-server's public endpoints). */
+static bool path_is_open(const char *method, const char *path) {
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) return false;
     return !strcmp(path, "/health") || !strcmp(path, "/v1/health") || !strcmp(path, "/v1/models") ||
            !strcmp(path, "/models") || !strcmp(path, "/api/v1/health") || !strcmp(path, "/api/v1/models");
 }
@@ -253,8 +261,30 @@ static void add_common_headers(const ob_srv_config *cfg, struct MHD_Connection *
     MHD_add_response_header(resp, "Server", "onebit");
 }
 
+/* A route's own headers ("Name: value" lines); they come before the defaults, which
+ * yield to them. */
+static void add_route_headers(struct MHD_Response *resp, char *lines) {
+    for (char *l = lines; l && *l;) {
+        char *e = strchr(l, '\n');
+        if (e) *e = 0;
+        char *colon = strchr(l, ':');
+        if (colon) {
+            *colon = 0;
+            const char *v = colon + 1;
+            while (*v == ' ') v++;
+            MHD_add_response_header(resp, l, v);
+            *colon = ':';
+        }
+        if (!e) break;
+        *e = '\n';
+        l = e + 1;
+    }
+}
+
 static enum MHD_Result send_resp(ob_http *h, struct MHD_Connection *c, ob_resp *r) {
     struct MHD_Response *resp;
+    char *route_headers = r->headers;
+    r->headers = NULL;
     if (r->stream) {
         ob_sse_pipe *p = calloc(1, sizeof *p);
         if (!p) {
@@ -266,19 +296,27 @@ static enum MHD_Result send_resp(ob_http *h, struct MHD_Connection *c, ob_resp *
         resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, p, stream_free);
         if (!resp) {
             stream_free(p);
+            free(route_headers);
             return MHD_NO;
         }
-        MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "text/event-stream");
-        MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        add_route_headers(resp, route_headers);
+        if (!MHD_get_response_header(resp, "Content-Type"))
+            MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "text/event-stream");
+        if (!MHD_get_response_header(resp, "Cache-Control")) MHD_add_response_header(resp, "Cache-Control", "no-cache");
     } else {
         resp = MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_FREE);
         if (!resp) {
             free(r->body);
+            free(route_headers);
             return MHD_NO;
         }
         r->body = NULL;
-        MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "application/json");
+        add_route_headers(resp, route_headers);
+        /* a proxied reply (route headers) has the target's Content-Type or none */
+        if (!route_headers && !MHD_get_response_header(resp, "Content-Type"))
+            MHD_add_response_header(resp, "Content-Type", r->content_type ? r->content_type : "application/json");
     }
+    free(route_headers);
     add_common_headers(&*h->st.cfg, c, resp);
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -368,7 +406,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(resp);
         return ret;
     }
-    if (!path_is_open(path) && !authorized(cfg, c)) {
+    if (!path_is_open(method, path) && !authorized(cfg, c)) {
         ob_srv_error(&r, 401, NULL, "invalid or missing API key");
         return send_resp(h, c, &r);
     }
@@ -392,6 +430,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     ob_srv_dispatch(&h->st, &rq, &r);
     if (r.status == 0) { /* the client went away while we worked: close without a reply */
         free(r.body);
+        free(r.headers);
         if (r.stream) r.stream->close(r.stream);
         return MHD_NO;
     }
@@ -467,7 +506,9 @@ int ob_server_run(const ob_srv_config *cfg) {
     if (!h) return 1;
     h->st.cfg = cfg;
     h->st.t_start = ob_time_s();
-    char *model_id = cfg->alias && cfg->alias[0] ? model_id_from_alias(cfg->alias) : model_id_from_path(cfg->model_path);
+    char *model_id = cfg->router                    ? strdup("llama-server")
+                     : cfg->alias && cfg->alias[0] ? model_id_from_alias(cfg->alias)
+                                                   : model_id_from_path(cfg->model_path);
     h->st.model_id = model_id;
 
     /* Signals go to this thread only (sigtimedwait below); connection threads inherit
@@ -515,27 +556,45 @@ int ob_server_run(const ob_srv_config *cfg) {
         free(h);
         return 1;
     }
-    ob_log(OB_LOG_INFO, "serve: listening on http://%s:%d (loading %s)", cfg->host, port, cfg->model_path);
+    ob_log(OB_LOG_INFO, "serve: listening on http://%s:%d (%s%s)", cfg->host, port, cfg->router ? "router mode" : "loading ",
+           cfg->router ? "" : cfg->model_path);
+
+    /* --tools, MCP servers, --ui-mcp-proxy: a bad config stops the start; MCP servers
+     * are started and their tools listed before the model loads */
+    ob_srv_agent *agent;
+    if (ob_srv_agent_new(cfg, &agent, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        MHD_stop_daemon(h->d);
+        ob_conn_guard_free(h->guard);
+        free(model_id);
+        free(h);
+        return 1;
+    }
+    ob_srv_agent_warmup(agent);
+    __atomic_store_n(&h->st.agent, agent, __ATOMIC_RELEASE);
 
     int rc = 0;
     ob_model *m = NULL;
     ob_srv_embd *embd = NULL;
     pthread_rwlock_init(&h->life, NULL);
     h->t_last_ms = now_ms();
-    ob_status st = ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
+    /* router mode: no model here; the router lists the models and runs each in a child */
+    ob_router *router = NULL;
+    ob_status st = cfg->router ? ob_router_new(cfg, &router, err, sizeof err)
+                               : ob_model_load(cfg->model_path, &cfg->mp, &m, err, sizeof err);
     h->st.model = m;
     /* Embedding mode (llama-server's --embeddings, or a model with no LM head): one
      * embeddings context and no chat scheduler; generation routes answer 501. */
-    bool embd_mode = st == OB_OK && ob_srv_embd_wanted(cfg, m);
+    bool embd_mode = st == OB_OK && m && ob_srv_embd_wanted(cfg, m);
     if (embd_mode) {
         st = ob_srv_embd_new(m, cfg, &embd, err, sizeof err);
-    } else if (st == OB_OK && cfg->draft_path && cfg->draft_max > 0) {
+    } else if (st == OB_OK && m && cfg->draft_path && cfg->draft_max > 0) {
         char e2[384];
         st = ob_model_load(cfg->draft_path, &cfg->mp, &h->dm, e2, sizeof e2);
         if (st == OB_OK) st = ob_spec_check_vocab(m, h->dm, e2, sizeof e2);
         if (st != OB_OK) snprintf(err, sizeof err, "draft model %s: %s", cfg->draft_path, e2);
     }
-    if (st == OB_OK && !embd_mode) {
+    if (st == OB_OK && m && !embd_mode) {
         st = gen_start(h, err, sizeof err);
         if (st == OB_OK && h->spec)
             ob_log(OB_LOG_INFO, "serve: speculative decoding with %s (up to %d tokens)", cfg->draft_path,
@@ -547,15 +606,18 @@ int ob_server_run(const ob_srv_config *cfg) {
         rc = 1;
         goto out;
     }
-    h->st.tok = ob_model_tokenizer(m);
-    h->st.chat_template = ob_model_chat_template(m);
+    h->st.tok = m ? ob_model_tokenizer(m) : NULL;
+    h->st.chat_template = m ? ob_model_chat_template(m) : NULL;
     h->st.embd = embd;
+    __atomic_store_n(&h->st.router, router, __ATOMIC_RELEASE);
     if (h->st.sched) {
         h->st.n_ctx_slot = ob_sched_n_ctx_slot(h->st.sched);
         h->st.n_slots = ob_sched_n_slots(h->st.sched);
     }
     __atomic_store_n(&h->st.ready, 1, __ATOMIC_RELEASE);
-    if (embd)
+    if (router)
+        ob_log(OB_LOG_INFO, "serve: ready: router mode");
+    else if (embd)
         ob_log(OB_LOG_INFO, "serve: ready: %s, inputs of up to %d tokens", ob_srv_embd_ranks(embd) ? "reranking" : "embeddings",
                ob_srv_embd_n_ctx(embd));
     else
@@ -584,7 +646,11 @@ int ob_server_run(const ob_srv_config *cfg) {
 out:
     if (h->st.sched || embd) __atomic_store_n(&h->st.ready, -1, __ATOMIC_RELEASE);
     if (h->st.sched) ob_sched_stop(h->st.sched); /* fails what is left, so every reader finishes */
+    ob_router_stop(router);                      /* waits for models and relayed requests give up */
+    ob_srv_agent_stop(agent);                    /* tool calls and proxied transfers give up */
     MHD_stop_daemon(h->d);                       /* waits for the connection threads */
+    ob_srv_agent_free(agent);                    /* kills and reaps the MCP servers */
+    ob_router_free(router);                      /* stops and reaps the children */
     ob_conn_guard_free(h->guard);
     gen_stop(h);
     ob_srv_embd_free(embd);

@@ -380,7 +380,7 @@ static void props(ob_server_state *s, ob_resp *r) {
     int n_slots = s->embd ? 1 : s->n_slots;
     json_t *j = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b},s:b}", "default_generation_settings", "n_ctx",
                           n_ctx, "params", params, "total_slots", n_slots,
-                          "model_path", s->cfg->model_path, "model_alias", s->model_id, "build_info", "onebit",
+                          "model_path", s->cfg->model_path, "model_alias", s->model_id, "build_info", ob_build_info(),
                           "modalities", "vision", 0, "audio", 0, "is_sleeping",
                           __atomic_load_n(&s->sleeping, __ATOMIC_ACQUIRE) != 0);
     json_object_set_new(j, "chat_template", tmpl ? ob_srv_jstr(tmpl, strlen(tmpl)) : json_string(""));
@@ -400,12 +400,6 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
         int st = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
         if (st == 1) ob_srv_json(r, 200, json_pack("{s:s}", "status", "ok"));
         else ob_srv_error(r, 503, NULL, st == 0 ? "Loading model" : "the server is shutting down");
-        return true;
-    }
-    if (!strcmp(p, "/cors-proxy")) {
-        /* llama-server's MCP CORS proxy (--ui-mcp-proxy) answers 403 while disabled; here
-         * it never exists (it would fetch any URL for a web page: docs/compat.md) */
-        ob_srv_error(r, 403, NULL, "the CORS proxy is disabled: this server has none (--ui-mcp-proxy is not supported)");
         return true;
     }
     static const char *const gets[] = {"/props", "/slots", "/metrics"};

@@ -75,7 +75,7 @@ static json_t *usage_json(const ob_task_out *o, int n_choices, int total_gen) {
 
 static json_t *chunk_base(ob_gen_stream *gs, bool chat) {
     return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", gs->id, "object", chat ? "chat.completion.chunk" : "text_completion",
-                     "created", (json_int_t)gs->created, "model", gs->s->model_id, "system_fingerprint", "onebit");
+                     "created", (json_int_t)gs->created, "model", gs->s->model_id, "system_fingerprint", ob_build_info());
 }
 
 /* Routes streamed text into content and reasoning (<think>...</think> at the start). */
@@ -264,7 +264,7 @@ static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_
         total_gen += res[i].last.n_gen;
     }
     json_t *o = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o}", "id", id, "object", chat ? "chat.completion" : "text_completion",
-                          "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", "onebit",
+                          "created", (json_int_t)time(NULL), "model", s->model_id, "system_fingerprint", ob_build_info(),
                           "choices", choices);
     int n_prompt_all = 0;
     for (int i = 0; i < np; i++) n_prompt_all += n_prompts[i];

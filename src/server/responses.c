@@ -109,8 +109,15 @@ static json_t *chat_body(json_t *body, ob_resp *r) {
     for (size_t k = 0; k < OB_ARRAY_LEN(same); k++)
         if (json_object_get(body, same[k])) json_object_set(cb, same[k], json_object_get(body, same[k]));
     if (json_object_get(body, "max_output_tokens")) json_object_set(cb, "max_tokens", json_object_get(body, "max_output_tokens"));
-    const char *fmt = json_string_value(json_object_get(json_object_get(json_object_get(body, "text"), "format"), "type"));
-    if (fmt) json_object_set_new(cb, "response_format", json_pack("{s:s}", "type", fmt));
+    /* text.format {"type":"json_schema","name":...,"schema":{...}} is response_format's
+     * json_schema with the schema one level up */
+    json_t *tf = json_object_get(json_object_get(body, "text"), "format");
+    const char *fmt = json_string_value(json_object_get(tf, "type"));
+    if (fmt) {
+        json_t *rf = json_pack("{s:s}", "type", fmt);
+        if (json_object_get(tf, "schema")) json_object_set(rf, "schema", json_object_get(tf, "schema"));
+        json_object_set_new(cb, "response_format", rf);
+    }
     const char *effort = json_string_value(json_object_get(json_object_get(body, "reasoning"), "effort"));
     if (effort) json_object_set_new(cb, "reasoning_effort", json_string(effort));
     json_t *tools = json_object_get(body, "tools");

@@ -9,7 +9,9 @@
 #include <jansson.h>
 
 #include "core/common.h"
+#include "engine/sampler.h"
 #include "engine/spec.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 struct ob_task {
@@ -40,6 +42,8 @@ struct ob_task {
     ob_task *next;
     /* scheduler thread only */
     ob_sampler *smp;
+    ob_grammar *gram;    /* the request's grammar, or NULL */
+    ob_grammar_matcher *gm;
     ob_detok dt;
     int n_past;          /* prompt tokens already in the KV */
     int32_t last_tok;    /* sampled, not yet in the KV */
@@ -82,6 +86,11 @@ struct ob_sched {
     bool b_sampled;                   /* the last step's rows are in b_out (no logits) */
     float *ps_w;                      /* [n_vocab] scratch: post-sampling logits */
     int32_t *ps_idx;                  /* [n_vocab] scratch: post-sampling candidates */
+    float *gm_w;                      /* [n_vocab] scratch: logits a grammar leaves (post-sampling) */
+    uint8_t *gm_mask;                 /* [n_vocab] scratch */
+    /* token bytes for grammars, built by the first request that has one */
+    ob_grammar_vocab *gvocab;
+    pthread_mutex_t gv_mu;
     ob_sched_stats st;
 };
 
@@ -95,6 +104,8 @@ static void task_free(ob_task *t) {
     free(t->text);
     free(t->toks);
     if (t->smp) ob_sampler_free(t->smp);
+    ob_grammar_matcher_free(t->gm);
+    ob_grammar_free(t->gram);
     pthread_cond_destroy(&t->cond);
     free(t);
 }
@@ -449,6 +460,11 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
         task_finish(s, t, OB_FINISH_STOP, 0, NULL);
         return false;
     }
+    if (t->gm && !ob_grammar_matcher_accept_token(t->gm, tok)) { /* sampled under the mask: cannot happen */
+        sl->task = NULL;
+        task_finish(s, t, OB_FINISH_ERROR, 500, "the sampled token does not follow the grammar");
+        return false;
+    }
     if (t->logprobs && t->post_sampling) {
         ob_tok_rec r;
         fill_post_probs(s, t, logits, tok, t->n_probs, &r);
@@ -480,6 +496,22 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
         return false;
     }
     return true;
+}
+
+static bool gm_allows(void *ud, int32_t tok) { return ob_grammar_matcher_allows(ud, tok); }
+static int gm_mask(void *ud, uint8_t *allowed) { return ob_grammar_matcher_mask(ud, allowed); }
+
+/* Samples under the task's grammar: disallowed tokens are out before any other sampler
+ * step (engine/sampler.h). With post-sampling probabilities *logits becomes the logits
+ * the grammar leaves (-inf elsewhere), which fill_post_probs then reads. -1: no token. */
+static int32_t sample_grammar(ob_sched *s, ob_task *t, const float **logits) {
+    if (t->logprobs && t->post_sampling) {
+        ob_grammar_matcher_mask(t->gm, s->gm_mask);
+        for (int i = 0; i < s->n_vocab; i++) s->gm_w[i] = s->gm_mask[i] ? (*logits)[i] : -INFINITY;
+        *logits = s->gm_w;
+    }
+    ob_token_filter f = {gm_allows, gm_mask, t->gm};
+    return ob_sampler_sample_filtered(t->smp, *logits, &f);
 }
 
 /* After a forward: move fed tokens into each slot's cache record, sample where logits
@@ -528,6 +560,17 @@ static void consume_batch(ob_sched *s, int n) {
                 int row = 0;
                 for (int j = 0; j < sl->i_batch; j++) row += s->b_want[j] != 0;
                 tok = s->b_out[row];
+            } else if (t->gm) {
+                tok = sample_grammar(s, t, &logits);
+                if (tok < 0) {
+                    /* nothing may follow (the grammar is complete and end tokens are off), or
+                     * the grammar outgrew the matcher */
+                    const char *why = ob_grammar_matcher_error(t->gm);
+                    sl->task = NULL;
+                    if (why) task_finish(s, t, OB_FINISH_ERROR, 400, why);
+                    else task_finish(s, t, OB_FINISH_STOP, 0, NULL);
+                    break;
+                }
             } else {
                 tok = ob_sampler_sample(t->smp, logits);
             }
@@ -553,7 +596,8 @@ static bool plan_device_sampling(ob_sched *s, int n) {
         if (s->b_seq[j] < 0 || s->b_seq[j] >= s->n_slots) return false;
         const ob_slot *sl = &s->slots[s->b_seq[j]];
         const ob_task *t = sl->task;
-        if (!t || !t->smp || t->logprobs || sl->n_draft > 0 || !ob_sampler_device_ok(t->smp)) return false;
+        /* a grammar's mask is applied on the host */
+        if (!t || !t->smp || t->logprobs || t->gm || sl->n_draft > 0 || !ob_sampler_device_ok(t->smp)) return false;
         s->b_smp[rows++] = t->smp;
     }
     return rows > 0;
@@ -641,7 +685,10 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
     s->b_out = malloc((size_t)n_batch * sizeof(int32_t));
     s->ps_w = malloc((size_t)s->n_vocab * sizeof(float));
     s->ps_idx = malloc((size_t)s->n_vocab * sizeof(int32_t));
-    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want && s->b_smp && s->b_out && s->ps_w && s->ps_idx;
+    s->gm_w = malloc((size_t)s->n_vocab * sizeof(float));
+    s->gm_mask = malloc((size_t)s->n_vocab);
+    bool ok = s->slots && s->b_tok && s->b_pos && s->b_seq && s->b_want && s->b_smp && s->b_out && s->ps_w && s->ps_idx &&
+              s->gm_w && s->gm_mask;
     for (int i = 0; ok && i < n_slots; i++) {
         s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
         ok = s->slots[i].cache != NULL;
@@ -659,9 +706,11 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
         return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gv_mu, NULL);
     pthread_cond_init(&s->wake, NULL);
     if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->gv_mu);
         pthread_cond_destroy(&s->wake);
         ob_sched_free(s);
         return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: cannot start thread");
@@ -690,8 +739,10 @@ void ob_sched_free(ob_sched *s) {
     if (s->thread_started) {
         ob_sched_stop(s);
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->gv_mu);
         pthread_cond_destroy(&s->wake);
     }
+    ob_grammar_vocab_free(s->gvocab);
     for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].cache);
     free(s->slots);
     free(s->b_tok);
@@ -702,6 +753,8 @@ void ob_sched_free(ob_sched *s) {
     free(s->b_out);
     free(s->ps_w);
     free(s->ps_idx);
+    free(s->gm_w);
+    free(s->gm_mask);
     free(s->sq);
     free(s->drafts);
     free(s);
@@ -715,6 +768,36 @@ bool ob_sched_failed(ob_sched *s) {
     bool f = s->failed;
     pthread_mutex_unlock(&s->mu);
     return f;
+}
+
+/* The vocabulary's token bytes for grammars: made once, by the first request with one.
+ * Ids the tokenizer lacks (a model with padded logits) and control tokens are never text. */
+static ob_grammar_vocab *grammar_vocab(ob_sched *s) {
+    pthread_mutex_lock(&s->gv_mu);
+    if (!s->gvocab) {
+        int n = s->n_vocab, nt = ob_tokenizer_n_vocab(s->tok);
+        const char **bytes = calloc((size_t)n, sizeof *bytes);
+        uint32_t *lens = calloc((size_t)n, sizeof *lens);
+        uint8_t *kind = malloc((size_t)n), *control = calloc((size_t)(nt > 0 ? nt : 1), 1);
+        if (bytes && lens && kind && control) {
+            ob_tokenizer_mark_control(s->tok, control);
+            for (int i = 0; i < n; i++) {
+                size_t len = 0;
+                bytes[i] = i < nt ? ob_token_piece(s->tok, i, &len) : "";
+                lens[i] = (uint32_t)len;
+                kind[i] = i >= nt ? OB_GTOK_NEVER : ob_token_is_eog(s->tok, i) ? OB_GTOK_END
+                          : control[i] ? OB_GTOK_NEVER : OB_GTOK_TEXT;
+            }
+            s->gvocab = ob_grammar_vocab_new(n, bytes, lens, kind);
+        }
+        free(bytes);
+        free(lens);
+        free(kind);
+        free(control);
+    }
+    ob_grammar_vocab *v = s->gvocab;
+    pthread_mutex_unlock(&s->gv_mu);
+    return v;
 }
 
 ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, char *err, size_t err_len) {
@@ -768,6 +851,23 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
     }
     t->smp = ob_sampler_new(&t->sp, s->n_vocab);
     if (!t->smp) goto nomem;
+    if (p->grammar && p->grammar[0]) {
+        char gerr[256];
+        ob_status gst = ob_grammar_parse(p->grammar, strlen(p->grammar), &t->gram, gerr, sizeof gerr);
+        if (gst == OB_ERR_NOMEM) goto nomem;
+        if (gst) {
+            task_free(t);
+            *st = ob_fail(err, err_len, OB_ERR_ARG, "Failed to parse grammar: %s", gerr);
+            return NULL;
+        }
+        ob_grammar_vocab *v = grammar_vocab(s);
+        if (!v || !(t->gm = ob_grammar_matcher_new(t->gram, v, !p->ignore_eos))) goto nomem;
+        if (ob_grammar_matcher_error(t->gm)) {
+            *st = ob_fail(err, err_len, OB_ERR_ARG, "%s", ob_grammar_matcher_error(t->gm));
+            task_free(t);
+            return NULL;
+        }
+    }
     t->refs = 2; /* the caller's and the scheduler's */
     pthread_mutex_lock(&s->mu);
     if (s->failed || s->stop) {

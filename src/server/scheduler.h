@@ -39,6 +39,7 @@ typedef struct ob_task_params {
     bool logprobs;                     /* record per-token logprobs */
     bool post_sampling;                /* ... as probabilities after the sampling chain instead */
     bool ignore_eos;
+    const char *grammar;               /* GBNF the output must follow (compiled at submit), or NULL */
 } ob_task_params;
 
 /* Where a reader has got to in a task's output. */

@@ -14,6 +14,9 @@
 
 typedef struct ob_sched ob_sched;
 typedef struct ob_srv_embd ob_srv_embd;
+typedef struct ob_srv_agent ob_srv_agent;
+typedef struct ob_router ob_router;
+typedef struct ob_router_hooks ob_router_hooks;
 
 typedef struct ob_srv_config {
     const char *host;          /* bind address; default 127.0.0.1 */
@@ -50,6 +53,22 @@ typedef struct ob_srv_config {
     bool kv_unified;           /* --kv-unified: each slot may fill the whole -c (here: -c cells per slot) */
     bool verbose;              /* -v: replies carry "__verbose" (the prompt as tokenized, ...) */
     int sleep_idle_s;          /* --sleep-idle-seconds: free the KV after this long idle; -1 off */
+    /* llama-server's agent features (agent.h), off unless given */
+    const char *tools;              /* --tools: comma list of built-in tools, or "all" */
+    const char *mcp_servers_json;   /* --mcp-servers-json: inline {"mcpServers": ...} */
+    const char *mcp_servers_config; /* --mcp-servers-config: a file of the same */
+    bool ui_mcp_proxy;              /* --ui-mcp-proxy: /cors-proxy forwards requests */
+    /* router mode (router.h): no model here; each model runs in a child `1bit serve` */
+    bool router;
+    const char *models_dir;         /* --models-dir: GGUF files (or folders of them) */
+    const char *models_preset;      /* --models-preset: an INI file, a section per model */
+    int models_max;                 /* --models-max: children at once (0: no limit) */
+    bool models_autoload;           /* a request naming an unloaded model loads it */
+    const char *router_flag;        /* the first router flag given (refused with -m) */
+    int router_argc;                /* the router's own flags, passed on to the children */
+    char **router_argv;
+    const ob_router_hooks *router_hooks; /* the Hub's cache and the flag check (app layer) */
+    bool exit_with_stdin;           /* --exit-with-stdin: exit when stdin closes (a child) */
 } ob_srv_config;
 
 enum { OB_REASONING_AUTO = -1, OB_REASONING_OFF = 0, OB_REASONING_ON = 1 };
@@ -112,6 +131,8 @@ typedef struct ob_resp {
     char *body;                 /* malloc'd */
     size_t body_len;
     ob_stream *stream;          /* if set, body is unused and the reply is SSE */
+    char *headers;              /* malloc'd "Name: value\n" lines added to the reply, or NULL;
+                                 * a Content-Type among them replaces the default */
 } ob_resp;
 
 /* Server state handlers need (owned by http.c). */
@@ -121,6 +142,8 @@ typedef struct ob_server_state {
     const ob_tokenizer *tok;
     ob_sched *sched;            /* NULL in embedding mode: generation answers 501 */
     ob_srv_embd *embd;          /* embeddings/rerank context, or NULL (not in embedding mode) */
+    ob_srv_agent *agent;        /* tools, MCP servers, CORS proxy (agent.h) */
+    ob_router *router;          /* router mode: the models and their children (router.h) */
     const char *model_id;       /* alias or file name */
     const char *chat_template;  /* model's template or NULL */
     volatile int ready;         /* 0 loading, 1 ready, -1 failed */
@@ -184,6 +207,24 @@ typedef struct ob_srv_embd_stats {
 void ob_srv_embd_get_stats(ob_srv_embd *e, ob_srv_embd_stats *out);
 /* Owns the embedding and rerank paths (answers 501 on them when s->embd is NULL). */
 bool ob_srv_route_embeddings(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* ---- agent.c: --tools, MCP servers, --ui-mcp-proxy (/tools, /cors-proxy) ------------- */
+
+/* Reads the flags (an unknown tool or an unreadable MCP config is an error); starts
+ * nothing. */
+ob_status ob_srv_agent_new(const ob_srv_config *cfg, ob_srv_agent **out, char *err, size_t err_len);
+/* The same checks, silently, for the command line (a mistake there is a flag error). */
+ob_status ob_srv_agent_check(const ob_srv_config *cfg, char *err, size_t err_len);
+/* Starts the MCP servers and lists their tools (before the server reports ready). */
+void ob_srv_agent_warmup(ob_srv_agent *a);
+/* Calls in flight give up (within ~100 ms); before the HTTP server is stopped. */
+void ob_srv_agent_stop(ob_srv_agent *a);
+/* Kills and reaps the MCP servers. */
+void ob_srv_agent_free(ob_srv_agent *a);
+bool ob_srv_route_agent(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* router_routes.c: every route of router mode (/models..., relayed requests, /props). */
+bool ob_srv_route_router(ob_server_state *s, const ob_req *rq, ob_resp *r);
 
 /* vertex.c: the port to listen on (AIP_HTTP_PORT in Vertex AI's prediction mode). */
 int ob_srv_vertex_port(int port);

@@ -519,6 +519,13 @@ int ob_token_bos(const ob_tokenizer *t) { return t ? t->bos : -1; }
 int ob_token_eos(const ob_tokenizer *t) { return t ? t->eos : -1; }
 int ob_tokenizer_n_vocab(const ob_tokenizer *t) { return t ? t->n_vocab : 0; }
 
+void ob_tokenizer_mark_control(const ob_tokenizer *t, uint8_t *control) {
+    memset(control, 0, (size_t)t->n_vocab);
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].special && t->added[i].id >= 0 && t->added[i].id < t->n_vocab) control[t->added[i].id] = 1;
+    if (t->unk_id >= 0 && t->unk_id < t->n_vocab) control[t->unk_id] = 1;
+}
+
 bool ob_token_is_eog(const ob_tokenizer *t, int32_t id) {
     if (!t) return false;
     for (int i = 0; i < t->n_eog; i++) if (t->eog[i] == id) return true;

@@ -12,6 +12,10 @@ ob_status ob_tokenizer_from_gguf(const ob_gguf *g, ob_tokenizer **out, char *err
 ob_status ob_tokenizer_from_json(const char *path, ob_tokenizer **out, char *err, size_t err_len);
 void ob_tokenizer_free(ob_tokenizer *t);
 
+/* control[i] = 1 for the tokens that are not text (control / special added tokens, the
+ * unknown token), else 0; control has n_vocab entries. */
+void ob_tokenizer_mark_control(const ob_tokenizer *t, uint8_t *control);
+
 /* Streaming decode: holds back an incomplete UTF-8 sequence until it completes, so a
  * stream never carries half a character. */
 typedef struct ob_detok { unsigned char pend[8]; int n_pend; } ob_detok;

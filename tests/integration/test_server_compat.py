@@ -39,8 +39,8 @@ def test_flags_llama_server_meanings(srv):
 
 
 @pytest.mark.parametrize("flag,needle", [
-    (["--tools", "all"], "--tools"), (["--mcp-servers-json", "{}"], "--mcp-servers-json"),
-    (["--ui-mcp-proxy"], "--ui-mcp-proxy"), (["--context-shift"], "--context-shift"),
+    (["--tools", "bogus"], "bogus"), (["--mcp-servers-json", "{"], "--mcp-servers-json"),
+    (["--context-shift"], "--context-shift"),
     (["--models-max", "2"], "--models-max"), (["--slot-save-path", "."], "--slot-save-path"),
     (["--reasoning", "maybe"], "--reasoning"), (["--reasoning-budget", "10"], "--reasoning-budget"),
     (["--chat-template", "chatglm4"], "chatglm4"),
@@ -54,9 +54,10 @@ def test_flags_not_supported_are_one_line(flag, needle):
 
 
 def test_cors_proxy_is_disabled(srv):
+    """Off unless --ui-mcp-proxy: llama-server's 403 (test_server_tools.py has it on)."""
     for m in (requests.get, requests.post):
         r = m(srv.url + "/cors-proxy?url=http://example.com", timeout=30)
-        assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error"
+        assert r.status_code == 403 and r.json()["error"]["type"] == "feature_disabled"
 
 
 def test_kv_unified_gives_each_slot_the_whole_context():
@@ -256,15 +257,20 @@ def test_chat_request_forms(srv):
     assert n["object"] == "response.input_tokens" and n["input_tokens"] > 5
 
 
-def test_structured_output_is_refused(srv):
-    """No grammar sampling here: a request for a constraint is refused, never answered
-    unconstrained; "text" is no constraint."""
-    for extra in ({"response_format": {"type": "json_object"}}, {"response_format": {"type": "json_schema", "json_schema": {}}},
-                  {"json_schema": {"const": "42"}}, {"grammar": "root ::= \"a\""}, {"response_format": {"type": "sound"}},
-                  {"response_format": 3}):
+def test_structured_output_fields(srv):
+    """llama-server's structured-output fields: a response_format type other than text,
+    json_object or json_schema, a malformed one, a bad schema or grammar is a 400; the
+    constraints themselves are tested in test_server_grammar.py."""
+    for extra in ({"response_format": {"type": "sound"}}, {"response_format": 3},
+                  {"response_format": {"type": "json_object", "schema": 123}},
+                  {"response_format": {"type": "json_object", "schema": {"type": "hiccup"}}},
+                  {"json_schema": {"type": 123}}, {"grammar": "root ::= this is (not valid GBNF"},
+                  {"grammar": "root ::= \"a\"", "json_schema": {"const": "42"}}):
         r = post(srv, "/chat/completions", dict(extra, messages=MSGS, max_tokens=2))
         assert r.status_code == 400 and "error" in r.json(), extra
     assert post(srv, "/chat/completions", {"messages": MSGS, "max_tokens": 2, "response_format": {"type": "text"}}).status_code == 200
+    r = post(srv, "/chat/completions", {"messages": MSGS, "max_tokens": 6, "json_schema": {"const": "42"}})
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].strip() == '"42"'
 
 
 def test_builtin_template_names_and_reasoning(tmp_path):
