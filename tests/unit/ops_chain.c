@@ -8,7 +8,9 @@
  *     launch, or folded into the one-token attention), Vulkan (norm+rope(+store), the fold)
  *   ATTENTION -> int8 matvec of its output                   CUDA, Vulkan
  *   matmul + residual ADD [+ the next norm], gate/up/GLU [+ down]   Vulkan (knobs)
- * plus a plain chain of many small nodes (the CPU's pool) and one of mixed ops. */
+ * plus a plain chain of many small nodes (the CPU's pool) and one of mixed ops. gpt-oss's
+ * forms ride on the same chains: attention sinks in the q/k/v tail and the attention before
+ * a matvec, its clamped SwiGLU (at a limit of 1, so the clamps act) in the GLU chains. */
 #include "ops_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -115,6 +117,7 @@ typedef struct qkv_row {
     int T, mode;
     int extra; /* 1: the q norm's output read again; 2: the raw k and v read again after */
     int yarn;  /* 1: shared factors + mscale near position 30011; 2: k's mscale apart; 3: k's factors apart */
+    bool sinks; /* gpt-oss's attention sinks (ATTENTION's src6) */
 } qkv_row;
 
 static void qkv_build(ops_build *b, const void *p) {
@@ -148,6 +151,8 @@ static void qkv_build(ops_build *b, const void *p) {
     ob_tensor *ks = ob_kv_store(g, k, KC, P, S, (int)cps), *vs = ob_kv_store(g, v, VC, P, S, (int)cps);
     vs->src[4] = ks;
     ob_tensor *a = ob_attention(g, q, KC, VC, P, S, vs, (int)cps, (int)Hk, 0, true, 0.125f, 0);
+    const int64_t nh[1] = {H};
+    if (r->sinks) a->src[6] = ops_leaf_f32(b, "sinks", 1, nh, 2.0f);
     if (r->extra == 1) a = ob_add(g, a, ob_view(g, qn, 2, nq));
     ob_tensor *raw = r->extra == 2 ? ob_add(g, rk, rv) : NULL;
     /* a Q8_0 K cache of normed rows: a GPU's rsqrtf may move a block's scale an ulp from
@@ -168,7 +173,7 @@ static void qkv_build(ops_build *b, const void *p) {
 
 typedef struct attnmv_row {
     int T, cps, pos0;
-    bool store;
+    bool store, sinks;
 } attnmv_row;
 
 static void attnmv_build(ops_build *b, const void *p) {
@@ -187,6 +192,14 @@ static void attnmv_build(ops_build *b, const void *p) {
     }
     ob_tensor *a = ob_attention(b->g, ops_leaf_f32(b, "q", 3, nq, 1.0f), KC, VC, P, S, order, r->cps, (int)n_kv, 0, true,
                                 0.125f, 0.0f);
+    if (r->sinks) {
+        /* sinks about 4: a tenth or more of the weight beside hundreds of cells, which the
+         * int8 matvec's bound sees */
+        const int64_t nh[1] = {H};
+        float *sk = ops_f32(b, H, 1.0f);
+        for (int64_t h = 0; h < H; h++) sk[h] += 4.0f;
+        a->src[6] = ops_leaf(b, "sinks", OB_TYPE_F32, 1, nh, sk);
+    }
     ob_tensor *y = ob_matmul(b->g, ops_leaf(b, "wo", OB_TYPE_Q4_K, 2, nw, ops_typed(b, OB_TYPE_Q4_K, hd * H, N, r->store ? 0.5f : 1.0f)), a);
     ops_check(b, y, MV_MREL);
 }
@@ -202,7 +215,14 @@ typedef struct vkmv_row {
     int64_t N;
     int last;      /* kind 2/4: a down matmul after the GLU (2: its own type dt); kind 3: the
                       output (not the sum, read again) */
+    bool oai;      /* kinds 1, 2, 4: gpt-oss's clamped SwiGLU for the SiLU GLU */
 } vkmv_row;
+
+/* The chains' GLU: SiLU, or gpt-oss's clamped SwiGLU at a limit of 1 (inputs of about unit
+ * size cross it often). */
+static ob_tensor *chain_glu(ob_graph *g, ob_tensor *gate, ob_tensor *up, bool oai) {
+    return oai ? ob_glu_swiglu_oai(g, gate, up, 1.702f, 1.0f) : ob_glu(g, gate, up, OB_ACT_SILU);
+}
 
 static double mm_atol(ob_type t, int64_t K) {
     const bool q8 = t == OB_TYPE_Q4_K || t == OB_TYPE_Q6_K || t == OB_TYPE_Q8_0 || t == OB_TYPE_Q1_0 || t == OB_TYPE_TQ2_0;
@@ -233,7 +253,7 @@ static void vkmv_build(ops_build *b, const void *p) {
     ob_tensor *x = ops_leaf_f32(b, "x", 2, nx, 1.0f), *h, *o;
     double atol;
     if (r->kind <= 1) {
-        h = r->kind ? ob_glu(g, x, ops_leaf_f32(b, "u", 2, nx, 1.0f), OB_ACT_SILU)
+        h = r->kind ? chain_glu(g, x, ops_leaf_f32(b, "u", 2, nx, 1.0f), r->oai)
                     : ob_rms_norm(g, x, ops_leaf_f32(b, "nw", 1, nx, 1.0f), 1e-6f);
         const int64_t nw[2] = {K, 70};
         o = ob_matmul(g, ops_leaf(b, "w", r->t, 2, nw, ops_typed(b, r->t, K, 70, 1.0f)), h);
@@ -259,8 +279,8 @@ static void vkmv_build(ops_build *b, const void *p) {
             }
         }
         const int64_t nw[2] = {K, r->N}, nd[2] = {r->N, M};
-        ob_tensor *gl = ob_glu(g, ob_matmul(g, ops_leaf(b, "wg", r->t, 2, nw, ops_typed(b, r->t, K, r->N, ws)), h),
-                               ob_matmul(g, ops_leaf(b, "wu", r->t, 2, nw, ops_typed(b, r->t, K, r->N, ws)), h), OB_ACT_SILU);
+        ob_tensor *gl = chain_glu(g, ob_matmul(g, ops_leaf(b, "wg", r->t, 2, nw, ops_typed(b, r->t, K, r->N, ws)), h),
+                                  ob_matmul(g, ops_leaf(b, "wu", r->t, 2, nw, ops_typed(b, r->t, K, r->N, ws)), h), r->oai);
         const ob_type dt = r->last == 2 ? r->dt : OB_TYPE_Q8_0;
         o = r->last ? ob_matmul(g, ops_leaf(b, "wd", dt, 2, nd, ops_typed(b, dt, r->N, M, 1.0f)), gl) : gl;
         atol = r->last ? 2 * mm_atol(dt, r->N) : 3 * mm_atol(r->t, K) / sqrt((double)K);
@@ -298,24 +318,32 @@ static const int64_t g_decode_T[] = {1, 3, 8};
 static normrope_row g_normrope[64];
 static const qkv_row g_qkv[] = {
     /* norm hd K V T mode extra yarn: every cache pair at 1 and 3 tokens, qwen3 and llama style */
-    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 0, 0},
-    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 0}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 3, 0, 0, 0},
-    {true, 128, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 2, 0, 0}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 0, 0, 0},
-    {true, 128, OB_TYPE_Q8_0, OB_TYPE_F32, 3, 2, 0, 0}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 3, 0, 0, 0},
-    {true, 128, OB_TYPE_F32, OB_TYPE_Q8_0, 1, 2, 0, 0}, {false, 64, OB_TYPE_F32, OB_TYPE_Q8_0, 1, 0, 0, 0},
-    {true, 128, OB_TYPE_F32, OB_TYPE_Q8_0, 3, 2, 0, 0}, {false, 64, OB_TYPE_F32, OB_TYPE_Q8_0, 3, 0, 0, 0},
+    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0, false}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 0, 0, false},
+    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 0, false}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 3, 0, 0, 0, false},
+    {true, 128, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 2, 0, 0, false}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 0, 0, 0, false},
+    {true, 128, OB_TYPE_Q8_0, OB_TYPE_F32, 3, 2, 0, 0, false}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 3, 0, 0, 0, false},
+    {true, 128, OB_TYPE_F32, OB_TYPE_Q8_0, 1, 2, 0, 0, false}, {false, 64, OB_TYPE_F32, OB_TYPE_Q8_0, 1, 0, 0, 0, false},
+    {true, 128, OB_TYPE_F32, OB_TYPE_Q8_0, 3, 2, 0, 0, false}, {false, 64, OB_TYPE_F32, OB_TYPE_Q8_0, 3, 0, 0, 0, false},
     /* the q norm read again (no one-launch tail); the fold at head sizes 256 and 64, with the
      * output over raw v's bytes or apart (raw k and v read again) */
-    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 1, 0}, {true, 256, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0},
-    {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0}, {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 0},
-    {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 0},
+    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 1, 0, false}, {true, 256, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0, false},
+    {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0, false}, {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 0, false},
+    {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 0, false},
     /* factors and mscale: folded, one launch, and refused the fold where q's and k's ropes differ */
-    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 1}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 1},
-    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 1}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 0, 0, 1},
-    {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 2}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 3},
+    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 1, false}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 1, false},
+    {true, 128, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 1, false}, {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 0, 0, 1, false},
+    {true, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 2, 2, false}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 0, 2, 3, false},
+    /* gpt-oss's: no norms, NeoX with factors and mscale, sinks; folded (F16), one launch
+     * (3 tokens, other caches), and the fold with q/k norms */
+    {false, 64, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 1, true}, {false, 64, OB_TYPE_F16, OB_TYPE_F16, 3, 2, 0, 1, true},
+    {false, 64, OB_TYPE_Q8_0, OB_TYPE_F32, 1, 2, 0, 1, true}, {true, 128, OB_TYPE_F16, OB_TYPE_F16, 1, 2, 0, 0, true},
 };
-static const attnmv_row g_attnmv[] = {{1, 700, 500, true}, {2, 700, 500, true}, {1, 40, 29, false}, {1, 40, 39, false},
-                                      {1, 300, 287, false}};
+static const attnmv_row g_attnmv[] = {
+    {1, 700, 500, true, false}, {2, 700, 500, true, false}, {1, 40, 29, false, false}, {1, 40, 39, false, false},
+    {1, 300, 287, false, false},
+    /* gpt-oss's sinks (the merge that writes the int8 output takes them) */
+    {1, 700, 500, true, true}, {2, 700, 500, true, true}, {1, 300, 287, false, true},
+};
 static vkmv_row g_vkmv[96];
 static int g_nnr, g_nvk;
 
@@ -336,8 +364,9 @@ static void add_vkmv(ops_list *l, vkmv_row r, const char *const *knobs, int n_kn
                                        "MATMUL, KV_STORE into its x, MATMUL"};
     g_vkmv[g_nvk] = r;
     for (int k = 0; k < n_knobs; k++) {
-        ops_case *c = ops_add(l, vkmv_build, &g_vkmv[g_nvk], "chain %s %s N=%lld%s%s%s%s", kind[r.kind], ob_type_name(r.t),
-                              (long long)r.N, r.last == 2 ? " -> down " : r.last ? (r.kind == 3 ? " -> MATMUL" : " -> down Q8_0") : "",
+        ops_case *c = ops_add(l, vkmv_build, &g_vkmv[g_nvk], "chain %s%s %s N=%lld%s%s%s%s", kind[r.kind],
+                              r.oai ? " swiglu_oai" : "", ob_type_name(r.t), (long long)r.N,
+                              r.last == 2 ? " -> down " : r.last ? (r.kind == 3 ? " -> MATMUL" : " -> down Q8_0") : "",
                               r.last == 2 ? ob_type_name(r.dt) : "", knobs[k] ? " " : "", knobs[k] ? knobs[k] : "");
         c->knobs = knobs[k];
         /* fused, x is quantized at other points (the norm's weight folded in, 16-element
@@ -397,36 +426,45 @@ void ops_add_chains(ops_list *l) {
         const qkv_row *r = &g_qkv[i];
         /* the fold into the attention sums the norm's squares in its own order */
         const bool fold = r->qk_norm && r->T == 1 && r->kt == OB_TYPE_F16 && r->vt == OB_TYPE_F16 && r->extra != 1 && r->yarn < 2;
-        chain(ops_add(l, qkv_build, r, "chain q/k/v tail %s hd=%d K %s V %s T=%d mode %d%s%s", r->qk_norm ? "q/k norm" : "no norm",
+        chain(ops_add(l, qkv_build, r, "chain q/k/v tail %s hd=%d K %s V %s T=%d mode %d%s%s%s", r->qk_norm ? "q/k norm" : "no norm",
                       r->hd, ob_type_name(r->kt), ob_type_name(r->vt), r->T, r->mode,
                       r->extra == 1 ? ", q norm read again" : r->extra == 2 ? ", raw k and v read again" : "",
-                      r->yarn == 1 ? ", factors+mscale" : r->yarn == 2 ? ", k mscale apart" : r->yarn == 3 ? ", k factors apart" : ""),
+                      r->yarn == 1 ? ", factors+mscale" : r->yarn == 2 ? ", k mscale apart" : r->yarn == 3 ? ", k factors apart" : "",
+                      r->sinks ? ", sinks" : ""),
               fold ? 1e-4 : 1e-6);
     }
     for (size_t i = 0; i < OB_ARRAY_LEN(g_attnmv); i++) {
         const attnmv_row *r = &g_attnmv[i];
-        chain(ops_add(l, attnmv_build, r, "chain %sATTENTION -> MATMUL Q4_K T=%d cells=%d pos %d", r->store ? "KV_STORE x2 -> " : "",
-                      r->T, r->cps, r->pos0), 1e-5);
+        chain(ops_add(l, attnmv_build, r, "chain %sATTENTION%s -> MATMUL Q4_K T=%d cells=%d pos %d", r->store ? "KV_STORE x2 -> " : "",
+                      r->sinks ? " sinks" : "", r->T, r->cps, r->pos0), 1e-5);
     }
     static const char *const none[1] = {NULL};
-    for (int glu = 0; glu < 2; glu++) add_vkmv(l, (vkmv_row){glu, OB_TYPE_Q4_K, 0, 70, 0}, none, 1);
+    for (int glu = 0; glu < 2; glu++) add_vkmv(l, (vkmv_row){glu, OB_TYPE_Q4_K, 0, 70, 0, false}, none, 1);
     static const ob_type gt[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0};
     for (size_t t = 0; t < 2; t++)
         for (int64_t N = 256; N <= 288; N += 32)
-            for (int down = 0; down < 2; down++) add_vkmv(l, (vkmv_row){2, gt[t], 0, N, down}, g_glu_knobs, (int)OB_ARRAY_LEN(g_glu_knobs));
+            for (int down = 0; down < 2; down++) add_vkmv(l, (vkmv_row){2, gt[t], 0, N, down, false}, g_glu_knobs, (int)OB_ARRAY_LEN(g_glu_knobs));
     static const ob_type mt[] = {OB_TYPE_Q4_K, OB_TYPE_TQ2_0, OB_TYPE_Q6_K, OB_TYPE_Q1_0};
     for (size_t t = 0; t < 4; t++)
         for (int64_t N = 1024; N <= 1536; N += 512)
-            for (int last = 0; last < 2; last++) add_vkmv(l, (vkmv_row){3, mt[t], 0, N, last}, g_res_knobs, (int)OB_ARRAY_LEN(g_res_knobs));
+            for (int last = 0; last < 2; last++) add_vkmv(l, (vkmv_row){3, mt[t], 0, N, last, false}, g_res_knobs, (int)OB_ARRAY_LEN(g_res_knobs));
     static const ob_type pt[] = {OB_TYPE_Q1_0, OB_TYPE_TQ2_0, OB_TYPE_Q4_K, OB_TYPE_Q6_K};
     for (size_t t = 0; t < 4; t++)
         for (int64_t N = 1024; N <= 1056; N += 32)
             for (int down = 0; down < 3; down++) {
                 if (down == 2 && N % 256) continue;
                 const ob_type dt = pt[t] == OB_TYPE_Q4_K || pt[t] == OB_TYPE_Q6_K ? OB_TYPE_Q6_K : OB_TYPE_TQ2_0;
-                add_vkmv(l, (vkmv_row){4, pt[t], dt, N, down}, g_png_knobs, 4);
+                add_vkmv(l, (vkmv_row){4, pt[t], dt, N, down, false}, g_png_knobs, 4);
             }
-    add_vkmv(l, (vkmv_row){5, OB_TYPE_Q6_K, 0, 70, 0}, none, 1);
+    add_vkmv(l, (vkmv_row){5, OB_TYPE_Q6_K, 0, 70, 0, false}, none, 1);
+    /* gpt-oss's clamped SwiGLU through the GLU fusions: the GLU writing the int8 x, gate/up/GLU
+     * on the prenorm consumer (Q1_0; TQ2_0's X16 form; Q4_K by switch) */
+    add_vkmv(l, (vkmv_row){1, OB_TYPE_Q4_K, 0, 70, 0, true}, none, 1);
+    for (int down = 0; down < 2; down++) add_vkmv(l, (vkmv_row){2, OB_TYPE_Q4_K, 0, 256, down, true}, none, 1);
+    for (size_t t = 0; t < 3; t++)
+        for (int down = 0; down < 3; down++)
+            add_vkmv(l, (vkmv_row){4, pt[t], pt[t] == OB_TYPE_Q4_K ? OB_TYPE_Q6_K : OB_TYPE_TQ2_0, 1024, down, true},
+                     g_png_knobs, 4);
     chain(ops_add(l, adds_build, NULL, "chain 500 ADDs of 37 elements"), 0);
     chain(ops_add(l, mixed_build, NULL, "chain RMS_NORM -> MATMUL Q5_K -> ADD -> GELU -> SCALE -> SOFTMAX"), 1e-5);
 }

@@ -5,9 +5,9 @@
  * values), ADD_ID (experts' biases, ids naming no expert) and the whole gpt-oss
  * feed-forward block (router with bias, softmax top-k renormalised, gate/up experts with
  * biases, the clamped SwiGLU, down experts with bias, sum) against the node-by-node
- * reference.
- *
- * The GPU backends have no kernels for these yet: their supports() refuse them (may_refuse). */
+ * reference. The sinks run on every attention path of each GPU backend (the switches below
+ * and batch-invariant mode pick the ones the shapes alone would not); the fused forms of the
+ * clamped SwiGLU and of a sinks attention are chains in ops_chain.c. */
 #include "ops_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +24,12 @@ typedef struct sink_row {
     float cap;
     int sinks; /* SINK_* */
 } sink_row;
+
+/* CUDA's prefill on tensor cores (op_flash_attn.cu: q and P rounded to f16) takes these. */
+static bool sink_fa_shape(const sink_row *r) {
+    const bool ct = (r->kt == OB_TYPE_F16 || r->kt == OB_TYPE_Q8_0) && (r->vt == OB_TYPE_F16 || r->vt == OB_TYPE_Q8_0);
+    return r->T >= 32 && ct && (r->hd == 64 || r->hd == 128);
+}
 
 /* T = 1: decode one token at position cps - 13 of sequence 1 (of 2); else a prefill of T
  * tokens of two sequences interleaved, at positions from 3. Unseen F32 cells hold NaN. */
@@ -61,6 +67,9 @@ static void sink_build(ops_build *b, const void *p) {
                                 r->cps, r->n_kv, r->window, true, 1.0f / sqrtf((float)r->hd), r->cap);
     o->src[6] = ops_leaf(b, "sinks", OB_TYPE_F32, 1, ns, sk);
     ops_check(b, o, OPS_TOL(4e-6, 2e-5));
+    /* the GPUs' bounds of ops_attention.c */
+    ops_tol_on(b, OPS_BIT(OPS_VK), OPS_TOL(1e-5, 1e-4));
+    ops_tol_on(b, OPS_BIT(OPS_CUDA), OPS_MREL(sink_fa_shape(r) ? 2e-3 : 2e-5));
 }
 
 /* Head size 4, two cells, scores 1 and 2, sink s: out = (e^1 v0 + e^2 v1) / (e^1 + e^2 + e^s). */
@@ -183,34 +192,66 @@ static void block_build(ops_build *b, const void *p) {
 
 /* ---- the tables ---------------------------------------------------------------------------- */
 
-static sink_row g_sink[64];
+static sink_row g_sink[192];
 static int g_nsink;
 
-static void add_sink(ops_list *l, sink_row r) {
+/* The attention paths that only a backend switch reaches: Vulkan's attn_dec.comp with its
+ * splits merged by the last (no solo walk), four heads a workgroup, one split, and
+ * attention.comp merged by a second pass or by the last split; CUDA's k_attn on F16 caches
+ * (not k_attn_h), the merge launch (no last-arrival merge), one split (the block writes the
+ * output), k_attn_pf where flash attention would take the prefill. */
+static const char *const g_sink_knobs[] = {
+    "ONEBIT_VK_ATTN_SOLO=0", "ONEBIT_VK_ATTN_GW=4 ONEBIT_VK_ATTN_SOLO=0", "ONEBIT_VK_ATTN_SPLIT=1",
+    "ONEBIT_VK_ATTN_LAST=0 ONEBIT_VK_ATTN_CELLS=128", "ONEBIT_VK_ATTN_DEC=0 ONEBIT_VK_ATTN_CELLS=128",
+    "ONEBIT_CUDA_ATTN_H=0", "ONEBIT_CUDA_FUSE=0", "ONEBIT_CUDA_ATTN_SPLIT=1", "ONEBIT_CUDA_FA=0",
+};
+
+/* knobs: NULL, or one of g_sink_knobs; det: batch-invariant mode (every T on the split
+ * decode kernels). */
+static void add_sink(ops_list *l, sink_row r, const char *knobs, bool det) {
     if (g_nsink == (int)OB_ARRAY_LEN(g_sink)) { fprintf(stderr, "ops_gptoss: g_sink full\n"); exit(2); }
     g_sink[g_nsink] = r;
     static const char *const kinds[] = {"random", "big", "-inf", "tie"};
-    ops_case *c = ops_add(l, sink_build, &g_sink[g_nsink++], "ATTENTION sinks %s K %s V %s hd=%d H=%d/%d T=%d cells=%d window %d cap %g",
-                          kinds[r.sinks], ob_type_name(r.kt), ob_type_name(r.vt), r.hd, r.H, r.n_kv, r.T, r.cps, r.window, r.cap);
-    c->may_refuse = OPS_GPU;
+    ops_case *c = ops_add(l, sink_build, &g_sink[g_nsink++],
+                          "ATTENTION sinks %s K %s V %s hd=%d H=%d/%d T=%d cells=%d window %d cap %g%s%s%s", kinds[r.sinks],
+                          ob_type_name(r.kt), ob_type_name(r.vt), r.hd, r.H, r.n_kv, r.T, r.cps, r.window, r.cap,
+                          det ? " deterministic" : "", knobs ? " " : "", knobs ? knobs : "");
+    c->knobs = knobs;
+    c->det = det;
 }
 
 void ops_add_gptoss(ops_list *l) {
     const ob_type F32 = OB_TYPE_F32, F16 = OB_TYPE_F16, Q8 = OB_TYPE_Q8_0;
     /* gpt-oss's heads (64 wide, 8 query heads per kv head), its window of 128 inside a
-     * 300-cell history, full attention; every cache type; small odd heads */
+     * 300-cell history, full attention; every cache type; decode, a small batch and a
+     * prefill (CUDA's tensor cores for F16 and Q8_0); small odd heads */
     static const ob_type kv[3][2] = {{OB_TYPE_F32, OB_TYPE_F32}, {OB_TYPE_F16, OB_TYPE_F16}, {OB_TYPE_Q8_0, OB_TYPE_F16}};
+    static const int Ts[] = {1, 9, 40};
     for (int c = 0; c < 3; c++)
-        for (int T = 1; T <= 9; T += 8)
-            for (int w = 0; w < 2; w++)
-                add_sink(l, (sink_row){kv[c][0], kv[c][1], 64, 8, 1, T, 300, w ? 128 : 0, 0.0f, SINK_RANDOM});
-    add_sink(l, (sink_row){F32, F32, 12, 6, 3, 7, 40, 5, 0.0f, SINK_RANDOM});
-    add_sink(l, (sink_row){F16, Q8, 64, 4, 2, 5, 80, 0, 30.0f, SINK_RANDOM});
+        for (size_t t = 0; t < OB_ARRAY_LEN(Ts); t++)
+            for (int w = 0; w < 2; w++) {
+                const sink_row r = {kv[c][0], kv[c][1], 64, 8, 1, Ts[t], 300, w ? 128 : 0, 0.0f, SINK_RANDOM};
+                add_sink(l, r, NULL, false);
+                add_sink(l, r, NULL, true);
+                for (size_t k = 0; k < OB_ARRAY_LEN(g_sink_knobs); k++) {
+                    const bool vk = !strncmp(g_sink_knobs[k], "ONEBIT_VK_", 10), fa = strstr(g_sink_knobs[k], "_FA=") != NULL;
+                    /* Vulkan's switches at decode (T = 9 and 40 take attention.comp, unsplit);
+                     * CUDA's flash-attention switch where it would apply, the others at
+                     * decode and small batches */
+                    if (vk ? Ts[t] != 1 : fa ? !sink_fa_shape(&r) : Ts[t] > 16) continue;
+                    add_sink(l, r, g_sink_knobs[k], false);
+                }
+            }
+    add_sink(l, (sink_row){F32, F32, 12, 6, 3, 7, 40, 5, 0.0f, SINK_RANDOM}, NULL, false);
+    add_sink(l, (sink_row){F16, Q8, 64, 4, 2, 5, 80, 0, 30.0f, SINK_RANDOM}, NULL, false);
     for (int s = SINK_BIG; s <= SINK_TIE; s++) {
-        add_sink(l, (sink_row){F32, F32, 32, 4, 2, 1, 100, 0, 0.0f, s});
-        add_sink(l, (sink_row){F16, F16, 32, 4, 2, 9, 100, 16, 0.0f, s});
+        add_sink(l, (sink_row){F32, F32, 32, 4, 2, 1, 100, 0, 0.0f, s}, NULL, false);
+        add_sink(l, (sink_row){F16, F16, 32, 4, 2, 9, 100, 16, 0.0f, s}, NULL, false);
+        add_sink(l, (sink_row){F16, F16, 64, 4, 2, 40, 100, 16, 0.0f, s}, NULL, false);
+        add_sink(l, (sink_row){F16, F16, 64, 8, 1, 1, 300, 0, 0.0f, s}, "ONEBIT_VK_ATTN_SOLO=0", false);
+        add_sink(l, (sink_row){F16, F16, 64, 8, 1, 1, 300, 0, 0.0f, s}, "ONEBIT_CUDA_FUSE=0", false);
     }
-    ops_add(l, sink_known_build, NULL, "ATTENTION sinks known value")->may_refuse = OPS_GPU;
+    ops_add(l, sink_known_build, NULL, "ATTENTION sinks known value");
 
     static const oai_row oai[] = {
         {{67, 5, 3}, 8.0f, true}, {{300, 5, 1}, 4.0f, false}, {{2880, 3, 1}, 8.0f, true}, {{1, 1, 1}, 9.0f, false},
@@ -218,17 +259,15 @@ void ops_add_gptoss(ops_list *l) {
     };
     for (size_t i = 0; i < OB_ARRAY_LEN(oai); i++)
         ops_add(l, oai_build, &oai[i], "GLU swiglu_oai %lldx%lldx%lld scale %g%s", (long long)oai[i].ne[0],
-                (long long)oai[i].ne[1], (long long)oai[i].ne[2], oai[i].scale, oai[i].special ? " nan/inf/limit" : "")
-            ->may_refuse = OPS_GPU;
-    ops_add(l, oai_known_build, NULL, "GLU swiglu_oai known values")->may_refuse = OPS_GPU;
+                (long long)oai[i].ne[1], (long long)oai[i].ne[2], oai[i].scale, oai[i].special ? " nan/inf/limit" : "");
+    ops_add(l, oai_known_build, NULL, "GLU swiglu_oai known values");
 
     static const add_id_row ids[] = {
         {37, 8, 2, 5, false}, {37, 8, 3, 6, true}, {2880, 32, 4, 3, false}, {96, 4, 4, 33, false}, {1, 1, 1, 1, false},
     };
     for (size_t i = 0; i < OB_ARRAY_LEN(ids); i++)
         ops_add(l, add_id_build, &ids[i], "ADD_ID N=%lld E=%lld k=%lld T=%lld%s", (long long)ids[i].N, (long long)ids[i].E,
-                (long long)ids[i].k, (long long)ids[i].T, ids[i].bad ? " ids naming no expert" : "")
-            ->may_refuse = OPS_GPU;
+                (long long)ids[i].k, (long long)ids[i].T, ids[i].bad ? " ids naming no expert" : "");
 
     /* the block at gpt-oss's proportions (rows of 32-blocks that are not 256-blocks, 4 of the
      * experts), its MXFP4 experts and the types a requantized file may hold */
@@ -236,13 +275,12 @@ void ops_add_gptoss(ops_list *l) {
     static block_row blocks[OB_ARRAY_LEN(types) * 3];
     int nb = 0;
     for (size_t i = 0; i < OB_ARRAY_LEN(types); i++) {
-        static const int64_t Ts[] = {1, 5, 33};
+        static const int64_t bts[] = {1, 5, 33};
         for (size_t s = 0; s < 3; s++) {
             block_row *r = &blocks[nb++];
-            *r = (block_row){types[i], 96, 64, 8, 4, Ts[s]};
+            *r = (block_row){types[i], 96, 64, 8, 4, bts[s]};
             ops_add(l, block_build, r, "gpt-oss block %s H=%lld F=%lld E=%lld k=%lld T=%lld", ob_type_name(r->t),
-                    (long long)r->H, (long long)r->F, (long long)r->E, (long long)r->k, (long long)r->T)
-                ->may_refuse = OPS_GPU;
+                    (long long)r->H, (long long)r->F, (long long)r->E, (long long)r->k, (long long)r->T);
         }
     }
 }

@@ -25,7 +25,8 @@ int main(void) {
  * window, one kv head for six query heads), the last cell of the last sequence, and
  * qwen3-8b's heads (128 elements: the one-element-an-invocation path, four query heads a kv
  * head); then ropes with frequency factors and mscale (up to position 30011), and q and k
- * ropes that differ in them, which must not fold.
+ * ropes that differ in them, which must not fold; then gpt-oss's attention sinks (its heads,
+ * window and YaRN, and some of the cases above), which the fold takes as they are.
  * ONEBIT_VK_ATTN_FOLD=0 runs the same nodes one by one. */
 static void fold_poison(ob_type kv, void *kc, void *vc, int64_t row, int64_t cps, int32_t seq, int32_t pos, int32_t upto) {
     const size_t rb = ob_row_size(kv, row);
@@ -48,13 +49,14 @@ typedef struct {
     int cps;  /* cells a sequence, one sequence (0: 300, three) */
 } fold_case;
 
-static void fold_run(const fold_case *f, ob_type kv, int solo, ob_backend *off) {
+/* sinks: the attention has gpt-oss's sinks (a logit per query head, ATTENTION's src6). */
+static void fold_run(const fold_case *f, ob_type kv, int solo, bool sinks, ob_backend *off) {
     const int64_t cps = f->cps ? f->cps : 300, n_seq = f->cps ? 1 : 3, hd = f->hd, row = hd * f->n_kv,
                   cells = cps * n_seq;
     int32_t pos[1] = {f->pos}, seq[1] = {f->seq};
     void *kc = rand_typed(kv, row, cells, 1.0f), *vc = rand_typed(kv, row, cells, 1.0f);
     float *xq = rand_f32(hd * f->H, 2.0f), *xk = rand_f32(row, 2.0f), *xv = rand_f32(row, 1.0f);
-    float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f);
+    float *wq = rand_f32(hd, 1.0f), *wk = rand_f32(hd, 1.0f), *sk = rand_f32(f->H, 2.0f);
     float *fq = f->yarn ? rand_rope_factors(f->n_rot / 2) : NULL, *fk = NULL;
     if (f->yarn == 3) {
         fk = malloc(sizeof(float) * (size_t)(f->n_rot / 2));
@@ -78,10 +80,13 @@ static void fold_run(const fold_case *f, ob_type kv, int solo, ob_backend *off) 
     vs->src[4] = ks;
     ob_tensor *o = ob_attention(g, q, tkc, tvc, tp, ts, vs, (int)cps, f->n_kv, f->window, true,
                                 1.0f / sqrtf((float)hd), 0.0f);
+    const int64_t nh[1] = {f->H};
+    if (sinks) o->src[6] = ob_leaf(g, "sinks", OB_TYPE_F32, 1, nh, sk);
     char what[160];
     snprintf(what, sizeof(what),
-             "attention fold %s hd %d heads %d/%d norms %d mode %d rot %d window %d pos %d solo %d yarn %d",
-             ob_type_name(kv), f->hd, f->H, f->n_kv, f->norms, f->mode, f->n_rot, f->window, f->pos, solo, f->yarn);
+             "attention fold %s hd %d heads %d/%d norms %d mode %d rot %d window %d pos %d solo %d yarn %d%s",
+             ob_type_name(kv), f->hd, f->H, f->n_kv, f->norms, f->mode, f->n_rot, f->window, f->pos, solo, f->yarn,
+             sinks ? " sinks" : "");
     /* the cache's rounding of k moves the scores a little (Q8_0: a code may flip) */
     const double atol = kv == OB_TYPE_Q8_0 ? 2e-2 : kv == OB_TYPE_F16 ? 2e-3 : 2e-4;
     ob_vk *vk = g_be[0]->ctx;
@@ -115,7 +120,7 @@ static void fold_run(const fold_case *f, ob_type kv, int solo, ob_backend *off) 
                (long long)((ob_vk *)off->ctx)->n_prev);
     }
     ob_graph_free(g);
-    free(kc); free(vc); free(xq); free(xk); free(xv); free(wq); free(wk); free(fq); free(fk);
+    free(kc); free(vc); free(xq); free(xk); free(xv); free(wq); free(wk); free(sk); free(fq); free(fk);
 }
 
 static void test_attn_fold(void) {
@@ -142,11 +147,25 @@ static void test_attn_fold(void) {
             for (size_t c = 0; c < OB_ARRAY_LEN(fc); c++) {
                 /* every split walks its chunks, then split 0 alone (up to 8 chunks) */
                 for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = solo ? 8u : 0u;
-                fold_run(&fc[c], kvt[k], solo, off);
+                fold_run(&fc[c], kvt[k], solo, false, off);
             }
     for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = 0u;
     for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
-        for (size_t c = 0; c < OB_ARRAY_LEN(fy); c++) fold_run(&fy[c], kvt[k], 0, off);
+        for (size_t c = 0; c < OB_ARRAY_LEN(fy); c++) fold_run(&fy[c], kvt[k], 0, false, off);
+    /* attention sinks: gpt-oss's heads (64 wide, 8 per kv head, no norms, NeoX with YaRN, its
+     * window of 128 and full attention), with splits walked by every split or by split 0
+     * alone; the general path (four heads of 64, six of 32) and head size 128 */
+    static const fold_case fs[] = {
+        {64, 8, 1, 0, 2, 64, 128, 250, 0, 1, 0}, {64, 8, 1, 0, 2, 64, 0, 299, 2, 1, 0},
+        {64, 4, 2, 1, 2, 64, 0, 37, 1, 0, 0},    {32, 6, 1, 1, 2, 32, 3, 250, 2, 0, 0},
+        {128, 8, 2, 1, 2, 128, 0, 77, 0, 0, 0},
+    };
+    for (int solo = 0; solo < 2; solo++)
+        for (size_t k = 0; k < OB_ARRAY_LEN(kvt); k++)
+            for (size_t c = 0; c < OB_ARRAY_LEN(fs); c++) {
+                for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = solo ? 8u : 0u;
+                fold_run(&fs[c], kvt[k], solo, true, off);
+            }
     for (int b = 0; b < N_BE; b++) ((ob_vk *)g_be[b]->ctx)->attn_solo = keep_solo[b];
     g_rng = keep_rng;
     if (off) ob_backend_free(off);

@@ -55,15 +55,14 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_MUL:
     case OB_OP_SCALE:
     case OB_OP_ACT:
+    case OB_OP_GLU: /* plain, or gpt-oss's clamped SwiGLU (op_elementwise.cu's glu_f) */
     case OB_OP_ROPE: /* with its factors (src2: NULL or F32 [n_rot/2]) and a finite mscale */
     case OB_OP_KV_STORE:
         return true;
-    case OB_OP_GLU: /* not gpt-oss's clamped SwiGLU: no kernel yet */
-        return n->ip[1] == OB_GLU_PLAIN;
     case OB_OP_ATTENTION: {
         const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
-        if (n->src[6]) return false;           /* attention sinks (gpt-oss): no kernel yet */
+        /* (attention sinks, src6, on every path: rowops.cuh's attn_inv) */
         /* values as wide as the keys, from a V cache of their own (not MLA's) */
         if (n->ne[0] != hd * H || n->src[2]->ne[0] != n->src[1]->ne[0]) return false;
         /* any head size that is a multiple of 4 up to 256 (encoders use 12, 16, ...) */
@@ -76,6 +75,7 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_MOE_GATE:
     case OB_OP_MATMUL_ID:
     case OB_OP_MOE_SUM:
+    case OB_OP_ADD_ID:
         return ob_cu_supports_moe(n);
     default:
         return false;
@@ -239,6 +239,7 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_MOE_GATE: return ob_cu_op_moe_gate(cx, n);
     case OB_OP_MATMUL_ID: return ob_cu_op_matmul_id(cx, n);
     case OB_OP_MOE_SUM: return ob_cu_op_moe_sum(cx, n);
+    case OB_OP_ADD_ID: return ob_cu_op_add_id(cx, n);
     default: return false;
     }
 }

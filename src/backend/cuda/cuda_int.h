@@ -319,7 +319,8 @@ static __device__ __forceinline__ float ob_cu_alibi_slope(int h, int n_head, flo
 }
 #endif
 
-/* Mixture of experts (op_moe.cu): MOE_GATE, MATMUL_ID, MOE_SUM. supports: the kernels'
+/* Mixture of experts (op_moe.cu): MOE_GATE, MATMUL_ID, MOE_SUM, and ADD_ID (gpt-oss's expert
+ * biases on a MATMUL_ID output). supports: the kernels'
  * limits (after ob_op_valid); tmp_size: bytes of cx->tmp a node needs (MATMUL_ID's int8 x);
  * tables_init: op_moe.cu's copy of the dequantizers' lattice tables (dequant.cuh). */
 bool ob_cu_supports_moe(const ob_tensor *n);
@@ -328,6 +329,7 @@ bool ob_cu_moe_tables_init(ob_cu_ctx *cx);
 bool ob_cu_op_moe_gate(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_matmul_id(ob_cu_ctx *cx, ob_tensor *n);
 bool ob_cu_op_moe_sum(ob_cu_ctx *cx, ob_tensor *n);
+bool ob_cu_op_add_id(ob_cu_ctx *cx, ob_tensor *n);
 
 /* POOL and ACT = TANH (op_encoder.cu). */
 bool ob_cu_supports_pool(const ob_tensor *n);

@@ -25,7 +25,11 @@
  * stores of row p; OB_CU_FUSE_ATTN_QKV), which then needs no launch of its own (a few % of
  * a decode step: bench/NOTES.md, Session 9, the q/k/v tail folded into k_attn_h). It
  * applies where the planner kept the attention's output apart from the raw k and v (24 of
- * qwen3-8b's 36 layers). */
+ * qwen3-8b's 36 layers).
+ *
+ * gpt-oss's attention sinks (src6) join a head's softmax where its output is made: the
+ * block's output (one split), the merge of the splits (by the last to arrive or by
+ * k_attn_merge), k_attn_pf's and the flash kernel's rows (rowops.cuh's attn_inv). */
 #include "backend/cuda/rowops.cuh"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_fa.h"
@@ -91,6 +95,7 @@ typedef struct ob_attn_args {
      * row, p, is made by the kernels ahead). */
     int early;
     float scale, cap, alibi; /* alibi: ALiBi max bias, 0 = none */
+    const float *sinks;      /* gpt-oss's sinks F32 [H] (graph.h), or NULL */
     /* The folded q/k/v tail (k_attn_h<..., true>, one token): q is the raw q projection, fk
      * and fv the raw k and v rows; fqw / fkw the q / k norm weights (fqnorm / fknorm: the
      * norm is there); the rope (fr, one for q and k: their angles are shared) has n_rot = hd,
@@ -140,7 +145,8 @@ template <bool cg> static __device__ __forceinline__ float ld_part(const float *
 }
 
 template <bool cg>
-static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e) {
+static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e,
+                                                  const float *sinks, int64_t h) {
     float L = 0.0f, v = 0.0f;
     for (int k = 0; k < nsplit; k++) {
         const float *ps = pp + k * (hd + 2);
@@ -150,6 +156,7 @@ static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, i
         L += l * f;
         v += ld_part<cg>(ps + 2 + e) * f;
     }
+    if (sinks) return v * attn_inv(sinks, h, M, L);
     return L > 0.0f ? v / L : 0.0f;
 }
 
@@ -159,14 +166,16 @@ static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, i
  * so no 32-block spans two heads). */
 template <bool cg>
 static __device__ __forceinline__ void merge_head(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
-                                                  int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item) {
+                                                  int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item,
+                                                  const float *sinks, int64_t H) {
     const float *pp = partial + (size_t)item * nsplit * (hd + 2);
+    const int64_t h = item % H;
     float M = -INFINITY;
     for (int k = 0; k < nsplit; k++)
         if (ld_part<cg>(pp + k * (hd + 2) + 1) > 0.0f) M = fmaxf(M, ld_part<cg>(pp + k * (hd + 2)));
     float *o = out + (size_t)item * hd;
     if (!qx) {
-        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one<cg>(pp, nsplit, hd, M, e);
+        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one<cg>(pp, nsplit, hd, M, e, sinks, h);
         return;
     }
     const int64_t ng = hd / 4;
@@ -177,7 +186,7 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
         if (live) {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                r[k] = merge_one<cg>(pp, nsplit, hd, M, 4 * g + k);
+                r[k] = merge_one<cg>(pp, nsplit, hd, M, 4 * g + k, sinks, h);
                 o[4 * g + k] = r[k];
             }
         }
@@ -193,7 +202,8 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
  * split's elements unconditionally. */
 template <bool cg>
 static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
-                                                    int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item) {
+                                                    int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item,
+                                                    const float *sinks, int64_t H) {
     __shared__ float s_f[OB_ATTN_MAX_SPLIT];
     __shared__ float s_inv;
     const float *pp = partial + (size_t)item * nsplit * (hd + 2);
@@ -213,7 +223,7 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
             s_f[k] = f;
         }
         for (int o = OB_WARP / 2; o > 0; o /= 2) L += OB_SHFL_XOR(L, o);
-        if (threadIdx.x == 0) s_inv = L > 0.0f ? 1.0f / L : 0.0f;
+        if (threadIdx.x == 0) s_inv = attn_inv(sinks, item % H, M, L);
     }
     __syncthreads();
     const float inv = s_inv;
@@ -247,9 +257,9 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
 
 /* One block (OB_ATTN_WARPS warps) per (token, head). */
 __global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
-                             int8_t *__restrict__ qx, float2 *__restrict__ dx) {
+                             int8_t *__restrict__ qx, float2 *__restrict__ dx, const float *__restrict__ sinks, int64_t H) {
     OB_PDL_ENTRY();
-    merge_head<false>(partial, out, hd, nsplit, qx, dx, blockIdx.x);
+    merge_head<false>(partial, out, hd, nsplit, qx, dx, blockIdx.x, sinks, H);
 }
 
 /* Token t's cells [lo, hi] for split sp (hi < lo: none), its position p and the first cell of
@@ -300,7 +310,7 @@ static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const 
     for (int k = 0; k < OB_ATTN_WARPS; k++) { f[k] = s_l[k] > 0.0f ? expf(s_m[k] - M) : 0.0f; L += s_l[k] * f[k]; }
     if (a.nsplit == 1) {
         float *o = a.out + (t * a.H + h) * hd;
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        const float inv = attn_inv(a.sinks, h, M, L);
         for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
             float v = 0.0f;
             for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
@@ -330,8 +340,8 @@ static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const 
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        if (wm) merge_head_w<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
-        else merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h);
+        if (wm) merge_head_w<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
+        else merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
     }
 }
 
@@ -824,7 +834,7 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
     }
     if (!live) return;
     float *o = a.out + (t * a.H + h) * hd;
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv = attn_inv(a.sinks, h, m, l);
 #pragma unroll
     for (int i = 0; i < OB_ATTN_MAX_NE; i++)
         if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
@@ -884,6 +894,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
+    a.sinks = n->src[6] ? (const float *)n->src[6]->data : NULL;
     if (fold) {
         const ob_tensor *qn = fold[0], *qr = fold[1], *kn = fold[2], *kr = fold[3], *vs = fold[4];
         a.q = (const float *)(qn ? qn->src[0] : qr->src[0])->data;
@@ -947,7 +958,7 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     }
     if (a.nsplit > 1 && !one)
         return OB_CU_LAUNCH(cx, k_attn_merge, dim3((unsigned)(a.H * a.T)), dim3(OB_ATTN_WARPS * OB_WARP), 0, (const float *)a.partial,
-                            a.out, a.hd, a.nsplit, a.qx, a.dx);
+                            a.out, a.hd, a.nsplit, a.qx, a.dx, a.sinks, a.H);
     return true;
 }
 

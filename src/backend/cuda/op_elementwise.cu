@@ -1,6 +1,7 @@
-/* Row and element ops: RMS_NORM, LAYER_NORM, ADD, MUL, SCALE, ACT, GLU, ROPE, SOFTMAX,
- * and the fused forms cuda_backend.cu picks for decode (residual ADD + RMS_NORM, and
- * RMS_NORM or GLU that also quantize their output for the int8 matvec that reads it).
+/* Row and element ops: RMS_NORM, LAYER_NORM, ADD, MUL, SCALE, ACT, GLU (gpt-oss's clamped
+ * SwiGLU too), ROPE, SOFTMAX, and the fused forms cuda_backend.cu picks for decode (residual
+ * ADD + RMS_NORM, and RMS_NORM or GLU that also quantize their output for the int8 matvec
+ * that reads it).
  * Semantics are graph.h's; ob_cpu_ref_op is the oracle (tests/unit/test_cuda_ops.c). A
  * fused kernel repeats its parts' float operations in the same order with the same
  * thread layout, so its outputs equal the unfused kernels' bit for bit. */
@@ -27,6 +28,26 @@ static __device__ __forceinline__ float act_f(int act, float x) {
     case OB_ACT_SOFTPLUS: return x > 0.0f ? x + log1pf(expf(-x)) : log1pf(expf(x));
     default: return x > 0.0f ? x : 0.0f;
     }
+}
+
+/* GLU's parameters (graph.h): its ob_act, and for gpt-oss's clamped SwiGLU (OB_GLU_SWIGLU_OAI)
+ * alpha and the limit. */
+typedef struct ob_glu_p {
+    int act, oai;
+    float alpha, limit;
+} ob_glu_p;
+
+static ob_glu_p glu_p(const ob_tensor *n) {
+    const ob_glu_p p = {n->ip[0], n->ip[1] == OB_GLU_SWIGLU_OAI, n->fp[0], n->fp[1]};
+    return p;
+}
+
+/* act(g) * u, or the clamped SwiGLU: g clamped above at the limit, u to +-limit (the
+ * comparisons keep a NaN, as the reference's), g sigmoid(alpha g) (u + 1). */
+static __device__ __forceinline__ float glu_f(const ob_glu_p &p, float g, float u) {
+    if (!p.oai) return act_f(p.act, g) * u;
+    const float x = g > p.limit ? p.limit : g, v = u > p.limit ? p.limit : u < -p.limit ? -p.limit : u;
+    return x / (1.0f + expf(-p.alpha * x)) * (v + 1.0f);
 }
 
 /* One block per row. */
@@ -69,10 +90,10 @@ __global__ void k_unary(const float *__restrict__ a, float *__restrict__ y, int6
     y[i] = act < 0 ? a[i] * s : act_f(act, a[i]);
 }
 
-__global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, float *__restrict__ y, int64_t n, int act) {
+__global__ void k_glu(const float *__restrict__ g, const float *__restrict__ u, float *__restrict__ y, int64_t n, ob_glu_p p) {
     OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = act_f(act, g[i]) * u[i];
+    if (i < n) y[i] = glu_f(p, g[i], u[i]);
 }
 
 /* One thread per rotated pair. */
@@ -203,7 +224,7 @@ __global__ void k_rms_fused4(const float *x, const float *xb, float *xs, const f
 }
 
 /* GLU of 4 consecutive elements per thread, as k_glu, then their int8 quantization. */
-__global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n, int act, int8_t *__restrict__ qx,
+__global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n, ob_glu_p p, int8_t *__restrict__ qx,
                             float2 *__restrict__ dx) {
     OB_PDL_ENTRY();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; /* group of 4 */
@@ -211,7 +232,7 @@ __global__ void k_glu_quant(const float *g, const float *u, float *y, int64_t n,
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (live) {
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = act_f(act, g[4 * i + k]) * u[4 * i + k];
+        for (int k = 0; k < 4; k++) v[k] = glu_f(p, g[4 * i + k], u[4 * i + k]);
 #pragma unroll
         for (int k = 0; k < 4; k++) y[4 * i + k] = v[k];
     }
@@ -271,7 +292,7 @@ bool ob_cu_op_rms_fused(ob_cu_ctx *cx, const ob_tensor *add, ob_tensor *norm, bo
 bool ob_cu_op_glu_quant(ob_cu_ctx *cx, ob_tensor *glu, int64_t K) {
     const int64_t ne = ob_nelements(glu);
     return OB_CU_LAUNCH(cx, k_glu_quant, ob_cu_blocks(ne / 4, 256), 256, 0,
-        (const float *)glu->src[0]->data, (const float *)glu->src[1]->data, (float *)glu->data, ne, glu->ip[0],
+        (const float *)glu->src[0]->data, (const float *)glu->src[1]->data, (float *)glu->data, ne, glu_p(glu),
         (int8_t *)cx->qx, (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, ne / K)));
 }
 
@@ -290,7 +311,7 @@ bool ob_cu_op_unary(ob_cu_ctx *cx, ob_tensor *n) {
 bool ob_cu_op_glu(ob_cu_ctx *cx, ob_tensor *n) {
     const int64_t ne = ob_nelements(n);
     return OB_CU_LAUNCH(cx, k_glu, ob_cu_blocks(ne, 256), 256, 0, (const float *)n->src[0]->data, (const float *)n->src[1]->data,
-                                                          (float *)n->data, ne, n->ip[0]);
+                                                          (float *)n->data, ne, glu_p(n));
 }
 
 bool ob_cu_op_rope(ob_cu_ctx *cx, ob_tensor *n) {

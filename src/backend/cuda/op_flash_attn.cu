@@ -13,8 +13,10 @@
  * sequence for encoders), so tokens of different sequences may share a tile.
  *
  * Precision: q (scaled) and P are rounded to f16, so results differ from the f32
- * reference by ~1e-3 relative; the dispatcher therefore never takes F32 caches. */
+ * reference by ~1e-3 relative; the dispatcher therefore never takes F32 caches. gpt-oss's
+ * attention sinks join each row's denominator at the end (rowops.cuh's attn_inv). */
 #include "backend/cuda/cuda_fa.h"
+#include "backend/cuda/rowops.cuh"
 #include <limits.h>
 #include <math.h>
 
@@ -35,6 +37,7 @@ typedef struct ob_fa_args {
     int G, tpb;                /* query heads per kv head; tokens per block (64 / G) */
     size_t krb, vrb;
     float scale, cap, alibi;
+    const float *sinks;        /* gpt-oss's sinks F32 [H], or NULL */
 } ob_fa_args;
 
 bool ob_cu_fa_applies(const ob_cu_ctx *cx, const ob_tensor *n) {
@@ -270,7 +273,7 @@ __global__ void __launch_bounds__(OB_FA_WARPS * OB_WARP) k_flash_attn(ob_fa_args
     /* row sums over the quad */
     l0 += OB_SHFL_XOR(l0, 1); l0 += OB_SHFL_XOR(l0, 2);
     l1 += OB_SHFL_XOR(l1, 1); l1 += OB_SHFL_XOR(l1, 2);
-    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    const float i0 = attn_inv<true>(a.sinks, ha, m0, l0), i1 = attn_inv<true>(a.sinks, hb, m1, l1);
     float *oa = a.out + ((size_t)max(ta, 0) * a.H + ha) * HD, *ob = a.out + ((size_t)max(tb, 0) * a.H + hb) * HD;
 #pragma unroll
     for (int nd = 0; nd < HD / 8; nd++) {
@@ -309,6 +312,7 @@ bool ob_cu_op_flash_attn(ob_cu_ctx *cx, ob_tensor *n) {
     a.scale = n->fp[0];
     a.cap = n->fp[1];
     a.alibi = n->fp[2];
+    a.sinks = n->src[6] ? (const float *)n->src[6]->data : NULL;
     a.G = a.H / a.n_kv;
     a.tpb = OB_FA_BM / a.G;
     const dim3 grid((unsigned)a.n_kv, ob_cu_blocks(a.T, a.tpb));

@@ -18,6 +18,8 @@
  *              MATMUL takes runs on f32 x through the dequantizers (dequant.cuh), lanes over
  *              32-element chunks as op_quant.cu's k_mmv.
  *   MOE_SUM    y [N, k, T], the gate -> [N, T]: one thread per output, slots in order.
+ *   ADD_ID     y [N, k, T], biases [N, E], the gate -> [N, k, T] (gpt-oss's expert biases):
+ *              one thread per element, one float add as op_add_id.c's.
  *
  * Batch invariance (cx->det asks nothing more): each output element is made by one warp or
  * thread whose work and reduction order depend on its own token's data and the node's
@@ -330,6 +332,29 @@ bool ob_cu_op_moe_sum(ob_cu_ctx *cx, ob_tensor *n) {
                         (const float *)n->src[1]->data, (float *)n->data, N, (int)k, ne);
 }
 
+/* ---- ADD_ID -------------------------------------------------------------------------------- */
+
+/* y[(t k + j) N + i] = src[...] + bias[id N + i], id slot j's expert in token t's gate row;
+ * src as it is where the slot names no expert. y may be src itself (each element is read,
+ * then written, by one thread). */
+__global__ void __launch_bounds__(OB_MOE_SUM_BLOCK)
+    k_add_id(const float *src, const float *__restrict__ bias, const float *__restrict__ gate, float *y, int64_t N, int k,
+             int64_t E, int64_t n) {
+    OB_PDL_ENTRY();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t r = i / N, t = r / k, e = slot_expert(gate[t * 2 * k + k + r % k], E);
+    y[i] = e >= 0 ? src[i] + bias[e * N + i % N] : src[i];
+}
+
+bool ob_cu_op_add_id(ob_cu_ctx *cx, ob_tensor *n) {
+    const ob_tensor *src = n->src[0], *bias = n->src[1];
+    const int64_t N = src->ne[0], k = src->ne[1], ne = ob_nelements(n);
+    if (ne == 0) return true;
+    return OB_CU_LAUNCH(cx, k_add_id, ob_cu_blocks(ne, OB_MOE_SUM_BLOCK), OB_MOE_SUM_BLOCK, 0, (const float *)src->data,
+                        (const float *)bias->data, (const float *)n->src[2]->data, (float *)n->data, N, (int)k, bias->ne[1], ne);
+}
+
 /* ---- support ------------------------------------------------------------------------------- */
 
 bool ob_cu_supports_moe(const ob_tensor *n) {
@@ -346,6 +371,7 @@ bool ob_cu_supports_moe(const ob_tensor *n) {
                n->ne[2] * n->ne[3] <= 65535;
     }
     case OB_OP_MOE_SUM:
+    case OB_OP_ADD_ID:
         return true;
     default:
         return false;

@@ -1,6 +1,6 @@
 /* Device helpers shared by the row ops (op_elementwise.cu), the KV cache and attention
- * kernels (op_attention.cu) and the fused decode q/k/v launch (op_qkv.cu), so a fused
- * kernel repeats its parts' exact float operations. Only .cu files include this. */
+ * kernels (op_attention.cu, op_flash_attn.cu) and the fused decode q/k/v launch (op_qkv.cu),
+ * so a fused kernel repeats its parts' exact float operations. Only .cu files include this. */
 #ifndef OB_BACKEND_CUDA_ROWOPS_CUH
 #define OB_BACKEND_CUDA_ROWOPS_CUH
 
@@ -144,6 +144,25 @@ static __device__ __forceinline__ void norm_rope_row(const float *x, const float
     const int64_t half = (hd + 1) / 2;
     for (int64_t k = threadIdx.x; k < half; k += blockDim.x)
         rope_pair(yr, z + r * hd, pos, r, k, hd, n_head, rp);
+}
+
+/* The factor that turns a (token, head)'s unnormalised attention output (its values weighted
+ * by exp(score - m), the weights summing to l) into the output: 1 / l; with gpt-oss's sinks
+ * (graph.h's ATTENTION src6, F32 [n_head]; NULL: none) head h's sink joins the denominator as
+ * one more logit with no value, and where it is the larger the factor also carries the output
+ * from m to it. As the reference, a sink of -inf or NaN adds nothing. B2: m in base 2 (the
+ * flash kernel's exp2 units; the sink is turned into them here). */
+template <bool B2 = false>
+static __device__ __forceinline__ float attn_inv(const float *__restrict__ sinks, int64_t h, float m, float l) {
+    if (sinks) {
+        const float s = B2 ? sinks[h] * 1.44269504088896341f : sinks[h];
+        if (s > m) { /* m = -inf (no cell seen) included */
+            const float c = m == -INFINITY ? 0.0f : B2 ? exp2f(m - s) : expf(m - s);
+            return c / (l * c + 1.0f);
+        }
+        if (s > -INFINITY) l += B2 ? exp2f(s - m) : expf(s - m);
+    }
+    return l > 0.0f ? 1.0f / l : 0.0f;
 }
 
 #endif

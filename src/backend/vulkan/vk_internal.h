@@ -69,6 +69,7 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MATMUL_ID,    /* MATMUL_ID: matvec.glsl's kernels a workgroup per (row block,
                               slot); TYPE the experts' weight type */
     OB_VK_SH_MOE_SUM,      /* MOE_SUM: an invocation per output element */
+    OB_VK_SH_ADD_ID,       /* ADD_ID: an invocation per output element (vk_moe.c) */
     OB_VK_SH_FAULT,        /* test-only: a dispatch that never finishes (ONEBIT_TEST_FAULT;
                               module only then) */
     OB_VK_SH_COUNT,
@@ -519,8 +520,8 @@ bool ob_vk_matvec_weight_ok(const ob_tensor *w);
 /* ... and on their streaming path, for weight w and x (vk_ops.c's piece types). */
 bool ob_vk_matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *x);
 
-/* vk_moe.c: can the device run this MOE_GATE, MATMUL_ID or MOE_SUM node, and record it (pc:
- * ob_vk_record_node's push constants, the node's addresses set). */
+/* vk_moe.c: can the device run this MOE_GATE, MATMUL_ID, MOE_SUM or ADD_ID node, and record
+ * it (pc: ob_vk_record_node's push constants, the node's addresses set). */
 bool ob_vk_moe_supports(const ob_vk *vk, const ob_tensor *n);
 ob_status ob_vk_record_moe(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len);
 

@@ -1,5 +1,5 @@
-/* Mixture of experts on Vulkan (graph.h, issue #32): what the three kernels accept and how
- * each node becomes one dispatch.
+/* Mixture of experts on Vulkan (graph.h, issue #32): what its kernels (and ADD_ID's) accept
+ * and how each node becomes one dispatch.
  *
  *  - MOE_GATE (shaders/moe_gate.glsl): a workgroup per token. Softmax gating ranks experts
  *    by their float logits (moe_gate.comp); sigmoid + bias ranks them by a score in double
@@ -16,6 +16,8 @@
  *    gathered columns, sized on the host for the worst case or dispatched indirectly), and
  *    in batch-invariant mode tiles that sum each column as the one-token kernel does.
  *  - MOE_SUM (shaders/moe_sum.comp): an invocation per output element, slots in order.
+ *  - ADD_ID (shaders/add_id.comp, gpt-oss's expert biases): an invocation per output
+ *    element, one float add as the CPU's.
  *
  * Batch-invariant mode (vk->det) needs nothing of its own here: each kernel computes a
  * token (or a slot) the same way on the same pipeline whatever the batch holds, and none
@@ -37,6 +39,8 @@ bool ob_vk_moe_supports(const ob_vk *vk, const ob_tensor *n) {
         return n->src[2] && ob_vk_matvec_weight_ok(a) && fits32(ob_nelements(b)) && fits32(ob_nelements(n->src[2]));
     case OB_OP_MOE_SUM:
         return fits32(ob_nelements(a)) && fits32(ob_nelements(b));
+    case OB_OP_ADD_ID: /* (the output's elements fit: ob_vk_supports_node) */
+        return fits32(ob_nelements(b)) && fits32(ob_nelements(n->src[2]));
     default:
         return false;
     }
@@ -77,6 +81,14 @@ ob_status ob_vk_record_moe(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *er
         pc->u[1] = (uint32_t)a->ne[1];
         pc->u[2] = (uint32_t)T;
         return ob_vk_dispatch(vk, OB_VK_SH_MOE_SUM, OB_TYPE_F32, pc, cdiv(N * T, 256), err, err_len);
+    }
+    case OB_OP_ADD_ID: {
+        const uint64_t ne = (uint64_t)ob_nelements(n);
+        pc->u[0] = (uint32_t)a->ne[0];
+        pc->u[1] = (uint32_t)a->ne[1];
+        pc->u[2] = (uint32_t)b->ne[1];
+        pc->u[3] = (uint32_t)ne;
+        return ob_vk_dispatch(vk, OB_VK_SH_ADD_ID, OB_TYPE_F32, pc, cdiv(ne, 256), err, err_len);
     }
     default:
         return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "vulkan: op %s is not a mixture-of-experts op",

@@ -96,15 +96,14 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     case OB_OP_SCALE:
     case OB_OP_ACT:
     case OB_OP_SOFTMAX:
+    case OB_OP_GLU: /* plain, or gpt-oss's clamped SwiGLU (act.glsl's glu) */
     case OB_OP_ROPE: /* with or without its F32 [n_rot/2] frequency factors */
         return true;
-    case OB_OP_GLU: /* not gpt-oss's clamped SwiGLU: no shader yet */
-        return n->ip[1] == OB_GLU_PLAIN;
     case OB_OP_KV_STORE: /* F32/F16 rows may end in a partial 32-chunk (tiny heads) */
         return fits32(ob_nrows(b)) && fits32(ob_nelements(a));
     case OB_OP_ATTENTION:
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
-        if (n->src[6]) return false;           /* attention sinks (gpt-oss): no shader yet */
+        /* (attention sinks, src6, on every path: attn.glsl's attn_inv) */
         /* values as wide as the keys, from a V cache of their own (not MLA's) */
         if (n->ne[0] != a->ne[0] * a->ne[1] || n->src[2]->ne[0] != b->ne[0]) return false;
         return a->ne[1] <= 65535 && a->ne[0] <= 512 && fits32(ob_nrows(b)) && fits32(ob_nelements(b));
@@ -115,6 +114,7 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     case OB_OP_MOE_GATE:
     case OB_OP_MATMUL_ID:
     case OB_OP_MOE_SUM:
+    case OB_OP_ADD_ID:
         return ob_vk_moe_supports(vk, n);
     case OB_OP_CPY:
         if (!weight_type_ok(a->type)) return false;
@@ -192,6 +192,12 @@ static bool norm_q8_ok(const ob_vk *vk, const ob_tensor *norm, const ob_tensor *
     if (add) al |= addr(add->src[0]) | addr(add->src[1]);
     return vk->q8_fuse && norm->op == OB_OP_RMS_NORM && x && ob_nrows(x) <= 8 && x->ne[0] % 32 == 0 &&
            x->ne[0] <= 8192 && al % 16 == 0;
+}
+/* A GLU's kind as act.glsl's glu takes it: the ob_act, or GLU_SWIGLU_OAI for gpt-oss's
+ * clamped SwiGLU, whose alpha and limit go with it (f[0] and f[1] of its node). */
+#define VK_GLU_SWIGLU_OAI 16u /* act.glsl's GLU_SWIGLU_OAI */
+static uint32_t glu_kind(const ob_tensor *glu) {
+    return glu->ip[1] == OB_GLU_SWIGLU_OAI ? VK_GLU_SWIGLU_OAI : (uint32_t)glu->ip[0];
 }
 static bool glu_q8_ok(const ob_vk *vk, const ob_tensor *glu) {
     const ob_tensor *a = glu->src[0], *b = glu->src[1];
@@ -604,7 +610,9 @@ static void gate_up_pc(ob_vk *vk, const ob_tensor *wg, const ob_tensor *wu, cons
     pc->u[2] = 1;
     pc->u[3] = (uint32_t)ob_row_size(wg->type, K);
     pc->u[6] = 1;
-    pc->u[8] = (uint32_t)glu->ip[0];
+    pc->u[8] = glu_kind(glu);
+    pc->f[4] = glu->fp[0];
+    pc->f[5] = glu->fp[1];
 }
 
 /* Rows a workgroup of the X16 gate/up/GLU consumer: 8 subgroups of 2 gate and 2 up rows,
@@ -635,7 +643,7 @@ ob_status ob_vk_record_gate_up_glu(ob_vk *vk, ob_tensor *gate, ob_tensor *up, ob
     pc.u[8] = vk->pn_nss;
     pc.f[0] = vk->pn_eps;
     const uint64_t ga = addr(glu);
-    const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), (uint32_t)glu->ip[0]};
+    const uint32_t gw[3] = {(uint32_t)ga, (uint32_t)(ga >> 32), glu_kind(glu)};
     memcpy(&pc.f[1], gw, sizeof(gw));
     st = ob_vk_dispatch(vk, OB_VK_SH_MATVEC_Q8_PNG,
                         (ob_type)((unsigned)ob_vk_wtype(vk, wg) | (x16 ? OB_VK_X16 : 0u)), &pc, cdiv(N, pc.u[4]), err,
@@ -896,12 +904,14 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
         ob_status st = ob_vk_buffer_new(vk, sizeof(vk->fold_host), false, &vk->fold_par, err, err_len);
         if (st) return st;
     }
-    /* reads: the raw q, k, v, positions, sequences, both caches and the rope's factors (if
-     * any, last); writes: the caches (the token's cell), the output and its int8 form */
-    const ob_tensor *rds[] = {rq, rk, rv, at->src[3], at->src[4], kc, vc, qr->src[2]};
+    /* reads: the raw q, k, v, positions, sequences, both caches, then the rope's factors and
+     * the sinks where there are; writes: the caches (the token's cell), the output and its
+     * int8 form */
+    const ob_tensor *rds[] = {rq, rk, rv, at->src[3], at->src[4], kc, vc, qr->src[2], at->src[6]};
     ob_vk_range rd[OB_ARRAY_LEN(rds)], wr[4];
-    const int nrd = (int)OB_ARRAY_LEN(rds) - (qr->src[2] ? 0 : 1);
-    for (int k = 0; k < nrd; k++) rd[k] = (ob_vk_range){addr(rds[k]), addr(rds[k]) + ob_nbytes(rds[k]), false};
+    int nrd = 0;
+    for (size_t k = 0; k < OB_ARRAY_LEN(rds); k++)
+        if (rds[k]) rd[nrd++] = (ob_vk_range){addr(rds[k]), addr(rds[k]) + ob_nbytes(rds[k]), false};
     int nwr = 0;
     wr[nwr++] = rd[5];
     wr[nwr++] = rd[6];
@@ -964,6 +974,7 @@ ob_status ob_vk_record_attn_fold(ob_vk *vk, const ob_vk_fold *f, char *err, size
     memcpy(&pc.f[1], &plo, 4);
     memcpy(&pc.f[2], &phi, 4);
     pc.f[0] = at->fp[0];
+    pc.p = addr(at->src[6]); /* the sinks, or 0 */
     const bool q8 = attn_q8_pc(vk, &pc);
     /* head_dim 128 where a cell's 16 lanes share a subgroup and shuffles exist: the
      * pipeline built for it alone (attn_fold.comp's HD128: dot products by shuffles) */
@@ -1084,7 +1095,9 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             pc.u[0] = (uint32_t)n->ne[0];
             pc.u[2] = (uint32_t)qb;
             pc.u[3] = 1;
-            pc.u[4] = (uint32_t)n->ip[0];
+            pc.u[4] = glu_kind(n);
+            pc.f[0] = n->fp[0];
+            pc.f[1] = n->fp[1];
             ob_status st = dispatch_quant(vk, &pc, ne, err, err_len);
             if (!st) q8_written(vk, n, vk->q8_buf.addr);
             return st;
@@ -1097,8 +1110,9 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = n->op == OB_OP_ADD ? 0 : n->op == OB_OP_MUL ? 1 : n->op == OB_OP_SCALE ? 2 : n->op == OB_OP_ACT ? 3 : 4;
         pc.u[2] = b && n->op != OB_OP_GLU ? (uint32_t)ob_nelements(b) : 1;
-        pc.u[3] = (uint32_t)n->ip[0];
+        pc.u[3] = n->op == OB_OP_GLU ? glu_kind(n) : (uint32_t)n->ip[0];
         pc.f[0] = n->fp[0];
+        pc.f[1] = n->fp[1]; /* GLU_SWIGLU_OAI: alpha in f[0], the limit here */
         return ob_vk_dispatch(vk, OB_VK_SH_ELEMENTWISE, OB_TYPE_F32, &pc, cdiv(ne, 256), err, err_len);
     case OB_OP_SOFTMAX:
         pc.u[0] = (uint32_t)a->ne[0];
@@ -1142,6 +1156,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
         pc.f[2] = n->fp[2];
+        pc.p = addr(n->src[6]); /* the sinks, or 0 */
         uint32_t cpi, gw;
         uint64_t S, hd = (uint64_t)a->ne[0];
         if (attn_dec_plan(vk, n, &cpi, &gw, &S)) {
@@ -1219,6 +1234,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     case OB_OP_MOE_GATE:
     case OB_OP_MATMUL_ID:
     case OB_OP_MOE_SUM:
+    case OB_OP_ADD_ID:
         return ob_vk_record_moe(vk, n, &pc, err, err_len);
     case OB_OP_CPY:
         pc.u[0] = (uint32_t)ne;

@@ -31,3 +31,18 @@ float act(uint kind, float x) {
     }
     return max(x, 0.0);
 }
+
+// GLU's product for kind `kind`: act(kind, g) * u, or for GLU_SWIGLU_OAI (graph.h's
+// OB_GLU_SWIGLU_OAI, gpt-oss) the clamped SwiGLU with alpha al and limit lim: g clamped above
+// at lim, u to [-lim, lim], g sigmoid(al g) (u + 1). The clamps keep a NaN, as the
+// reference's comparisons do (GLSL's min and max may not).
+const uint GLU_SWIGLU_OAI = 16u; // vk_ops.c: VK_GLU_SWIGLU_OAI
+float glu(uint kind, float g, float u, float al, float lim) {
+    if (kind != GLU_SWIGLU_OAI) return act(kind, g) * u;
+    const float x = g > lim ? lim : g, v = u > lim ? lim : u < -lim ? -lim : u;
+    return x / (1.0 + exp(-al * x)) * (v + 1.0);
+}
+vec4 glu4(uint kind, vec4 g, vec4 u, float al, float lim) {
+    return vec4(glu(kind, g.x, u.x, al, lim), glu(kind, g.y, u.y, al, lim), glu(kind, g.z, u.z, al, lim),
+                glu(kind, g.w, u.w, al, lim));
+}

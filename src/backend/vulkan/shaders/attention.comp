@@ -3,7 +3,8 @@
 // tiles of WG, one cell per invocation for the logit, then every invocation accumulates
 // its own output dimensions over the tile with an online softmax (running max and sum).
 // a q F32 [hd, H, T], b K cache, c V cache ([hd*n_kv, cells] of F32/F16/Q8_0),
-// d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T].
+// d pos I32 [T], e seq I32 [T], o y F32 [hd*H, T], p the attention sinks F32 [H] (0: none;
+// attn.glsl's attn_inv).
 // u[0] hd, u[1] H | n_kv << 16, u[2] T, u[4] cells per seq, u[5] window, u[6] bit 0
 // causal, bit 1 merge pass, bit 2 merge by the last split, bits 8.. splits S; u[7] K type |
 // V type << 8, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi
@@ -96,7 +97,7 @@ void merge(uint g, uint hd, uint S, uint64_t p0, uint64_t y0) {
             if (e < hd) acc[k] += wsp * part.v[sp * st + 2 + e];
         }
     }
-    float inv = L > 0.0 ? 1.0 / L : 0.0;
+    float inv = attn_inv(pc.p, g % (pc.u[1] & 0xffffu), M, L);
     BF32 y = BF32(y0 + uint64_t(g) * hd * 4);
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
@@ -208,7 +209,7 @@ void main() {
         }
         barrier();
     }
-    float inv = S > 1 ? 1.0 : l > 0.0 ? 1.0 / l : 0.0;
+    float inv = S > 1 ? 1.0 : attn_inv(pc.p, h, m, l);
     for (uint k = 0; k < MAXD; k++) {
         uint e = tid + k * WG;
         if (e < hd) y.v[e] = acc[k] * inv;

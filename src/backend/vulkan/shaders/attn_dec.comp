@@ -21,6 +21,8 @@
 // the chunk count under which split 0 walks all chunks alone (0: never),
 // u[7] | floatBitsToUint(f[3]) << 32 the split scratch (TICKET_BYTES of tickets, one per
 // (t, kh, hg), then the partials [m, l, acc[hd]] per (t, h, sp)), u[9] cache cells,
-// u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi max bias.
+// u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi max bias; p the attention sinks F32
+// [H] (0: none; attn.glsl's attn_inv), which join each head's softmax where its output is
+// made (the lanes' merge, or the last split's).
 // Only causal attention: cells lo .. p of the token's sequence (lo = p - window + 1).
 #include "attn_dec.glsl"

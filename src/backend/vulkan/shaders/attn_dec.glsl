@@ -522,7 +522,7 @@ void main() {
                 part.v[1] = Lg;
             }
         } else {
-            x *= Lg > 0.0 ? 1.0 / Lg : 0.0;
+            x *= attn_inv(pc.p, hb + gi, Mg, Lg);
 #ifdef ATTN_FOLD
             if ((pc.u[6] & 16u) == 0u) // bit 4: only the int8 output is read
 #endif
@@ -563,7 +563,7 @@ void main() {
             Ls += wz * lls[z * gn + tid];
             red[z * gn + tid] = wz;
         }
-        red[S * gn + tid] = Ls > 0.0 ? 1.0 / Ls : 0.0;
+        red[S * gn + tid] = attn_inv(pc.p, hb + tid, M, Ls);
     }
     barrier();
     for (uint o = tid; o < gn * hd; o += WG) {

@@ -40,7 +40,8 @@ layout(constant_id = 1) const uint MAXT = 8;
 layout(constant_id = 2) const uint RS = 8;
 // Gate/up/GLU mode of the one-token path (RS = 8; 2 in matvec_q8_pn.comp's consumer, at
 // 512 invocations): a W gate and d W up (both u[3] row bytes), rows of both dotted with the
-// same x in registers; e gets act(gate) * up (u[8] the ob_act), o its int8 form (q8.glsl)
+// same x in registers; e gets act.glsl's glu(gate, up) (u[8] its kind, f[4] and f[5]
+// GLU_SWIGLU_OAI's alpha and limit), o its int8 form (q8.glsl)
 // per 32 rows, dx at o + u[9]. A workgroup's rows (u[4]) are whole 32-row blocks and N a
 // multiple of 32 (the host checks).
 layout(constant_id = 3) const bool GLU = false;
@@ -425,15 +426,15 @@ void main() {
         // GLU: act(gate) * up per row, then each block of 32 rows as int8
         for (uint r = 0; r < RS; r++) {
 #ifdef MATVEC_PN
-            // a prenorm consumer (PN 2): both sums scaled by r; the GLU's output at G, the
-            // ob_act in f[3]'s bits (e and u[8] hold the producer's sums)
-            float v = act(floatBitsToUint(pc.f[3]), rr * subgroupAdd(acc[r])) * (rr * subgroupAdd(acc2[r]));
+            // a prenorm consumer (PN 2): both sums scaled by r; the GLU's output at G, its
+            // kind in f[3]'s bits (e and u[8] hold the producer's sums)
+            float v = glu(floatBitsToUint(pc.f[3]), rr * subgroupAdd(acc[r]), rr * subgroupAdd(acc2[r]), pc.f[4], pc.f[5]);
             if (subgroupElect()) {
                 gv[gl_SubgroupID * RS + r] = v;
                 if (n0 + r < N) BF32(tail_g()).v[n0 + r] = v;
             }
 #else
-            float v = act(pc.u[8], subgroupAdd(acc[r])) * subgroupAdd(acc2[r]);
+            float v = glu(pc.u[8], subgroupAdd(acc[r]), subgroupAdd(acc2[r]), pc.f[4], pc.f[5]);
             if (subgroupElect()) {
                 gv[gl_SubgroupID * RS + r] = v;
                 if (n0 + r < N) BF32(pc.e).v[n0 + r] = v;

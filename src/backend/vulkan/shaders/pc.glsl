@@ -6,7 +6,8 @@
 // a..e, p: source addresses, o: destination; u, f: per-op integer and float parameters.
 // u[10] is set by the dispatcher to the number of workgroups, u[11] to the x extent of the
 // 2D grid. p and f[4..5] serve the shaders whose other slots are taken (the rope's
-// frequency factors and mscale in norm_rope.comp).
+// frequency factors and mscale in norm_rope.comp, the attention sinks in the attention
+// shaders, the clamped SwiGLU's alpha and limit in matvec_q8.glsl's gate/up/GLU mode).
 #ifndef OB_VK_PC_GLSL
 #define OB_VK_PC_GLSL
 #define OB_VK_PC_FIELDS(U32) \

@@ -2,7 +2,8 @@
 // Activations to int8 for matvec_q8.comp (q8.glsl): a x F32 [K, T] -> o: qx int8 [T][K]
 // (K bytes per token), then at o + u[2] (16-aligned) dx vec2 [T][K/32].
 // u[0] K (a multiple of 32), u[1] blocks in all (T * K / 32), u[3] 1: x is GLU(a, b) =
-// act(a) * b with act kind u[4], also written as F32 to e (the GLU node's output).
+// act.glsl's glu of kind u[4] (f[0], f[1]: GLU_SWIGLU_OAI's alpha and limit), also written
+// as F32 to e (the GLU node's output).
 // One invocation per block; a, b, e 16-aligned.
 #include "common.glsl"
 #include "act.glsl"
@@ -25,8 +26,7 @@ void main() {
     float amax = 0.0;
     for (uint k = 0; k < 8; k++) {
         if (glu) {
-            vec4 g = v[k];
-            v[k] = vec4(act(pc.u[4], g.x), act(pc.u[4], g.y), act(pc.u[4], g.z), act(pc.u[4], g.w)) * u[k];
+            v[k] = glu4(pc.u[4], v[k], u[k], pc.f[0], pc.f[1]);
             BV4(pc.e + uint64_t(i) * 128).v[k] = v[k];
         }
         vec4 a = abs(v[k]);

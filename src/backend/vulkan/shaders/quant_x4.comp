@@ -20,7 +20,7 @@ void main() {
         y = BV4(pc.a).v[i];
         if (pc.u[3] != 0) {
             vec4 u = BV4(pc.b).v[i];
-            y = vec4(act(pc.u[4], y.x), act(pc.u[4], y.y), act(pc.u[4], y.z), act(pc.u[4], y.w)) * u;
+            y = glu4(pc.u[4], y, u, pc.f[0], pc.f[1]);
             BV4(pc.e).v[i] = y;
         }
     }
