@@ -22,4 +22,21 @@ ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob
  * normed input [n_embd, T]. Returns the output projection [n_embd, T]. */
 ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
                          const ob_attn_weights *w, ob_tensor *h, const ob_rope_cfg *rope, int window);
+
+/* A decoder's end on the final states x [n_embd, T]: pooled, normed states for an
+ * embeddings context; otherwise the rows asked for, the RMSNorm and the "output" logits. */
+ob_tensor *ob_build_head(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, ob_tensor *x,
+                         const ob_weight *out_norm, const ob_weight *output);
+
+/* The routed experts of a MoE layer: gate/up/down stacked [.., n_expert], optional per-expert
+ * biases (gpt-oss), and the GLU between them: SiLU, or gpt-oss's clamped SwiGLU
+ * (OB_GLU_SWIGLU_OAI) when oai_limit > 0. */
+typedef struct ob_expert_weights {
+    const ob_weight *gate, *up, *down;
+    const ob_weight *gate_b, *up_b, *down_b;
+    float oai_alpha, oai_limit;
+} ob_expert_weights;
+/* h [n_embd, T] through the experts chosen in gate (MOE_GATE's output) -> their weighted
+ * sum [n_embd, T], named blk.il.ffn_{gate,up,down}_exps and ffn_moe_out. */
+ob_tensor *ob_build_experts(ob_graph *g, const ob_expert_weights *w, ob_tensor *h, ob_tensor *gate, int il);
 #endif

@@ -1,4 +1,5 @@
-/* Pieces shared by the decoder families: metadata reading and the attention block. */
+/* Pieces shared by the decoder families: metadata reading, the attention block, the routed
+ * experts and the output head. */
 #include "arch/arch_common.h"
 #include <math.h>
 #include <stdio.h>
@@ -116,4 +117,35 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     ob_set_name(a, "blk.%d.attn", il);
     ob_tensor *o = proj(g, w->wo, w->bo, a, "attn_output", il);
     return o;
+}
+
+ob_tensor *ob_build_head(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, ob_tensor *x,
+                         const ob_weight *out_norm, const ob_weight *output) {
+    /* embeddings context (Qwen3-Embedding, EmbeddingGemma): pool the normed final states,
+     * never logits as vectors */
+    if (in->pooling) return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, out_norm), hp->norm_eps));
+    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
+    x = ob_rms_norm(g, x, ob_weight_leaf(g, out_norm), hp->norm_eps);
+    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, output), x);
+    ob_set_name(logits, "output");
+    return logits;
+}
+
+/* One expert projection of the chosen experts, plus its per-expert bias when there is one. */
+static ob_tensor *expert_mm(ob_graph *g, const ob_weight *w, const ob_weight *b, ob_tensor *x, ob_tensor *gate,
+                            const char *nm, int il) {
+    ob_tensor *y = ob_matmul_id(g, ob_weight_leaf(g, w), x, gate);
+    ob_set_name(y, "blk.%d.%s", il, nm);
+    return b ? ob_add_id(g, y, ob_weight_leaf(g, b), gate) : y;
+}
+
+ob_tensor *ob_build_experts(ob_graph *g, const ob_expert_weights *w, ob_tensor *h, ob_tensor *gate, int il) {
+    ob_tensor *gt = expert_mm(g, w->gate, w->gate_b, h, gate, "ffn_gate_exps", il);
+    ob_tensor *up = expert_mm(g, w->up, w->up_b, h, gate, "ffn_up_exps", il);
+    ob_tensor *a = w->oai_limit > 0 ? ob_glu_swiglu_oai(g, gt, up, w->oai_alpha, w->oai_limit)
+                                    : ob_glu(g, gt, up, OB_ACT_SILU); /* [n_ff_exp, k, T] */
+    ob_tensor *d = expert_mm(g, w->down, w->down_b, a, gate, "ffn_down_exps", il);
+    ob_tensor *f = ob_moe_sum(g, d, gate);
+    ob_set_name(f, "blk.%d.ffn_moe_out", il);
+    return f;
 }

@@ -358,14 +358,8 @@ static ob_tensor *moe_ffn(ob_graph *g, const ob_hparams *hp, const ob_ds2 *m, co
                                           hp->n_expert_used, m->gating, hp->expert_norm, hp->expert_scale,
                                           hp->n_expert_group, hp->n_expert_group_used);
     ob_set_name(gate, "blk.%d.ffn_moe_gate", il);
-    ob_tensor *gt = ob_matmul_id(g, ob_weight_leaf(g, L->gate_exps), h, gate);
-    ob_set_name(gt, "blk.%d.ffn_gate_exps", il);
-    ob_tensor *up = ob_matmul_id(g, ob_weight_leaf(g, L->up_exps), h, gate);
-    ob_set_name(up, "blk.%d.ffn_up_exps", il);
-    ob_tensor *d = ob_matmul_id(g, ob_weight_leaf(g, L->down_exps), ob_glu(g, gt, up, OB_ACT_SILU), gate);
-    ob_set_name(d, "blk.%d.ffn_down_exps", il);
-    ob_tensor *f = ob_moe_sum(g, d, gate);
-    ob_set_name(f, "blk.%d.ffn_moe_out", il);
+    const ob_expert_weights ew = {.gate = L->gate_exps, .up = L->up_exps, .down = L->down_exps};
+    ob_tensor *f = ob_build_experts(g, &ew, h, gate, il);
     if (L->gate_sh) f = ob_add(g, f, swiglu(g, L->gate_sh, L->up_sh, L->down_sh, h, "ffn_gate_shexp", il));
     return f;
 }
@@ -383,12 +377,7 @@ static ob_tensor *ds2_build(ob_graph *g, const ob_hparams *hp, const void *priv,
         ob_set_name(h, "blk.%d.ffn_norm", il);
         x = ob_add(g, x, L->gate ? swiglu(g, L->gate, L->up, L->down, h, "ffn_gate", il) : moe_ffn(g, hp, m, L, h, il));
     }
-    if (in->pooling) return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
-    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
-    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
-    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
-    ob_set_name(logits, "output");
-    return logits;
+    return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
 
 const ob_arch ob_arch_deepseek2 = {

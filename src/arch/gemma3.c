@@ -94,13 +94,7 @@ static ob_tensor *gemma3_build(ob_graph *g, const ob_hparams *hp, const void *pr
         f = ob_rms_norm(g, f, ob_weight_leaf(g, L->post_ffn_norm), hp->norm_eps);
         x = ob_add(g, x, f);
     }
-    if (in->pooling) /* embeddings context: pool the normed final states (never logits as vectors) */
-        return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
-    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
-    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
-    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
-    ob_set_name(logits, "output");
-    return logits;
+    return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
 
 const ob_arch ob_arch_gemma3 = {

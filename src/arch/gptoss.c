@@ -128,19 +128,10 @@ static ob_tensor *moe_ffn(ob_graph *g, const ob_hparams *hp, const ob_gptoss_lay
     /* the chosen experts' softmax: the whole softmax renormalised over them */
     ob_tensor *gate = ob_moe_gate(g, logits, NULL, hp->n_expert_used, OB_MOE_SOFTMAX, true, 1.0f);
     ob_set_name(gate, "blk.%d.ffn_moe_gate", il);
-    ob_tensor *gt = ob_matmul_id(g, ob_weight_leaf(g, L->gate), h, gate);
-    ob_set_name(gt, "blk.%d.ffn_gate_exps", il);
-    gt = ob_add_id(g, gt, ob_weight_leaf(g, L->gate_b), gate);
-    ob_tensor *up = ob_matmul_id(g, ob_weight_leaf(g, L->up), h, gate);
-    ob_set_name(up, "blk.%d.ffn_up_exps", il);
-    up = ob_add_id(g, up, ob_weight_leaf(g, L->up_b), gate);
-    ob_tensor *a = ob_glu_swiglu_oai(g, gt, up, OB_GPTOSS_SWIGLU_ALPHA, OB_GPTOSS_SWIGLU_LIMIT); /* [n_ff_exp, k, T] */
-    ob_tensor *d = ob_matmul_id(g, ob_weight_leaf(g, L->down), a, gate);
-    ob_set_name(d, "blk.%d.ffn_down_exps", il);
-    d = ob_add_id(g, d, ob_weight_leaf(g, L->down_b), gate);
-    ob_tensor *f = ob_moe_sum(g, d, gate);
-    ob_set_name(f, "blk.%d.ffn_moe_out", il);
-    return f;
+    const ob_expert_weights ew = {.gate = L->gate, .up = L->up, .down = L->down, .gate_b = L->gate_b,
+                                  .up_b = L->up_b, .down_b = L->down_b,
+                                  .oai_alpha = OB_GPTOSS_SWIGLU_ALPHA, .oai_limit = OB_GPTOSS_SWIGLU_LIMIT};
+    return ob_build_experts(g, &ew, h, gate, il);
 }
 
 static ob_tensor *gptoss_build(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in) {
@@ -157,12 +148,7 @@ static ob_tensor *gptoss_build(ob_graph *g, const ob_hparams *hp, const void *pr
         ob_set_name(h, "blk.%d.post_attention_norm", il);
         x = ob_add(g, x, moe_ffn(g, hp, L, h, il));
     }
-    if (in->pooling) return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
-    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
-    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
-    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
-    ob_set_name(logits, "output");
-    return logits;
+    return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
 
 const ob_arch ob_arch_gptoss = {

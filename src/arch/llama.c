@@ -79,13 +79,7 @@ static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *pri
         ob_set_name(f, "blk.%d.ffn_down", il);
         x = ob_add(g, x, f);
     }
-    if (in->pooling) /* decoder embedders (Qwen3-Embedding): pool the normed final states */
-        return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
-    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
-    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
-    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
-    ob_set_name(logits, "output");
-    return logits;
+    return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
 
 const ob_arch ob_arch_llama = {

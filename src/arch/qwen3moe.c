@@ -87,16 +87,8 @@ static ob_tensor *moe_ffn(ob_graph *g, const ob_hparams *hp, const ob_qwen3moe_l
     ob_set_name(logits, "blk.%d.ffn_gate_inp", il);
     ob_tensor *gate = ob_moe_gate(g, logits, NULL, hp->n_expert_used, OB_MOE_SOFTMAX, true, 1.0f);
     ob_set_name(gate, "blk.%d.ffn_moe_gate", il);
-    ob_tensor *gt = ob_matmul_id(g, ob_weight_leaf(g, L->gate), h, gate);
-    ob_set_name(gt, "blk.%d.ffn_gate_exps", il);
-    ob_tensor *up = ob_matmul_id(g, ob_weight_leaf(g, L->up), h, gate);
-    ob_set_name(up, "blk.%d.ffn_up_exps", il);
-    ob_tensor *a = ob_glu(g, gt, up, OB_ACT_SILU); /* [n_ff_exp, k, T] */
-    ob_tensor *d = ob_matmul_id(g, ob_weight_leaf(g, L->down), a, gate);
-    ob_set_name(d, "blk.%d.ffn_down_exps", il);
-    ob_tensor *f = ob_moe_sum(g, d, gate);
-    ob_set_name(f, "blk.%d.ffn_moe_out", il);
-    return f;
+    const ob_expert_weights ew = {.gate = L->gate, .up = L->up, .down = L->down};
+    return ob_build_experts(g, &ew, h, gate, il);
 }
 
 static ob_tensor *qwen3moe_build(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in) {
@@ -112,12 +104,7 @@ static ob_tensor *qwen3moe_build(ob_graph *g, const ob_hparams *hp, const void *
         ob_set_name(h, "blk.%d.ffn_norm", il);
         x = ob_add(g, x, moe_ffn(g, hp, L, h, il));
     }
-    if (in->pooling) return ob_arch_pool(g, in, ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps));
-    if (in->n_out != in->n_tokens) x = ob_get_rows(g, x, in->out_ids);
-    x = ob_rms_norm(g, x, ob_weight_leaf(g, m->out_norm), hp->norm_eps);
-    ob_tensor *logits = ob_matmul(g, ob_weight_leaf(g, m->output), x);
-    ob_set_name(logits, "output");
-    return logits;
+    return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
 
 const ob_arch ob_arch_qwen3moe = {
