@@ -553,12 +553,6 @@ ob_status ob_hf_resolve(const ob_hf_flags *f, bool draft, char **path, char *err
     ob_hf_opts o = {.spec = draft ? f->draft_repo : f->repo, .file = draft ? NULL : f->file, .token = f->token,
                     .offline = f->offline};
     int n = 0;
-    ob_status st = ob_hf_pull(&o, path, &n, err, err_len);
-    if (st || n <= 1) return st;
-    st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
-                 "%s is a split GGUF of %d files (downloaded to %s); the loader reads one-file GGUFs only: merge the "
-                 "parts (llama-gguf-split --merge) and pass the result with -m", o.spec, n, *path);
-    free(*path);
-    *path = NULL;
-    return st;
+    /* a split model: *path is its first part, which the GGUF reader follows to the rest */
+    return ob_hf_pull(&o, path, &n, err, err_len);
 }

@@ -43,7 +43,7 @@ int ob_hf_parse_flag(const char *a, const char *v, ob_hf_flags *f, char *err, si
  * the command's own parser. Returns -1 (err written) on a flag without its value. */
 int ob_hf_take_flags(int *argc, char **argv, ob_hf_flags *f, char *err, size_t err_len);
 /* The model (draft false) or draft model (true) the flags name, as a local path
- * (malloc'd); refuses a split GGUF, which the loader cannot read yet. */
+ * (malloc'd); for a split GGUF, its first part. */
 ob_status ob_hf_resolve(const ob_hf_flags *f, bool draft, char **path, char *err, size_t err_len);
 
 #endif

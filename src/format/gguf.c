@@ -126,6 +126,9 @@ struct ob_gguf {
     ob_gguf_tensor *tensors; /* [n_tensors] */
     name_index kv_index, tensor_index;
     arena strings;
+    int n_parts;             /* a split model's further files (gguf-split's -0000i-of-0000N), */
+    ob_gguf **parts;         /* whose tensors are in this one's table; their keys are not */
+    uint64_t total_len;      /* bytes of every file */
 };
 
 typedef struct cursor {
@@ -506,7 +509,7 @@ ob_status ob_gguf_open_mem(const void *buf, size_t len, ob_gguf **out, char *err
     return OB_OK;
 }
 
-ob_status ob_gguf_open(const char *path, ob_gguf **out, char *err, size_t err_len) {
+static ob_status open_one(const char *path, ob_gguf **out, char *err, size_t err_len) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ob_fail(err, err_len, OB_ERR_IO, "gguf: cannot open '%s': %s", path, strerror(errno));
@@ -542,8 +545,103 @@ ob_status ob_gguf_open(const char *path, ob_gguf **out, char *err, size_t err_le
     return OB_OK;
 }
 
+/* ---- split models (llama.cpp's gguf-split: NAME-00001-of-0000N.gguf ...) ----
+ * The first file carries every key plus split.no = 0, split.count = N and
+ * split.tensors.count; each file carries its own tensors. Opening the first file opens the
+ * rest beside it and lists every tensor in one table, so a split model loads as one. */
+
+static bool split_key(const ob_gguf *g, const char *key, uint32_t *v) {
+    return ob_gguf_find_kv(g, key) && ob_gguf_get_u32(g, key, v);
+}
+
+/* path's part number i (1-based) of n: the stem before "-00001-of-0000N.gguf" with i. */
+static bool part_path(const char *path, int i, int n, char *out, size_t cap) {
+    size_t len = strlen(path);
+    const size_t tail = strlen("-00001-of-00001.gguf");
+    if (len < tail) return false;
+    int a = 0, b = 0;
+    char end[8];
+    if (sscanf(path + len - tail, "-%5d-of-%5d%7s", &a, &b, end) != 3 || strcmp(end, ".gguf") || a != 1 || b != n)
+        return false;
+    int w = snprintf(out, cap, "%.*s-%05d-of-%05d.gguf", (int)(len - tail), path, i, n);
+    return w > 0 && (size_t)w < cap;
+}
+
+static ob_status open_split(ob_gguf *g, const char *path, uint32_t n, char *err, size_t err_len) {
+    uint32_t no = 0, want = 0;
+    if (!split_key(g, "split.no", &no) || no != 0)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: '%s' is part %u of a split model: open its first part",
+                       path, no + 1);
+    if (n > 4096) return ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: '%s': split.count %u is impossible", path, n);
+    char *pp = malloc(strlen(path) + 32);
+    g->parts = calloc(n, sizeof(*g->parts));
+    if (!pp || !g->parts) {
+        free(pp);
+        return ob_fail(err, err_len, OB_ERR_NOMEM, "gguf: out of memory");
+    }
+    ob_status st = OB_OK;
+    int64_t total = g->n_tensors;
+    g->total_len = g->len;
+    for (uint32_t i = 1; i < n && !st; i++) {
+        if (!part_path(path, (int)i + 1, (int)n, pp, strlen(path) + 32)) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT,
+                         "gguf: '%s' says it is split in %u files but is not named NAME-00001-of-%05u.gguf", path, n, n);
+            break;
+        }
+        ob_gguf *q;
+        if ((st = open_one(pp, &q, err, err_len))) break;
+        g->parts[g->n_parts++] = q;
+        uint32_t qno = 0, qn = 0;
+        if (!split_key(q, "split.no", &qno) || !split_key(q, "split.count", &qn) || qno != i || qn != n) {
+            st = ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: '%s' is not part %u of %u (split.no / split.count)", pp,
+                         i + 1, n);
+            break;
+        }
+        total += q->n_tensors;
+        g->total_len += q->len;
+    }
+    free(pp);
+    if (st) return st;
+    if (split_key(g, "split.tensors.count", &want) && (int64_t)want != total)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: '%s': split.tensors.count is %u but the %u files hold %lld",
+                       path, want, n, (long long)total);
+    /* one table: this file's tensors, then each part's (names stay in the part's arena) */
+    ob_gguf_tensor *t = realloc(g->tensors, (size_t)OB_MAX(total, 1) * sizeof(*t));
+    if (!t) return ob_fail(err, err_len, OB_ERR_NOMEM, "gguf: out of memory");
+    g->tensors = t;
+    free(g->tensor_index.slot);
+    if (!index_init(&g->tensor_index, total)) return ob_fail(err, err_len, OB_ERR_NOMEM, "gguf: out of memory");
+    int64_t k = g->n_tensors;
+    for (int p = 0; p < g->n_parts; p++)
+        for (int64_t j = 0; j < g->parts[p]->n_tensors; j++) t[k++] = g->parts[p]->tensors[j];
+    for (int64_t i = 0; i < total; i++) {
+        if (index_lookup(&g->tensor_index, &t[0].name, sizeof(*t), t[i].name.p, t[i].name.len, i) >= 0) {
+            char name[96];
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "gguf: tensor '%s' is in two parts of '%s'",
+                           printable(name, sizeof(name), t[i].name.p, t[i].name.len), path);
+        }
+    }
+    g->n_tensors = total;
+    return OB_OK;
+}
+
+ob_status ob_gguf_open(const char *path, ob_gguf **out, char *err, size_t err_len) {
+    ob_gguf *g;
+    ob_status st = open_one(path, &g, err, err_len);
+    if (st) return st;
+    uint32_t n = 0;
+    if (split_key(g, "split.count", &n) && n > 1 && (st = open_split(g, path, n, err, err_len))) {
+        ob_gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return OB_OK;
+}
+
 void ob_gguf_close(ob_gguf *g) {
     if (!g) return;
+    for (int i = 0; i < g->n_parts; i++) ob_gguf_close(g->parts[i]);
+    free(g->parts);
     if (g->map) munmap(g->map, g->len);
     arena_free(&g->strings);
     free(g->kv);
@@ -555,7 +653,7 @@ void ob_gguf_close(ob_gguf *g) {
 
 uint32_t ob_gguf_version(const ob_gguf *g) { return g->version; }
 size_t ob_gguf_alignment(const ob_gguf *g) { return g->alignment; }
-uint64_t ob_gguf_file_size(const ob_gguf *g) { return g->len; }
+uint64_t ob_gguf_file_size(const ob_gguf *g) { return g->n_parts ? g->total_len : g->len; }
 int64_t ob_gguf_n_kv(const ob_gguf *g) { return g->n_kv; }
 int64_t ob_gguf_n_tensors(const ob_gguf *g) { return g->n_tensors; }
 
