@@ -274,7 +274,7 @@ static ob_tensor *moe_ffn(ob_graph *g, ob_type t, int64_t H, int64_t F, int64_t 
  * reference (relative to the largest output). */
 static void test_moe_invariance(void) {
     const ob_type types[] = {OB_TYPE_Q4_K, OB_TYPE_Q6_K, OB_TYPE_F16, OB_TYPE_MXFP4};
-    const int64_t H = 256, F = 128, E = 64, TT = 40;
+    const int64_t H = 256, F = 256, E = 64, TT = 40; /* rows whole Q4_K / Q6_K blocks (256) */
     const int k = 8;
     const int subs[][2] = {{0, 1}, {7, 1}, {39, 1}, {0, 3}, {5, 17}, {16, 16}, {23, 17}};
     for (int det = 0; det < 2; det++) {
