@@ -213,6 +213,7 @@ static size_t node_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
  * from (the scratch planner reuses a dead input's bytes for later outputs). */
 static void qx_note_write(ob_cu_ctx *cx, const ob_tensor *n) {
     if (!cx->qx_src) return;
+    if (n->op == OB_OP_KV_STORE) n = n->src[1]; /* it writes into its cache, which may be an x */
     const char *a = (const char *)cx->qx_src, *b = (const char *)n->data;
     const size_t an = (size_t)(cx->qx_k * cx->qx_t) * sizeof(float), bn = ob_nbytes(n);
     if (b < a + an && a < b + bn) cx->qx_src = NULL;

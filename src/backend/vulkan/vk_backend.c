@@ -245,7 +245,7 @@ static ob_status submit_cmd(ob_vk *vk, VkCommandBuffer cmd, const ob_vk_marks *t
  * level finished (the barrier's TRANSFER stage orders it after them). */
 static void finish_cmd(ob_vk *vk, VkCommandBuffer cb, uint32_t levels) {
     const VkPipelineStageFlags dst = VK_PIPELINE_STAGE_HOST_BIT | (vk->marks ? VK_PIPELINE_STAGE_TRANSFER_BIT : 0);
-    barrier(vk, cb, dst, VK_ACCESS_HOST_READ_BIT, false);
+    barrier(vk, cb, dst, VK_ACCESS_HOST_READ_BIT | (vk->marks ? VK_ACCESS_TRANSFER_WRITE_BIT : 0), false);
     if (vk->marks) ob_vk_mark_write(vk, cb, levels + 1);
 }
 
@@ -363,8 +363,9 @@ static ob_status pipeline(ob_vk *vk, ob_vk_shader sh, ob_type tf, VkPipeline *ou
 }
 
 static const VkPipelineStageFlags k_dst_stage = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
+/* (TRANSFER_WRITE: a level's progress mark, vkCmdUpdateBuffer, after the last level's) */
 static const VkAccessFlags k_dst_access =
-    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT;
+    VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
 
 ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc, uint64_t groups, char *err,
                          size_t err_len) {
@@ -604,8 +605,8 @@ static ob_status record_list(ob_vk *vk, char *err, size_t err_len) {
         if (c->barrier && vk->bar_compute && !vk->marks)
             barrier(vk, vk->gcmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
                     true);
-        else if (c->barrier)
-            barrier(vk, vk->gcmd, k_dst_stage, k_dst_access, false);
+        else if (c->barrier || (vk->marks && i == 0))
+            barrier(vk, vk->gcmd, k_dst_stage, k_dst_access, false); /* (the first mark after the last one) */
         /* the level's mark, as mk_list numbered it (ob_vk_mark_add) */
         if (vk->marks && (i == 0 || c->barrier)) ob_vk_mark_write(vk, vk->gcmd, ++level);
         if (prof && !lv) {

@@ -34,11 +34,12 @@ float act(uint kind, float x) {
 
 // GLU's product for kind `kind`: act(kind, g) * u, or for GLU_SWIGLU_OAI (graph.h's
 // OB_GLU_SWIGLU_OAI, gpt-oss) the clamped SwiGLU with alpha al and limit lim: g clamped above
-// at lim, u to [-lim, lim], g sigmoid(al g) (u + 1). The clamps keep a NaN, as the
-// reference's comparisons do (GLSL's min and max may not).
+// at lim, u to [-lim, lim], g sigmoid(al g) (u + 1). A NaN stays a NaN, as in the reference
+// (GLSL's min and max may drop it, and NVIDIA's compiler turns the comparisons into them).
 const uint GLU_SWIGLU_OAI = 16u; // vk_ops.c: VK_GLU_SWIGLU_OAI
 float glu(uint kind, float g, float u, float al, float lim) {
     if (kind != GLU_SWIGLU_OAI) return act(kind, g) * u;
+    if (isnan(g) || isnan(u)) return g + u;
     const float x = g > lim ? lim : g, v = u > lim ? lim : u < -lim ? -lim : u;
     return x / (1.0 + exp(-al * x)) * (v + 1.0);
 }
