@@ -140,6 +140,9 @@ typedef struct ob_context_params {
     int pooling;             /* ob_pooling; OB_POOLING_DEFAULT = the model's own; NONE: each
                               * token's final hidden state (ob_get_embeddings_ith), not normalised */
     bool normalize;          /* L2-normalise the pooled vectors (not applied to rank scores) */
+    /* Models with recurrent layers (ob_model_has_recurrent_state): checkpoints of a
+     * sequence's state kept per sequence, in host memory (ob_seq_checkpoint_at); default 2 */
+    int n_seq_checkpoints;
 } ob_context_params;
 
 /* Values match llama.cpp's pooling_type metadata. RANK: a cross-encoder's classification
@@ -188,9 +191,22 @@ int ob_context_n_embd(const ob_context *c);
 float ob_get_rank_score(ob_context *c, int seq);
 /* The model's own pooling (ob_pooling), OB_POOLING_NONE for a plain decoder. */
 int ob_model_pooling(const ob_model *m);
-/* Forgets positions >= pos of a sequence (pos = 0 clears it). */
+/* Forgets positions >= pos of a sequence (pos = 0 clears it). A model with recurrent layers
+ * (Qwen3.5, LFM2) holds per sequence a state that cannot be cut back: the sequence goes back
+ * to its latest checkpoint at or before pos (ob_seq_checkpoint_at), or to 0, and the caller
+ * decodes the tokens from ob_seq_len on again. */
 void ob_seq_truncate(ob_context *c, int seq, int pos);
 int ob_seq_len(const ob_context *c, int seq);
+/* Whether the model has recurrent layers (issue #33), whose per-sequence state makes
+ * ob_seq_truncate fall back to checkpoints or to 0 (so speculative decoding, which cuts a
+ * rejected draft off, does not apply). */
+bool ob_model_has_recurrent_state(const ob_model *m);
+/* Asks the context to keep the recurrent state of seq when a later ob_decode brings the
+ * sequence to length pos (the batch is run in two passes there if it must be): a point
+ * ob_seq_truncate can come back to, as long as the tokens before pos stay the same. One
+ * request per sequence (a new one replaces it); the oldest of the sequence's
+ * n_seq_checkpoints is overwritten. No effect without recurrent layers or checkpoints. */
+void ob_seq_checkpoint_at(ob_context *c, int seq, int pos);
 
 /* ---- tokenizer ----------------------------------------------------------------------- */
 
@@ -220,7 +236,50 @@ typedef struct ob_sampler_params {
     int n_logit_bias;
     const int32_t *logit_bias_tok;
     const float *logit_bias_val;
+    /* llama-server's other samplers (issue #31), off by default. The chain: logit bias,
+     * penalties, DRY, top-k, typical-p, min-p, temperature, top-p, XTC, the draw; typical-p
+     * and XTC read the distribution before temperature, as llama-server's do. Greedy
+     * (temperature <= 0) stays the best token after bias, penalties and DRY. */
+    float typical_p;         /* locally typical sampling (Meister et al.); >= 1: off */
+    float xtc_probability;   /* XTC: chance per token of cutting the top choices; <= 0: off */
+    float xtc_threshold;     /* XTC: the tokens at least this likely go, but the least likely
+                              * of them; > 0.5: off */
+    int mirostat;            /* 0 off; 1 Mirostat, 2 Mirostat 2.0 (Basu et al.): after logit
+                              * bias and temperature, in place of the penalties, DRY and the
+                              * truncation samplers, as llama-server runs them */
+    float mirostat_tau;      /* the target surprise, in bits */
+    float mirostat_eta;      /* mu's learning rate */
+    float dry_multiplier;    /* DRY: a token that would extend a repeat of n >= allowed_length
+                              * tokens loses multiplier * base^(n - allowed_length); 0: off */
+    float dry_base;          /* < 1: off */
+    int dry_allowed_length;
+    int dry_penalty_last_n;  /* tokens DRY looks back over; 0: off, -1: the whole history (to 2^20) */
+    int n_dry_breakers;      /* token sequences no repeat may run across (ob_dry_breakers_tokenize) */
+    const int32_t *dry_breaker_len; /* [n_dry_breakers] tokens in each: 1 to 21 (others ignored) */
+    const int32_t *dry_breaker_tok; /* the sequences end to end */
 } ob_sampler_params;
+
+/* DRY's sequence breakers as text, the way llama-server's --dry-sequence-breaker and a
+ * request's dry_sequence_breakers give them (the strings are borrowed). */
+#define OB_DRY_MAX_BREAKERS 32
+typedef struct ob_dry_breaker_text {
+    bool set;                /* false: llama-server's defaults "\n", ":", "\"", "*" */
+    int n;
+    const char *s[OB_DRY_MAX_BREAKERS];
+} ob_dry_breaker_text;
+/* The breakers as token sequences, made the way llama.cpp makes them: a token whose text
+ * holds a breaker is a sequence of its own; a token whose text ends with the start of one
+ * is followed by the tokens of the rest (at most 20). Breakers are cut to 40 bytes. out's
+ * arrays are malloc'd (ob_dry_breakers_free); n = 0 and no arrays when there are none.
+ * text NULL: the defaults. */
+typedef struct ob_dry_breakers {
+    int n;
+    int32_t *len, *tok;      /* as ob_sampler_params' dry_breaker_len and dry_breaker_tok */
+} ob_dry_breakers;
+ob_status ob_dry_breakers_tokenize(const ob_tokenizer *t, const ob_dry_breaker_text *text, ob_dry_breakers *out);
+void ob_dry_breakers_free(ob_dry_breakers *b);
+/* Whether the params turn DRY on (so its breakers are worth making). */
+bool ob_sampler_dry_on(const ob_sampler_params *p);
 
 ob_sampler_params ob_sampler_default_params(void);
 ob_sampler *ob_sampler_new(const ob_sampler_params *p, int n_vocab);
@@ -233,7 +292,8 @@ void ob_sampler_reset(ob_sampler *s);
  * ob_sampler_sample would use for its next non-greedy token. */
 float ob_sampler_next_uniform(ob_sampler *s);
 /* Whether the sampler can run on the device (ob_decode_sample): greedy, or temperature with
- * top_k in 1..1024; no penalties, no logit bias. */
+ * top_k in 1..1024; no penalties, no logit bias, no DRY, and at a temperature no typical-p,
+ * XTC or Mirostat. */
 bool ob_sampler_device_ok(const ob_sampler *s);
 /* The device sampler's 8 per-row floats (temperature, top_k, top_p, min_p, u, n_vocab, 0, 0);
  * draws u from the stream when not greedy, exactly as ob_sampler_sample would. */

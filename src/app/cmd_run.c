@@ -178,15 +178,24 @@ int ob_cmd_run(int argc, char **argv) {
         ob_model_free(m);
         return 1;
     }
-    ob_run_gen g;
+    ob_run_gen g = {0};
     ob_model *dm = NULL;
     int rc = 0;
-    if (ob_run_gen_init(&g, m, c, &o.sp, o.cp.n_batch)) { fprintf(stderr, "1bit: out of memory\n"); rc = 1; }
+    /* DRY's breakers as this vocabulary's token sequences (the sampler keeps a copy) */
+    ob_dry_breakers brk = {0};
+    if (ob_sampler_dry_on(&o.sp) && ob_dry_breakers_tokenize(ob_model_tokenizer(m), &o.dry, &brk)) rc = 1;
+    o.sp.n_dry_breakers = brk.n;
+    o.sp.dry_breaker_len = brk.len;
+    o.sp.dry_breaker_tok = brk.tok;
+    if (rc || ob_run_gen_init(&g, m, c, &o.sp, o.cp.n_batch)) { fprintf(stderr, "1bit: out of memory\n"); rc = 1; }
     else if (draft_path && (spp.n_max = OB_MIN(spp.n_max, o.cp.n_batch - 1)) > 0) {
         ob_status st = ob_model_load(draft_path, &o.mp, &dm, err, sizeof(err));
         if (!st) st = ob_run_gen_add_draft(&g, dm, &spp, err, sizeof(err));
         if (st) { fprintf(stderr, "1bit: %s\n", err); rc = 1; }
     }
+    ob_dry_breakers_free(&brk);
+    o.sp.n_dry_breakers = 0;
+    o.sp.dry_breaker_len = o.sp.dry_breaker_tok = NULL;
     if (n_predict == -2) n_predict = OB_RUN_N_PREDICT;
     if (rc) {}
     else if (prompt) {

@@ -81,7 +81,8 @@ void ob_srv_print_usage(const char *prog) {
            "                            (encoder models such as BERT are always served this way)\n"
            "  --temp X, --top-k N, --top-p X, --min-p X, -s/--seed N (-1: random), --repeat-penalty X,\n"
            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, -n/--n-predict N\n"
-           "                            defaults for requests that do not set them\n"
+           "                            defaults for requests that do not set them, as are:\n"
+           "%s"
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "  --chat-template T         a Jinja template, or a built-in name (chatml, llama3, ...)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
@@ -118,7 +119,7 @@ void ob_srv_print_usage(const char *prog) {
            "  --no-cache-idle-slots, --spec-draft-n-max N, --spec-draft-n-min N, -cram N,\n"
            "  --no-context-shift, -bs/--backend-sampling, --reasoning-budget -1\n"
            "                            accepted with llama-server's meaning\n",
-           prog, ob_rope_help);
+           prog, ob_sampler_ext_help, ob_rope_help);
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out) {
@@ -183,7 +184,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         } \
         dst = iv; } while (0)
         int rr = ob_parse_rope_flag(a, v, &c->mp, err, err_len);
-        if (!rr) rr = ob_parse_sampling_flag(a, v, &c->sp, &c->seed_set, err, err_len);
+        if (!rr) rr = ob_parse_sampling_flag(a, v, &c->sp, &c->seed_set, &c->dry_breakers, err, err_len);
         if (rr < 0) return OB_ERR_ARG;
         if (rr) { i++; continue; }
         if (is_flag(a, "-h", "--help")) { *help = true; return OB_OK; }

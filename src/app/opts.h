@@ -10,6 +10,7 @@ typedef struct ob_common_opts {
     ob_model_params mp;
     ob_context_params cp;
     ob_sampler_params sp;
+    ob_dry_breaker_text dry; /* --dry-sequence-breaker: made into sp's token sequences by the command */
 } ob_common_opts;
 
 void ob_opts_init(ob_common_opts *o);
@@ -29,12 +30,15 @@ bool ob_parse_size(const char *s, size_t *out);
  * and value consumed); 0 if a is not one; -1 (err written) if v is missing or bad. */
 int ob_parse_rope_flag(const char *a, const char *v, ob_model_params *mp, char *err, size_t err_len);
 /* The sampling flags (--temp, --top-k, --top-p, --min-p, --repeat-penalty,
- * --presence-penalty, --frequency-penalty, --repeat-last-n, -s/--seed), the same way;
- * seed -1 leaves the seed as it is and *seed_set (if given) false. */
-int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set, char *err,
-                           size_t err_len);
-/* Usage lines of the RoPE flags. */
+ * --presence-penalty, --frequency-penalty, --repeat-last-n, -s/--seed, and llama-server's
+ * --mirostat, --mirostat-lr, --mirostat-ent, --typical, --dry-*, --xtc-*), the same way;
+ * seed -1 leaves the seed as it is and *seed_set (if given) false; --dry-sequence-breaker
+ * goes into *dry (refused when dry is NULL). */
+int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, bool *seed_set,
+                           ob_dry_breaker_text *dry, char *err, size_t err_len);
+/* Usage lines of the RoPE flags, and of the samplers beyond top-k / top-p / min-p. */
 extern const char *ob_rope_help;
+extern const char *ob_sampler_ext_help;
 
 /* Loads the model named by o->model (or the default one, saying where it is). */
 ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m);

@@ -154,13 +154,16 @@ static void say_dropped(const chat *c, int k) {
 }
 
 /* Keeps sequence 0's cells for the prefix ids share with them; returns its length (less
- * than n: the last token is decoded again for its logits). */
+ * than n: the last token is decoded again for its logits). A model with recurrent layers
+ * resumes at its latest state checkpoint in that prefix, or at 0 (ob_seq_truncate), and keeps
+ * one where this prompt ends, for the next turn. */
 static int reuse_prefix(ob_run_gen *g, const int32_t *ids, int n) {
     int keep = 0;
     while (keep < g->n_past && keep < n - 1 && g->hist[keep] == ids[keep]) keep++;
     ob_seq_truncate(g->c, 0, keep);
-    g->n_past = keep;
-    return keep;
+    g->n_past = ob_seq_len(g->c, 0);
+    ob_seq_checkpoint_at(g->c, 0, n - 1);
+    return g->n_past;
 }
 
 /* Room kept for a reply when old turns are dropped. */

@@ -17,6 +17,11 @@ ob_status ob_run_gen_init(ob_run_gen *g, ob_model *m, ob_context *c, const ob_sa
 }
 
 ob_status ob_run_gen_add_draft(ob_run_gen *g, ob_model *dm, const ob_spec_params *spp, char *err, size_t err_len) {
+    if (ob_model_has_recurrent_state(g->m)) {
+        /* a rejected draft would have to be cut off a state that cannot be cut back */
+        fprintf(stderr, "1bit: the model has recurrent layers: going on without the draft model\n");
+        return OB_OK;
+    }
     ob_status st = ob_spec_check_vocab(g->m, dm, err, err_len);
     if (!st) st = ob_spec_new(dm, spp, 1, ob_context_n_ctx(g->c), g->n_batch, &g->spec, err, err_len);
     if (st) return st;

@@ -70,6 +70,14 @@ typedef struct ob_hparams {
     /* YaRN's stretch (1 / its frequency scale, after the run-time overrides; 1 without YaRN),
      * set by ob_rope_resolve: MLA scales its softmax by it (arch/deepseek2.c) */
     float yarn_factor;
+    /* Recurrent layers (hybrid families, issue #33: qwen35, lfm2): layer_rec[il] keeps a state
+     * per sequence instead of a KV cache: rec_conv floats of SSM_CONV state (d_conv - 1 inputs
+     * of its channels) and rec_ssm floats of DELTA_NET state (0: none). The ssm_* sizes are
+     * llama.cpp's keys: ssm_d_conv taps; for the delta rule ssm_d_state the key head size,
+     * ssm_n_group the query/key heads, ssm_dt_rank the value heads, ssm_d_inner their width. */
+    bool layer_rec[OB_MAX_LAYERS];
+    int64_t rec_conv, rec_ssm;
+    int ssm_d_conv, ssm_d_state, ssm_n_group, ssm_dt_rank, ssm_d_inner;
 } ob_hparams;
 
 /* One weight tensor of the model, in backend memory. */
@@ -89,7 +97,9 @@ typedef struct ob_fwd_inputs {
     ob_tensor *pos;          /* I32 [T] */
     ob_tensor *seq;          /* I32 [T] */
     ob_tensor *out_ids;      /* I32 [n_out]: rows of the batch whose logits are wanted */
-    ob_tensor *k_cache[OB_MAX_LAYERS], *v_cache[OB_MAX_LAYERS]; /* [hd*n_kv, cells] */
+    ob_tensor *k_cache[OB_MAX_LAYERS], *v_cache[OB_MAX_LAYERS]; /* [hd*n_kv, cells]; NULL: a recurrent layer */
+    /* recurrent layers' state: F32 [rec_conv, n_seq] and [rec_ssm, n_seq] (NULL elsewhere) */
+    ob_tensor *conv_state[OB_MAX_LAYERS], *ssm_state[OB_MAX_LAYERS];
     int cells_per_seq;
     int n_tokens, n_out;
     /* Embeddings (pooling > 0, an ob_pooling value, or OB_ARCH_POOL_TOKENS): build returns
@@ -145,6 +155,8 @@ extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-robe
 extern const ob_arch ob_arch_qwen3moe;
 extern const ob_arch ob_arch_gptoss;    /* gpt-oss: sliding/full attention with sinks, MoE with biases */
 extern const ob_arch ob_arch_deepseek2; /* deepseek2: DeepSeek-V2/V3, GLM-4.7-Flash (MLA + MoE) */
+extern const ob_arch ob_arch_qwen35;    /* qwen35: Qwen3.5 / 3.6 dense (Gated DeltaNet + gated attention) */
+extern const ob_arch ob_arch_lfm2;      /* lfm2: LFM2 / LFM2.5 dense (short convolutions + attention) */
 
 /* RoPE (arch/rope.c). ob_rope_meta_load reads the file's scaling keys and refuses a type
  * it cannot run, naming it. ob_rope_resolve, after the family's bind, applies the

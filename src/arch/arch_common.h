@@ -22,6 +22,45 @@ ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob
  * normed input [n_embd, T]. Returns the output projection [n_embd, T]. */
 ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
                          const ob_attn_weights *w, ob_tensor *h, const ob_rope_cfg *rope, int window);
+/* The same from projected q [hd, n_head, T], k [hd, n_kv, T], v [hd * n_kv, T]: per-head
+ * norms, rope, KV store and attention; returns the attention output [hd * n_head, T] before
+ * the output projection. */
+ob_tensor *ob_build_attn_qkv(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
+                             const ob_attn_weights *w, ob_tensor *q, ob_tensor *k, ob_tensor *v, const ob_rope_cfg *rope,
+                             int window);
+/* Gated attention (Qwen3.5, Qwen3-Next): attn_q [n_embd, 2 hd n_head] gives each head's
+ * query then its output gate; q/k norms required, no biases. */
+ob_status ob_bind_layer_attn_gated(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w, char *err,
+                                   size_t err_len);
+
+/* A SwiGLU feed-forward and the norm before it. */
+typedef struct ob_ffn_weights {
+    const ob_weight *norm;                 /* [n_embd] */
+    const ob_weight *gate, *up, *down;     /* [n_embd, n_ff] x2, [n_ff, n_embd] */
+} ob_ffn_weights;
+/* Binds blk.il.<norm>.weight and blk.il.ffn_{gate,up,down}.weight. */
+ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const char *norm, ob_ffn_weights *w, char *err,
+                      size_t err_len);
+/* down(silu(gate h) * up h) of the normed h [n_embd, T]. */
+ob_tensor *ob_build_ffn_swiglu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
+                               int il);
+/* A required tensor blk.il.<suffix> of nd dimensions ne; f32: its type must be F32 (an op
+ * reads it as floats: conv taps, norms, small vectors). */
+typedef struct ob_bind_spec {
+    const ob_weight **dst;
+    const char *suffix;
+    int nd;
+    int64_t ne[2];
+    bool f32;
+} ob_bind_spec;
+/* Binds each of w[0 .. n), refusing a missing, mis-shaped or (f32) non-F32 one by name. */
+ob_status ob_bind_list(ob_model_view *mv, int il, const ob_bind_spec *w, size_t n, char *err, size_t err_len);
+/* Reads blk.il.<name> for each name, of any shape, where the file has it: tensors a family
+ * keeps and does not run (multi-token-prediction layers). */
+ob_status ob_bind_unused(ob_model_view *mv, int il, const char *const *names, size_t n, char *err, size_t err_len);
+
+/* w x, named blk.il.nm. */
+ob_tensor *ob_build_mm(ob_graph *g, const ob_weight *w, ob_tensor *x, const char *nm, int il);
 
 /* A decoder's end on the final states x [n_embd, T]: pooled, normed states for an
  * embeddings context; otherwise the rows asked for, the RMSNorm and the "output" logits. */

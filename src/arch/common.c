@@ -54,8 +54,9 @@ ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t 
     return OB_OK;
 }
 
-ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
-                             bool want_qk_norm, bool want_bias, char *err, size_t err_len) {
+/* q_rows: attn_q's output rows (hd * n_head, or twice that with a gate per head). */
+static ob_status bind_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w, bool want_qk_norm,
+                           bool want_bias, int64_t q_rows, char *err, size_t err_len) {
     char name[96];
     int64_t E = hp->n_embd, Dq = (int64_t)hp->head_dim * hp->n_head, Dkv = (int64_t)hp->head_dim * hp->n_head_kv;
 #define OB_W(field, suffix, nd, req, ...) do { \
@@ -64,7 +65,7 @@ ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob
         w->field = ob_mv_weight(mv, name, nd, ne_, req, err, err_len); \
         if (!w->field && ((req) || ob_mv_failed(mv))) return OB_ERR_FORMAT; } while (0)
     OB_W(norm, "attn_norm.weight", 1, true, E);
-    OB_W(wq, "attn_q.weight", 2, true, E, Dq);
+    OB_W(wq, "attn_q.weight", 2, true, E, q_rows);
     OB_W(wk, "attn_k.weight", 2, true, E, Dkv);
     OB_W(wv, "attn_v.weight", 2, true, E, Dkv);
     OB_W(wo, "attn_output.weight", 2, true, Dq, E);
@@ -75,6 +76,38 @@ ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob
     OB_W(q_norm, "attn_q_norm.weight", 1, want_qk_norm, hp->head_dim);
     OB_W(k_norm, "attn_k_norm.weight", 1, want_qk_norm, hp->head_dim);
 #undef OB_W
+    return OB_OK;
+}
+
+ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
+                             bool want_qk_norm, bool want_bias, char *err, size_t err_len) {
+    return bind_attn(mv, hp, il, w, want_qk_norm, want_bias, (int64_t)hp->head_dim * hp->n_head, err, err_len);
+}
+
+ob_status ob_bind_layer_attn_gated(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w, char *err,
+                                   size_t err_len) {
+    return bind_attn(mv, hp, il, w, true, false, 2 * (int64_t)hp->head_dim * hp->n_head, err, err_len);
+}
+
+ob_status ob_bind_list(ob_model_view *mv, int il, const ob_bind_spec *w, size_t n, char *err, size_t err_len) {
+    char name[128];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "blk.%d.%s", il, w[i].suffix);
+        if (!(*w[i].dst = ob_mv_weight(mv, name, w[i].nd, w[i].ne, true, err, err_len))) return OB_ERR_FORMAT;
+        if (w[i].f32 && (*w[i].dst)->type != OB_TYPE_F32)
+            return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: tensor '%s' is %s, not F32", name,
+                           ob_type_name((*w[i].dst)->type) ? ob_type_name((*w[i].dst)->type) : "?");
+    }
+    return OB_OK;
+}
+
+ob_status ob_bind_unused(ob_model_view *mv, int il, const char *const *names, size_t n, char *err, size_t err_len) {
+    const int64_t any[4] = {-1, -1, -1, -1};
+    char name[128];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "blk.%d.%s", il, names[i]);
+        if (!ob_mv_weight(mv, name, 4, any, false, err, err_len) && ob_mv_failed(mv)) return OB_ERR_FORMAT;
+    }
     return OB_OK;
 }
 
@@ -94,6 +127,13 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     int64_t qs[3] = {hp->head_dim, hp->n_head, T}, ks[3] = {hp->head_dim, hp->n_head_kv, T};
     q = ob_view(g, q, 3, qs);
     k = ob_view(g, k, 3, ks);
+    ob_tensor *a = ob_build_attn_qkv(g, hp, in, il, w, q, k, v, rope, window);
+    return proj(g, w->wo, w->bo, a, "attn_output", il);
+}
+
+ob_tensor *ob_build_attn_qkv(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
+                             const ob_attn_weights *w, ob_tensor *q, ob_tensor *k, ob_tensor *v, const ob_rope_cfg *rope,
+                             int window) {
     /* norm then rope of q, then of k: each pair adjacent in the graph, so a GPU backend can
      * run it as one kernel */
     if (w->q_norm) q = ob_rms_norm(g, q, ob_weight_leaf(g, w->q_norm), hp->norm_eps);
@@ -115,8 +155,39 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
                                 hp->attn_softcap);
     if (w->sinks) a->src[6] = ob_weight_leaf(g, w->sinks); /* graph.h: ATTENTION's sinks */
     ob_set_name(a, "blk.%d.attn", il);
-    ob_tensor *o = proj(g, w->wo, w->bo, a, "attn_output", il);
-    return o;
+    return a;
+}
+
+ob_tensor *ob_build_ffn_swiglu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
+                               int il) {
+    ob_tensor *gt = ob_matmul(g, ob_weight_leaf(g, gate), h);
+    ob_set_name(gt, "blk.%d.ffn_gate", il);
+    ob_tensor *u = ob_matmul(g, ob_weight_leaf(g, up), h);
+    ob_set_name(u, "blk.%d.ffn_up", il);
+    ob_tensor *f = ob_matmul(g, ob_weight_leaf(g, down), ob_glu(g, gt, u, OB_ACT_SILU));
+    ob_set_name(f, "blk.%d.ffn_down", il);
+    return f;
+}
+
+ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const char *norm, ob_ffn_weights *w, char *err,
+                      size_t err_len) {
+    char name[96];
+    const int64_t E = hp->n_embd, F = hp->n_ff, ne_e[1] = {E}, ne_ef[2] = {E, F}, ne_fe[2] = {F, E};
+    snprintf(name, sizeof(name), "blk.%d.%s.weight", il, norm);
+    if (!(w->norm = ob_mv_weight(mv, name, 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
+    snprintf(name, sizeof(name), "blk.%d.ffn_gate.weight", il);
+    if (!(w->gate = ob_mv_weight(mv, name, 2, ne_ef, true, err, err_len))) return OB_ERR_FORMAT;
+    snprintf(name, sizeof(name), "blk.%d.ffn_up.weight", il);
+    if (!(w->up = ob_mv_weight(mv, name, 2, ne_ef, true, err, err_len))) return OB_ERR_FORMAT;
+    snprintf(name, sizeof(name), "blk.%d.ffn_down.weight", il);
+    if (!(w->down = ob_mv_weight(mv, name, 2, ne_fe, true, err, err_len))) return OB_ERR_FORMAT;
+    return OB_OK;
+}
+
+ob_tensor *ob_build_mm(ob_graph *g, const ob_weight *w, ob_tensor *x, const char *nm, int il) {
+    ob_tensor *y = ob_matmul(g, ob_weight_leaf(g, w), x);
+    ob_set_name(y, "blk.%d.%s", il, nm);
+    return y;
 }
 
 ob_tensor *ob_build_head(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, ob_tensor *x,

@@ -287,12 +287,6 @@ static ob_status ds2_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, 
     return OB_OK;
 }
 
-static ob_tensor *mm(ob_graph *g, const ob_weight *w, ob_tensor *x, const char *nm, int il) {
-    ob_tensor *y = ob_matmul(g, ob_weight_leaf(g, w), x);
-    ob_set_name(y, "blk.%d.%s", il, nm);
-    return y;
-}
-
 /* The absorbed MLA attention of layer il on the normed h [n_embd, T] -> [n_embd, T]. */
 static ob_tensor *mla_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, const ob_ds2_layer *L,
                            ob_tensor *h, int il) {
@@ -303,11 +297,11 @@ static ob_tensor *mla_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_input
     /* q: [nope ; rope] per head */
     ob_tensor *q = h;
     if (L->wq_a) {
-        q = mm(g, L->wq_a, h, "attn_q_a", il);
+        q = ob_build_mm(g, L->wq_a, h, "attn_q_a", il);
         q = ob_rms_norm(g, q, ob_weight_leaf(g, L->q_a_norm), hp->norm_eps);
-        q = mm(g, L->wq, q, "attn_q_b", il);
+        q = ob_build_mm(g, L->wq, q, "attn_q_b", il);
     } else {
-        q = mm(g, L->wq, h, "attn_q", il);
+        q = ob_build_mm(g, L->wq, h, "attn_q", il);
     }
     q = ob_view(g, q, 3, (const int64_t[]){hk, H, T});
     ob_tensor *q_pe = ob_slice(g, q, nope, rope), *q_nope = ob_slice(g, q, 0, nope);
@@ -320,7 +314,7 @@ static ob_tensor *mla_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_input
     ob_tensor *Q = ob_concat(g, q_abs, q_pe); /* [kvr + rope, H, T] */
     ob_set_name(Q, "blk.%d.q_mla", il);
     /* the latent row: [norm(c) ; rope(k_pe)] */
-    ob_tensor *kv = mm(g, L->wkv_a, h, "attn_kv_a_mqa", il);
+    ob_tensor *kv = ob_build_mm(g, L->wkv_a, h, "attn_kv_a_mqa", il);
     ob_tensor *c = ob_slice(g, kv, 0, kvr), *k_pe = ob_slice(g, kv, kvr, rope);
     ob_set_name(c, "blk.%d.kv_cmpr", il);
     ob_set_name(k_pe, "blk.%d.k_pe", il);
@@ -341,19 +335,19 @@ static ob_tensor *mla_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_input
     /* each head's latent output to its value: v_b[h] a[h] */
     ob_tensor *v = ob_matmul_id(g, ob_weight_leaf(g, L->wv_b), ob_view(g, a, 3, (const int64_t[]){kvr, H, T}), NULL);
     ob_set_name(v, "blk.%d.attn_v_b", il);
-    return mm(g, L->wo, ob_view(g, v, 2, (const int64_t[]){vd * H, T}), "attn_output", il);
+    return ob_build_mm(g, L->wo, ob_view(g, v, 2, (const int64_t[]){vd * H, T}), "attn_output", il);
 }
 
 static ob_tensor *swiglu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
                          const char *nm, int il) {
-    ob_tensor *gt = mm(g, gate, h, nm, il), *u = ob_matmul(g, ob_weight_leaf(g, up), h);
+    ob_tensor *gt = ob_build_mm(g, gate, h, nm, il), *u = ob_matmul(g, ob_weight_leaf(g, up), h);
     return ob_matmul(g, ob_weight_leaf(g, down), ob_glu(g, gt, u, OB_ACT_SILU));
 }
 
 /* The routed experts plus the shared ones, on the normed h [n_embd, T] -> [n_embd, T]. */
 static ob_tensor *moe_ffn(ob_graph *g, const ob_hparams *hp, const ob_ds2 *m, const ob_ds2_layer *L, ob_tensor *h,
                           int il) {
-    ob_tensor *logits = mm(g, L->router, h, "ffn_gate_inp", il);
+    ob_tensor *logits = ob_build_mm(g, L->router, h, "ffn_gate_inp", il);
     ob_tensor *gate = ob_moe_gate_grouped(g, logits, L->probs_b ? ob_weight_leaf(g, L->probs_b) : NULL,
                                           hp->n_expert_used, m->gating, hp->expert_norm, hp->expert_scale,
                                           hp->n_expert_group, hp->n_expert_group_used);

@@ -10,6 +10,8 @@ static const ob_arch_entry g_arches[] = {
     {"qwen3moe", &ob_arch_qwen3moe},
     {"deepseek2", &ob_arch_deepseek2},
     {"gpt-oss", &ob_arch_gptoss},
+    {"qwen35", &ob_arch_qwen35},
+    {"lfm2", &ob_arch_lfm2},
     {"gemma3", &ob_arch_gemma3},
     {"bert", &ob_arch_bert},
     {"nomic-bert", &ob_arch_bert},
@@ -24,7 +26,7 @@ const ob_arch *ob_arch_find(const char *name) {
 }
 
 const char *ob_arch_supported_list(void) {
-    return "llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss, gemma3, bert, nomic-bert, jina-bert-v2";
+    return "llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss, qwen35, lfm2, gemma3, bert, nomic-bert, jina-bert-v2";
 }
 
 bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t *out) {

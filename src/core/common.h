@@ -85,6 +85,14 @@ int ob_argmax_f32(const float *w, int n);
  * scratch of min(top_k, n) ids when top-k is on, n otherwise. */
 int32_t ob_sample_pick(const float *w, int n, float temp, int top_k, float top_p, float min_p, double u,
                        int32_t *idx);
+/* ob_sample_pick's stages, for chains that put more samplers between them
+ * (engine/sampler_ext.c): rank gives the candidates best first in idx (the top_k best, or
+ * with top-k off every id at or above the min-p threshold; 0: only NaN logits); min_p and
+ * top_p return how many of the ranked candidates they keep; draw picks among them. */
+int ob_sample_rank(const float *w, int n, float temp, int top_k, float min_p, int32_t *idx);
+int ob_sample_min_p(const float *w, const int32_t *idx, int m, float temp, float min_p);
+int ob_sample_top_p(const float *w, const int32_t *idx, int m, float temp, float top_p);
+int32_t ob_sample_draw(const float *w, const int32_t *idx, int m, float temp, double u);
 /* The k best ids of w[0..n) (k <= n) by (value desc, id asc), best first. */
 void ob_top_k_sorted(const float *w, int n, int k, int32_t *idx);
 

@@ -49,8 +49,7 @@ void ob_top_k_sorted(const float *w, int n, int k, int32_t *idx) {
     qsort_r(idx, (size_t)k, sizeof(int32_t), cmp_rank, (void *)w);
 }
 
-int32_t ob_sample_pick(const float *w, int n, float temp, int top_k_n, float top_p, float min_p, double u,
-                       int32_t *idx) {
+int ob_sample_rank(const float *w, int n, float temp, int top_k_n, float min_p, int32_t *idx) {
     int m = 0;
     if (top_k_n > 0 && top_k_n < n) {
         top_k(w, n, top_k_n, idx);
@@ -61,31 +60,41 @@ int32_t ob_sample_pick(const float *w, int n, float temp, int top_k_n, float top
         for (int i = 1; i < n; i++) if (w[i] > mx0) mx0 = w[i];
         float lim = min_p > 0 ? mx0 + (float)(log(min_p) * temp) - 1e-6f : -INFINITY;
         for (int i = 0; i < n; i++) if (w[i] >= lim) idx[m++] = i;
-        if (m == 0) return ob_argmax_f32(w, n); /* only NaN logits: nothing to draw from */
+        if (m == 0) return 0; /* only NaN logits */
     }
     qsort_r(idx, (size_t)m, sizeof(int32_t), cmp_rank, (void *)w);
+    return m;
+}
+
+int ob_sample_min_p(const float *w, const int32_t *idx, int m, float temp, float min_p) {
+    if (!(min_p > 0)) return m;
+    /* keep tokens with prob >= min_p * max prob */
+    const double lim = log(min_p) * temp;
     const float mx = w[idx[0]];
-    if (min_p > 0) {
-        /* keep tokens with prob >= min_p * max prob */
-        const double lim = log(min_p) * temp;
-        int keep = 1;
-        while (keep < m && (double)(w[idx[keep]] - mx) >= lim) keep++;
-        m = keep;
-    }
+    int keep = 1;
+    while (keep < m && (double)(w[idx[keep]] - mx) >= lim) keep++;
+    return keep;
+}
+
+int ob_sample_top_p(const float *w, const int32_t *idx, int m, float temp, float top_p) {
+    if (!(top_p < 1.0f)) return m;
+    const float mx = w[idx[0]];
     double sum = 0;
     for (int i = 0; i < m; i++) sum += exp((double)(w[idx[i]] - mx) / temp);
-    if (top_p < 1.0f) {
-        double cum = 0;
-        int keep = 0;
-        while (keep < m) {
-            cum += exp((double)(w[idx[keep]] - mx) / temp) / sum;
-            keep++;
-            if (cum >= top_p) break;
-        }
-        m = keep;
-        sum = 0;
-        for (int i = 0; i < m; i++) sum += exp((double)(w[idx[i]] - mx) / temp);
+    double cum = 0;
+    int keep = 0;
+    while (keep < m) {
+        cum += exp((double)(w[idx[keep]] - mx) / temp) / sum;
+        keep++;
+        if (cum >= top_p) break;
     }
+    return keep;
+}
+
+int32_t ob_sample_draw(const float *w, const int32_t *idx, int m, float temp, double u) {
+    const float mx = w[idx[0]];
+    double sum = 0;
+    for (int i = 0; i < m; i++) sum += exp((double)(w[idx[i]] - mx) / temp);
     const double r = u * sum;
     int32_t pick = idx[m - 1];
     double acc = 0;
@@ -94,4 +103,13 @@ int32_t ob_sample_pick(const float *w, int n, float temp, int top_k_n, float top
         if (r < acc) { pick = idx[i]; break; }
     }
     return pick;
+}
+
+int32_t ob_sample_pick(const float *w, int n, float temp, int top_k_n, float top_p, float min_p, double u,
+                       int32_t *idx) {
+    int m = ob_sample_rank(w, n, temp, top_k_n, min_p, idx);
+    if (m == 0) return ob_argmax_f32(w, n); /* only NaN logits: nothing to draw from */
+    m = ob_sample_min_p(w, idx, m, temp, min_p);
+    m = ob_sample_top_p(w, idx, m, temp, top_p);
+    return ob_sample_draw(w, idx, m, temp, u);
 }

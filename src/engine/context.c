@@ -1,9 +1,17 @@
-/* A context: KV cache for n_seq sequences, input buffers, activation scratch, logits.
- * Everything is allocated here; ob_decode allocates nothing. */
+/* A context: KV cache for n_seq sequences (and the recurrent layers' state, with its
+ * checkpoints), input buffers, activation scratch, logits. Everything on the device is
+ * allocated here; ob_decode allocates nothing there. */
 #include "engine/model_internal.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+
+/* A sequence's recurrent state as it was at length pos (host memory, rec_seq_bytes). */
+typedef struct ob_ckpt {
+    int pos;                 /* 0: empty */
+    uint64_t stamp;          /* when taken: the oldest is overwritten first */
+    void *data;              /* every recurrent layer's conv rows then delta-rule rows */
+} ob_ckpt;
 
 struct ob_context {
     ob_model *m;
@@ -11,8 +19,18 @@ struct ob_context {
     ob_context_params p;
     int cells_per_seq;
     ob_type kv_type_k, kv_type_v;
-    void *kv_buf;            /* all layers' K then V caches */
-    void *k[OB_MAX_LAYERS], *v[OB_MAX_LAYERS];
+    void *kv_buf;            /* the attention layers' K then V caches */
+    void *k[OB_MAX_LAYERS], *v[OB_MAX_LAYERS]; /* NULL for a recurrent layer */
+    /* Recurrent layers (issue #33): their state, per layer the conv rows [rec_conv, n_seq] then
+     * the delta-rule rows [rec_ssm, n_seq], in one device buffer; a token at position 0 starts
+     * its sequence from zeros inside the ops, so nothing is cleared here. */
+    void *rec_buf;
+    void *conv_st[OB_MAX_LAYERS], *ssm_st[OB_MAX_LAYERS];
+    size_t rec_seq_bytes;    /* one sequence's state over every recurrent layer; 0: none */
+    ob_ckpt *ckpt;           /* [n_seq][n_ckpt] */
+    int n_ckpt;
+    int *ckpt_want;          /* [n_seq]: keep the state when the sequence reaches this length (0: no) */
+    uint64_t ckpt_clock;
     void *in_buf;            /* device: tokens, pos, seq, out_ids (I32 [n_batch] each) */
     int32_t *h_in;           /* host staging for the same */
     void *scratch;
@@ -49,6 +67,7 @@ ob_context_params ob_context_default_params(void) {
     p.embeddings = false;
     p.pooling = OB_POOLING_DEFAULT;
     p.normalize = true;
+    p.n_seq_checkpoints = 2;
     return p;
 }
 
@@ -73,6 +92,16 @@ static ob_tensor *build(ob_context *c, int T, int n_out) {
     int64_t cells = (int64_t)c->cells_per_seq * c->p.n_seq;
     int64_t nekv[2] = {(int64_t)hp->head_dim * hp->n_head_kv, cells};
     for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->layer_rec[il]) {
+            const int64_t nec[2] = {hp->rec_conv, c->p.n_seq}, nes[2] = {hp->rec_ssm, c->p.n_seq};
+            in.conv_state[il] = ob_leaf(g, "conv_state", OB_TYPE_F32, 2, nec, c->conv_st[il]);
+            ob_set_name(in.conv_state[il], "conv_state.%d", il);
+            if (hp->rec_ssm) {
+                in.ssm_state[il] = ob_leaf(g, "ssm_state", OB_TYPE_F32, 2, nes, c->ssm_st[il]);
+                ob_set_name(in.ssm_state[il], "ssm_state.%d", il);
+            }
+            continue;
+        }
         in.k_cache[il] = ob_leaf(g, "cache_k", c->kv_type_k, 2, nekv, c->k[il]);
         ob_set_name(in.k_cache[il], "cache_k.%d", il);
         if (hp->v_in_k) { /* MLA: the values are read from the K rows */
@@ -112,6 +141,10 @@ void ob_context_free(ob_context *c) {
     if (!c) return;
     ob_backend *be = c->be;
     if (c->kv_buf) be->iface->free_buf(be, c->kv_buf);
+    if (c->rec_buf) be->iface->free_buf(be, c->rec_buf);
+    for (int i = 0; c->ckpt && i < c->p.n_seq * c->n_ckpt; i++) free(c->ckpt[i].data);
+    free(c->ckpt);
+    free(c->ckpt_want);
     if (c->in_buf) be->iface->free_buf(be, c->in_buf);
     if (c->scratch) be->iface->free_buf(be, c->scratch);
     if (c->sample_buf) be->iface->free_buf(be, c->sample_buf);
@@ -155,7 +188,23 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
         goto fail;
     }
     size_t layer_k = (krow * cells + 255) & ~(size_t)255, layer_v = hp->v_in_k ? 0 : (vrow * cells + 255) & ~(size_t)255;
-    size_t kv_total = (layer_k + layer_v) * (size_t)hp->n_layer;
+    /* a KV cache for each attention layer, a state for each recurrent one */
+    int n_attn = 0, n_rec = 0;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (hp->layer_rec[il]) n_rec++;
+        else n_attn++;
+    }
+    size_t kv_total = (layer_k + layer_v) * (size_t)n_attn;
+    const size_t rec_conv = (sizeof(float) * (size_t)hp->rec_conv * (size_t)p.n_seq + 255) & ~(size_t)255,
+                 rec_ssm = (sizeof(float) * (size_t)hp->rec_ssm * (size_t)p.n_seq + 255) & ~(size_t)255;
+    const size_t rec_total = (rec_conv + rec_ssm) * (size_t)n_rec;
+    c->rec_seq_bytes = sizeof(float) * (size_t)(hp->rec_conv + hp->rec_ssm) * (size_t)n_rec;
+    c->n_ckpt = n_rec ? OB_MAX(0, OB_MIN(p.n_seq_checkpoints, 64)) : 0;
+    if (n_rec) {
+        c->ckpt = calloc((size_t)(p.n_seq * c->n_ckpt) + 1, sizeof(ob_ckpt));
+        c->ckpt_want = calloc((size_t)p.n_seq, sizeof(int));
+        if (!c->ckpt || !c->ckpt_want) { st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: out of memory"); goto fail; }
+    }
     if (hp->encoder && !p.embeddings) {
         /* An encoder has no LM head: a caller expecting logits gets a clear error, not NULL rows. */
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: %s is an embedding/rank model (no logits); use embeddings",
@@ -222,24 +271,35 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
         st = check_placement(c, err, err_len);
         if (st) goto fail;
     }
-    size_t need = kv_total + scratch;
+    size_t need = kv_total + rec_total + scratch;
     if (m->params.mem_budget && need + m->weight_bytes > m->params.mem_budget) {
         st = ob_fail(err, err_len, OB_ERR_NOMEM,
-                     "context: weights %.1f MiB + KV cache %.1f MiB + scratch %.1f MiB exceed the memory budget of %.1f MiB",
-                     m->weight_bytes / 1048576.0, kv_total / 1048576.0, scratch / 1048576.0, m->params.mem_budget / 1048576.0);
+                     "context: weights %.1f MiB + KV cache %.1f MiB + recurrent state %.1f MiB + scratch %.1f MiB exceed the "
+                     "memory budget of %.1f MiB",
+                     m->weight_bytes / 1048576.0, kv_total / 1048576.0, rec_total / 1048576.0, scratch / 1048576.0,
+                     m->params.mem_budget / 1048576.0);
         goto fail;
     }
-    c->kv_buf = c->be->iface->alloc(c->be, kv_total);
+    c->kv_buf = kv_total ? c->be->iface->alloc(c->be, kv_total) : NULL;
+    c->rec_buf = rec_total ? c->be->iface->alloc(c->be, rec_total) : NULL;
     c->scratch = c->be->iface->alloc(c->be, scratch);
     c->scratch_size = scratch;
-    if (!c->kv_buf || !c->scratch) {
-        st = ob_fail(err, err_len, OB_ERR_NOMEM, "context: cannot allocate KV cache %.1f MiB + scratch %.1f MiB on %s",
-                     kv_total / 1048576.0, scratch / 1048576.0, c->be->iface->name);
+    if ((kv_total && !c->kv_buf) || (rec_total && !c->rec_buf) || !c->scratch) {
+        st = ob_fail(err, err_len, OB_ERR_NOMEM,
+                     "context: cannot allocate KV cache %.1f MiB + recurrent state %.1f MiB + scratch %.1f MiB on %s",
+                     kv_total / 1048576.0, rec_total / 1048576.0, scratch / 1048576.0, c->be->iface->name);
         goto fail;
     }
-    for (int il = 0; il < hp->n_layer; il++) {
-        c->k[il] = (char *)c->kv_buf + (size_t)il * (layer_k + layer_v);
+    for (int il = 0, ia = 0, ir = 0; il < hp->n_layer; il++) {
+        if (hp->layer_rec[il]) {
+            c->conv_st[il] = (char *)c->rec_buf + (size_t)ir * (rec_conv + rec_ssm);
+            c->ssm_st[il] = (char *)c->conv_st[il] + rec_conv;
+            ir++;
+            continue;
+        }
+        c->k[il] = (char *)c->kv_buf + (size_t)ia * (layer_k + layer_v);
         c->v[il] = hp->v_in_k ? c->k[il] : (char *)c->k[il] + layer_k;
+        ia++;
     }
     *out = c;
     return OB_OK;
@@ -254,9 +314,64 @@ int ob_seq_len(const ob_context *c, int seq) {
     return seq >= 0 && seq < c->p.n_seq ? c->seq_len[seq] : 0;
 }
 
+/* ---- recurrent state checkpoints ------------------------------------------------------------ */
+
+/* Copies sequence seq's state over every recurrent layer to (save) or from host memory h. */
+static ob_status rec_copy(ob_context *c, int seq, void *h, bool save) {
+    const ob_hparams *hp = &c->m->hp;
+    ob_backend *be = c->be;
+    char *at = h;
+    for (int il = 0; il < hp->n_layer; il++) {
+        if (!hp->layer_rec[il]) continue;
+        const size_t nb[2] = {sizeof(float) * (size_t)hp->rec_conv, sizeof(float) * (size_t)hp->rec_ssm};
+        char *dev[2] = {(char *)c->conv_st[il] + nb[0] * (size_t)seq, (char *)c->ssm_st[il] + nb[1] * (size_t)seq};
+        for (int k = 0; k < 2; k++) {
+            if (!nb[k]) continue;
+            ob_status st = save ? be->iface->download(be, at, dev[k], nb[k]) : be->iface->upload(be, dev[k], at, nb[k]);
+            if (st) return st;
+            at += nb[k];
+        }
+    }
+    return OB_OK;
+}
+
+/* Keeps sequence seq's state as it is now, at length len: in the slot already holding that
+ * length, else an empty one, else the oldest. */
+static void ckpt_save(ob_context *c, int seq, int len) {
+    ob_ckpt *slot = c->ckpt + (size_t)seq * (size_t)c->n_ckpt, *use = NULL;
+    for (int i = 0; i < c->n_ckpt && !use; i++)
+        if (slot[i].pos == len) use = &slot[i];
+    for (int i = 0; i < c->n_ckpt && !use; i++)
+        if (!slot[i].pos) use = &slot[i];
+    if (!use) {
+        use = &slot[0];
+        for (int i = 1; i < c->n_ckpt; i++)
+            if (slot[i].stamp < use->stamp) use = &slot[i];
+    }
+    if (!use->data && !(use->data = malloc(c->rec_seq_bytes))) return; /* no room: no checkpoint */
+    use->pos = rec_copy(c, seq, use->data, true) == OB_OK ? len : 0;
+    use->stamp = ++c->ckpt_clock;
+}
+
+void ob_seq_checkpoint_at(ob_context *c, int seq, int pos) {
+    if (!c || !c->n_ckpt || seq < 0 || seq >= c->p.n_seq || pos <= 0 || pos > c->cells_per_seq) return;
+    if (pos == c->seq_len[seq]) ckpt_save(c, seq, pos);
+    else c->ckpt_want[seq] = pos;
+}
+
 void ob_seq_truncate(ob_context *c, int seq, int pos) {
     if (seq < 0 || seq >= c->p.n_seq || pos < 0) return;
-    if (pos < c->seq_len[seq]) c->seq_len[seq] = pos;
+    if (pos >= c->seq_len[seq]) return;
+    c->seq_len[seq] = pos;
+    if (!c->rec_seq_bytes) return;
+    /* The recurrent state cannot be cut back: the latest checkpoint at or before pos, or
+     * nothing (the sequence starts again at 0). Checkpoints past the new length are gone. */
+    ob_ckpt *slot = c->ckpt + (size_t)seq * (size_t)c->n_ckpt, *best = NULL;
+    for (int i = 0; i < c->n_ckpt; i++) {
+        if (slot[i].pos > pos) slot[i].pos = 0;
+        else if (slot[i].pos && (!best || slot[i].pos > best->pos)) best = &slot[i];
+    }
+    c->seq_len[seq] = best && rec_copy(c, seq, best->data, false) == OB_OK ? best->pos : 0;
 }
 
 /* Runs one chunk of at most n_batch tokens. With sparams (host [OB_SAMPLE_NPARAM, n_out],
@@ -338,6 +453,19 @@ static ob_status decode_chunk(ob_context *c, const ob_batch *b, int start, int T
     return OB_OK;
 }
 
+/* Where a pass over tokens [start, end) of b must end so that a sequence reaches the length
+ * a checkpoint waits for (ob_seq_checkpoint_at) between passes: after that token, when a
+ * later token of its sequence follows in the pass. */
+static int ckpt_cut(const ob_context *c, const ob_batch *b, int start, int end) {
+    for (int j = start; j < end; j++) {
+        const int s = b->seq[j];
+        if (s < 0 || s >= c->p.n_seq || c->ckpt_want[s] != b->pos[j] + 1) continue; /* (not yet validated) */
+        for (int k = j + 1; k < end; k++)
+            if (b->seq[k] == s) return j + 1;
+    }
+    return end;
+}
+
 static ob_status decode_run(ob_context *c, const ob_batch *b, const float *sparams, int32_t *out_tok, char *err,
                             size_t err_len) {
     const ob_hparams *hp = &c->m->hp;
@@ -385,10 +513,24 @@ static ob_status decode_run(ob_context *c, const ob_batch *b, const float *spara
     free(c->logit_row);
     c->logit_row = malloc(sizeof(int32_t) * (size_t)b->n_tokens);
     if (!c->logit_row) { free(len); return ob_fail(err, err_len, OB_ERR_NOMEM, "decode: out of memory"); }
-    for (int start = 0; start < b->n_tokens && !st; start += c->p.n_batch) {
-        int T = OB_MIN(c->p.n_batch, b->n_tokens - start);
-        st = decode_chunk(c, b, start, T, sparams, out_tok, err, err_len);
+    /* the running lengths, for the recurrent state's checkpoints */
+    int *cur = c->n_ckpt && !c->pooling ? malloc(sizeof(int) * (size_t)c->p.n_seq) : NULL;
+    if (cur) memcpy(cur, c->seq_len, sizeof(int) * (size_t)c->p.n_seq);
+    for (int start = 0, end; start < b->n_tokens && !st; start = end) {
+        end = OB_MIN(start + c->p.n_batch, b->n_tokens);
+        if (cur) end = ckpt_cut(c, b, start, end);
+        st = decode_chunk(c, b, start, end - start, sparams, out_tok, err, err_len);
+        if (!cur || st) continue;
+        for (int j = start; j < end; j++) cur[b->seq[j]] = b->pos[j] + 1;
+        for (int j = start; j < end; j++) {
+            const int s = b->seq[j];
+            if (c->ckpt_want[s] && cur[s] == c->ckpt_want[s]) {
+                ckpt_save(c, s, cur[s]);
+                c->ckpt_want[s] = 0;
+            }
+        }
     }
+    free(cur);
     if (!st) memcpy(c->seq_len, len, sizeof(int) * (size_t)c->p.n_seq);
     free(len);
     return st;
@@ -405,7 +547,9 @@ ob_status ob_decode_sample(ob_context *c, const ob_batch *b, ob_sampler *const *
         return ob_fail(err, err_len, OB_ERR_ARG, "decode: empty batch or no samplers");
     int n_rows = 0;
     for (int j = 0; j < b->n_tokens; j++) n_rows += b->want_logits ? b->want_logits[j] != 0 : j == b->n_tokens - 1;
-    bool dev = c->sample_ok && n_rows > 0 && b->n_tokens <= c->p.n_batch;
+    /* (one pass: a checkpoint that cuts the batch in two samples on the host) */
+    bool dev = c->sample_ok && n_rows > 0 && b->n_tokens <= c->p.n_batch &&
+               (!c->n_ckpt || ckpt_cut(c, b, 0, b->n_tokens) == b->n_tokens);
     for (int r = 0; r < n_rows; r++) {
         if (!samplers[r]) return ob_fail(err, err_len, OB_ERR_ARG, "decode: no sampler for logits row %d", r);
         dev = dev && ob_sampler_device_ok(samplers[r]);

@@ -296,5 +296,11 @@ void ob_model_get_info(const ob_model *m, ob_model_info *o) {
     o->backend = m->backend->iface->name;
 }
 
+bool ob_model_has_recurrent_state(const ob_model *m) {
+    for (int il = 0; il < m->hp.n_layer; il++)
+        if (m->hp.layer_rec[il]) return true;
+    return false;
+}
+
 const ob_tokenizer *ob_model_tokenizer(const ob_model *m) { return m->tok; }
 const char *ob_model_chat_template(const ob_model *m) { return m->chat_template; }

@@ -1,7 +1,9 @@
-/* Sampling: penalties and logit bias, then greedy or temperature with top-k, top-p and
- * min-p. Deterministic for a seed. */
+/* Sampling: logit bias and penalties, then greedy or temperature with top-k, top-p and
+ * min-p; DRY, typical-p, XTC and Mirostat through sampler_ext.c when asked for.
+ * Deterministic for a seed. */
 #include "core/common.h"
 #include "engine/sampler.h"
+#include "engine/sampler_ext.h"
 #include <math.h>
 #include <stdlib.h>
 
@@ -16,6 +18,7 @@ struct ob_sampler {
     float *work;             /* [n_vocab] adjusted logits */
     int32_t *idx;            /* [n_vocab] candidate ids */
     uint64_t rng[2];
+    ob_sampler_ext *ext;     /* DRY, typical-p, XTC, Mirostat: NULL when none is on */
     /* sampling under a filter, allocated on first use */
     int32_t *f_cand, *f_ids; /* [n_vocab] ranked candidates; allowed ids */
     float *f_w;              /* [n_vocab] the allowed ids' adjusted logits */
@@ -31,10 +34,18 @@ ob_sampler_params ob_sampler_default_params(void) {
     p.repeat_penalty = 1.0f;
     p.penalty_last_n = 64;
     p.seed = 0x5eed;
+    /* llama-server's defaults for the samplers that start off */
+    p.typical_p = 1.0f;
+    p.xtc_threshold = 0.1f;
+    p.mirostat_tau = 5.0f;
+    p.mirostat_eta = 0.1f;
+    p.dry_base = 1.75f;
+    p.dry_allowed_length = 2;
+    p.dry_penalty_last_n = -1;
     return p;
 }
 
-static uint64_t rng_next(uint64_t *s) {
+uint64_t ob_sampler_rng_next(uint64_t *s) {
     uint64_t s0 = s[0], s1 = s[1], r = s0 + s1;
     s1 ^= s0;
     s[0] = ((s0 << 55) | (s0 >> 9)) ^ s1 ^ (s1 << 14);
@@ -42,7 +53,7 @@ static uint64_t rng_next(uint64_t *s) {
     return r;
 }
 
-static void rng_seed(uint64_t *s, uint64_t seed) {
+void ob_sampler_rng_seed(uint64_t *s, uint64_t seed) {
     /* splitmix64 to spread the seed over both words */
     for (int i = 0; i < 2; i++) {
         uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
@@ -77,7 +88,13 @@ ob_sampler *ob_sampler_new(const ob_sampler_params *p, int n_vocab) {
     s->p.n_logit_bias = nb;
     s->p.logit_bias_tok = s->bias_tok;
     s->p.logit_bias_val = s->bias_val;
-    rng_seed(s->rng, p->seed);
+    if (ob_sampler_ext_wanted(p) && !(s->ext = ob_sampler_ext_new(p, n_vocab))) {
+        ob_sampler_free(s);
+        return NULL;
+    }
+    s->p.n_dry_breakers = 0; /* the ext sampler holds its own copy */
+    s->p.dry_breaker_len = s->p.dry_breaker_tok = NULL;
+    ob_sampler_rng_seed(s->rng, p->seed);
     return s;
 }
 
@@ -93,17 +110,23 @@ void ob_sampler_free(ob_sampler *s) {
     free(s->f_ids);
     free(s->f_w);
     free(s->f_mask);
+    ob_sampler_ext_free(s->ext);
     free(s);
 }
 
 void ob_sampler_reset(ob_sampler *s) {
     memset(s->counts, 0, sizeof(int32_t) * (size_t)s->n_vocab);
     s->hist_n = s->hist_head = 0;
-    rng_seed(s->rng, s->p.seed);
+    ob_sampler_rng_seed(s->rng, s->p.seed);
+    if (s->ext) ob_sampler_ext_reset(s->ext);
 }
 
+float ob_sampler_mirostat_mu(const ob_sampler *s) { return s->ext ? ob_sampler_ext_mu(s->ext) : NAN; }
+
 void ob_sampler_accept(ob_sampler *s, int32_t tok) {
-    if (s->hist_cap <= 0 || tok < 0 || tok >= s->n_vocab) return;
+    if (tok < 0 || tok >= s->n_vocab) return;
+    if (s->ext) ob_sampler_ext_accept(s->ext, tok);
+    if (s->hist_cap <= 0) return;
     if (s->hist_n == s->hist_cap) {
         int32_t old = s->hist[s->hist_head];
         s->counts[old]--;
@@ -116,15 +139,17 @@ void ob_sampler_accept(ob_sampler *s, int32_t tok) {
 }
 
 /* 24 bits, so the float a device sampler receives is the very same number. */
-float ob_sampler_next_uniform(ob_sampler *s) { return (float)(rng_next(s->rng) >> 40) * 0x1p-24f; }
+float ob_sampler_next_uniform(ob_sampler *s) { return (float)(ob_sampler_rng_next(s->rng) >> 40) * 0x1p-24f; }
 
+/* Mirostat runs after logit bias alone, as llama-server's chain has it. */
 static bool has_penalties(const ob_sampler_params *p) {
-    return p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    return p->mirostat == 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0);
 }
 
 bool ob_sampler_device_ok(const ob_sampler *s) {
     const ob_sampler_params *p = &s->p;
     if (p->n_logit_bias > 0 || (has_penalties(p) && s->hist_cap > 0)) return false;
+    if (s->ext && !ob_sampler_ext_device_ok(s->ext)) return false;
     return p->temperature <= 0 || (p->top_k >= 1 && p->top_k <= 1024);
 }
 
@@ -139,12 +164,15 @@ void ob_sampler_device_params(ob_sampler *s, float *params) {
     params[5] = (float)s->n_vocab;
 }
 
-/* Logits after logit bias and penalties: s->work, or logits itself when neither applies. */
+/* Logits after logit bias, penalties and DRY: s->work, or logits itself when none applies. */
 static const float *adjust(ob_sampler *s, const float *logits) {
     const ob_sampler_params *p = &s->p;
     int n = s->n_vocab;
     bool pen = has_penalties(p) && s->hist_n > 0;
-    if (p->n_logit_bias == 0 && !pen) return logits;
+    const int32_t *dry_tok = NULL;
+    const float *dry_val = NULL;
+    int n_dry = s->ext ? ob_sampler_ext_dry(s->ext, &dry_tok, &dry_val) : 0;
+    if (p->n_logit_bias == 0 && !pen && n_dry == 0) return logits;
     float *w = s->work;
     memcpy(w, logits, sizeof(float) * (size_t)n);
     for (int i = 0; i < p->n_logit_bias; i++) {
@@ -166,7 +194,16 @@ static const float *adjust(ob_sampler *s, const float *logits) {
             if (s->counts[t] < 0) s->counts[t] = -s->counts[t];
         }
     }
+    for (int i = 0; i < n_dry; i++) w[dry_tok[i]] -= dry_val[i];
     return w;
+}
+
+/* The draw at a temperature over w[0..n) (the vocabulary or the allowed tokens): an index. */
+static int32_t draw(ob_sampler *s, const float *w, int n, int32_t *idx) {
+    const ob_sampler_params *p = &s->p;
+    const double u = (double)ob_sampler_next_uniform(s);
+    if (s->ext && ob_sampler_ext_draws(s->ext)) return ob_sampler_ext_pick(s->ext, w, n, u, idx);
+    return ob_sample_pick(w, n, p->temperature, p->top_k, p->top_p, p->min_p, u, idx);
 }
 
 int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
@@ -177,8 +214,7 @@ int32_t ob_sampler_sample(ob_sampler *s, const float *logits) {
         ob_sampler_accept(s, best);
         return best;
     }
-    const int32_t pick = ob_sample_pick(w, s->n_vocab, p->temperature, p->top_k, p->top_p, p->min_p,
-                                        (double)ob_sampler_next_uniform(s), s->idx);
+    const int32_t pick = draw(s, w, s->n_vocab, s->idx);
     ob_sampler_accept(s, pick);
     return pick;
 }
@@ -236,6 +272,7 @@ static int lazy_candidates(ob_sampler *s, const float *w, const ob_token_filter 
     int n = s->n_vocab;
     bool greedy = p->temperature <= 0;
     int need = greedy ? 1 : p->top_k > 0 && p->top_k < n ? p->top_k : 0;
+    if (!greedy && s->ext && !ob_sampler_ext_lazy_ok(s->ext, need > 0)) return -1;
     if (need == 0 && !(p->min_p > 0)) return -1;
     int m = 0, checked = 0, k = need > 32 ? need : 32;
     for (;;) {
@@ -304,9 +341,7 @@ int32_t ob_sampler_sample_filtered(ob_sampler *s, const float *logits, const ob_
     /* The disallowed tokens would be -inf: weight 0 in every sum, never picked. Sampling
      * the allowed ones alone, in id order, draws the same token. */
     for (int i = 0; i < m; i++) s->f_w[i] = w[s->f_ids[i]];
-    int32_t j = p->temperature <= 0 ? ob_argmax_f32(s->f_w, m)
-                                    : ob_sample_pick(s->f_w, m, p->temperature, p->top_k, p->top_p, p->min_p,
-                                                     (double)ob_sampler_next_uniform(s), s->f_cand);
+    int32_t j = p->temperature <= 0 ? ob_argmax_f32(s->f_w, m) : draw(s, s->f_w, m, s->f_cand);
     int32_t tok = s->f_ids[j];
     ob_sampler_accept(s, tok);
     return tok;

@@ -201,7 +201,10 @@ ob_status ob_spec_draft(ob_spec *s, ob_spec_seq *seqs, int n, char *err, size_t 
         const int32_t *rec = s->rec + (size_t)seq * (size_t)s->n_ctx;
         while (k < s->n_rec[seq] && k < L - 1 && rec[k] == full_tok(q, k)) k++;
         ob_seq_truncate(s->ctx, seq, k);
-        s->n_rec[seq] = k;
+        /* a draft model with recurrent layers goes back to a state checkpoint, or to 0
+         * (ob_seq_truncate), and keeps one where its proposals start, for the next round */
+        s->n_rec[seq] = ob_seq_len(s->ctx, seq);
+        ob_seq_checkpoint_at(s->ctx, seq, L);
         s->live[i] = true;
     }
     /* catch-up: feed each sequence what its draft KV lacks, in chunks of the batch */

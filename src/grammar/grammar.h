@@ -40,6 +40,37 @@ void ob_grammar_free(ob_grammar *g);
  * Unsupported or invalid schemas are OB_ERR_UNSUPPORTED / OB_ERR_FORMAT with a message. */
 ob_status ob_grammar_from_schema(const json_t *schema, char **out, char *err, size_t err_len);
 
+/* ---- writing GBNF ------------------------------------------------------------------------ */
+
+/* Growable NUL-terminated text. oom is sticky: appends after a failure do nothing. */
+typedef struct ob_gtext { char *s; size_t n, cap; bool oom; } ob_gtext;
+void ob_gtext_add(ob_gtext *t, const char *s, size_t n);
+void ob_gtext_puts(ob_gtext *t, const char *s);
+void ob_gtext_printf(ob_gtext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* s as a GBNF string literal (quotes included), every byte outside printable ASCII and
+ * the quote and backslash escaped. */
+void ob_gtext_literal(ob_gtext *t, const char *s, size_t n);
+
+/* A grammar put together from JSON schemas and rules of the caller's own (a tool call's
+ * markup around each tool's parameters). Rule names are made unique from hints; the
+ * returned names are owned by the builder. A schema's rule takes the whitespace after
+ * its value, as in ob_grammar_from_schema; its $refs resolve within that schema. */
+typedef struct ob_grammar_builder ob_grammar_builder;
+ob_grammar_builder *ob_grammar_builder_new(void);
+void ob_grammar_builder_free(ob_grammar_builder *b);
+/* The rule of a schema's value ({} or NULL: any JSON object); NULL with err on a schema
+ * the converter refuses (OB_ERR_UNSUPPORTED / OB_ERR_FORMAT in *st). */
+const char *ob_grammar_builder_schema(ob_grammar_builder *b, const json_t *schema, const char *hint,
+                                      ob_status *st, char *err, size_t err_len);
+/* One of the fixed rules: "ws" (optional whitespace), "string", "value", "object", ...;
+ * NULL for an unknown name or when out of memory. */
+const char *ob_grammar_builder_prim(ob_grammar_builder *b, const char *what);
+/* A rule of the caller's: body is GBNF over names returned before. NULL when out of memory. */
+const char *ob_grammar_builder_rule(ob_grammar_builder *b, const char *hint, const char *body);
+/* The whole grammar, "root ::= root_body" first; *out malloc'd. */
+ob_status ob_grammar_builder_finish(ob_grammar_builder *b, const char *root_body, char **out, char *err,
+                                    size_t err_len);
+
 /* ---- tokens ---------------------------------------------------------------------------- */
 
 enum ob_gtok_kind {

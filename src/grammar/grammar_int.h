@@ -50,15 +50,6 @@ int32_t ob_gdfa_build(ob_gdfa_pool *p, const ob_cp_range *r, int n);
 /* The UTF-8 bytes of code point cp (<= 0x10FFFF) into out; returns how many (1-4). */
 int ob_utf8_put(uint32_t cp, char *out);
 
-/* Growable NUL-terminated text. oom is sticky: appends after a failure do nothing. */
-typedef struct ob_gtext { char *s; size_t n, cap; bool oom; } ob_gtext;
-void ob_gtext_add(ob_gtext *t, const char *s, size_t n);
-void ob_gtext_puts(ob_gtext *t, const char *s);
-void ob_gtext_printf(ob_gtext *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* s as a GBNF string literal (quotes included), every byte outside printable ASCII and
- * the quote and backslash escaped. */
-void ob_gtext_literal(ob_gtext *t, const char *s, size_t n);
-
 /* A JSON-schema "pattern" (an ECMA-262 regex subset) as one GBNF expression matching the
  * inside of a JSON string (the JSON-escaped text between the quotes), appended to out.
  * An unanchored pattern may have any text around it. OB_ERR_UNSUPPORTED names what is

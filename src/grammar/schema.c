@@ -798,6 +798,88 @@ static bool visit(conv *c, const json_t *s, const char *name, ob_gtext *o) {
     return ok;
 }
 
+/* ---- the builder: several schemas and rules of the caller's in one grammar ------------- */
+
+struct ob_grammar_builder { conv c; };
+
+static void conv_refs_clear(conv *c);
+
+ob_grammar_builder *ob_grammar_builder_new(void) {
+    ob_grammar_builder *b = calloc(1, sizeof *b);
+    if (b && !take_name(&b->c, "root")) { /* finish writes the root rule */
+        ob_grammar_builder_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+static void conv_refs_clear(conv *c) {
+    for (int i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
+    free(c->refs);
+    c->refs = NULL;
+    c->n_refs = c->cap_refs = 0;
+}
+
+void ob_grammar_builder_free(ob_grammar_builder *b) {
+    if (!b) return;
+    free(b->c.rules.s);
+    for (int i = 0; i < b->c.n_names; i++) free(b->c.names[i]);
+    free(b->c.names);
+    conv_refs_clear(&b->c);
+    free(b);
+}
+
+const char *ob_grammar_builder_schema(ob_grammar_builder *b, const json_t *schema, const char *hint,
+                                      ob_status *st, char *err, size_t err_len) {
+    conv *c = &b->c;
+    json_t *empty = schema ? NULL : json_object();
+    /* each schema is its own root for $ref, so two tools' "#/$defs/x" stay apart */
+    conv_refs_clear(c);
+    c->root = schema ? schema : empty;
+    c->depth = 0;
+    c->st = OB_OK;
+    c->err = err;
+    c->err_len = err_len;
+    if (err && err_len) err[0] = 0;
+    const char *name = take_name(c, hint);
+    ob_gtext body = {0};
+    bool ok = name && visit(c, c->root, name, &body);
+    if (ok && body.oom) ok = oom(c);
+    if (ok) add_rule(c, name, body.s ? body.s : "");
+    if (ok && c->rules.oom) ok = oom(c);
+    free(body.s);
+    json_decref(empty);
+    c->root = NULL;
+    c->err = NULL;
+    c->err_len = 0;
+    *st = ok ? OB_OK : c->st ? c->st : OB_ERR_NOMEM;
+    c->st = OB_OK;
+    return ok ? name : NULL;
+}
+
+const char *ob_grammar_builder_prim(ob_grammar_builder *b, const char *what) { return prim(&b->c, what); }
+
+const char *ob_grammar_builder_rule(ob_grammar_builder *b, const char *hint, const char *body) {
+    const char *name = take_name(&b->c, hint);
+    if (name) add_rule(&b->c, name, body);
+    return b->c.rules.oom ? NULL : name;
+}
+
+ob_status ob_grammar_builder_finish(ob_grammar_builder *b, const char *root_body, char **out, char *err,
+                                    size_t err_len) {
+    *out = NULL;
+    ob_gtext all = {0};
+    ob_gtext_printf(&all, "root ::= %s\n", root_body);
+    ob_gtext_add(&all, b->c.rules.s ? b->c.rules.s : "", b->c.rules.n);
+    if (all.oom || b->c.rules.oom) {
+        free(all.s);
+        if (err && err_len) snprintf(err, err_len, "out of memory");
+        return OB_ERR_NOMEM;
+    }
+    *out = all.s;
+    return OB_OK;
+}
+
 ob_status ob_grammar_from_schema(const json_t *schema, char **out, char *err, size_t err_len) {
     *out = NULL;
     if (err && err_len) err[0] = 0;

@@ -114,6 +114,29 @@ ob_tensor *ob_moe_sum(ob_graph *g, ob_tensor *y, ob_tensor *gate) {
     return t;
 }
 
+ob_tensor *ob_ssm_conv(ob_graph *g, ob_tensor *x, ob_tensor *taps, ob_tensor *state, ob_tensor *pos, ob_tensor *seq,
+                       bool silu) {
+    int64_t ne[2] = {x->ne[0], ob_nrows(x)};
+    ob_tensor *t = new_node(g, OB_OP_SSM_CONV, OB_TYPE_F32, 2, ne);
+    t->src[0] = x; t->src[1] = taps; t->src[2] = state; t->src[3] = pos; t->src[4] = seq;
+    t->ip[0] = silu ? 1 : 0;
+    return t;
+}
+
+ob_tensor *ob_delta_net(ob_graph *g, ob_tensor *qkv, ob_tensor *gate, ob_tensor *beta, ob_tensor *state, ob_tensor *pos,
+                        ob_tensor *seq, int dk, int n_k_heads, int dv, float q_scale, bool l2_norm, float l2_eps) {
+    int64_t ne[3] = {dv, gate->ne[0], ob_nrows(qkv)};
+    ob_tensor *t = new_node(g, OB_OP_DELTA_NET, OB_TYPE_F32, 3, ne);
+    t->src[0] = qkv; t->src[1] = gate; t->src[2] = beta; t->src[3] = state; t->src[4] = pos; t->src[5] = seq;
+    t->ip[0] = dk;
+    t->ip[1] = n_k_heads;
+    t->ip[2] = dv;
+    t->ip[3] = l2_norm ? 1 : 0;
+    t->fp[0] = q_scale;
+    t->fp[1] = l2_eps;
+    return t;
+}
+
 void ob_set_name(ob_tensor *t, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -99,6 +99,29 @@ typedef enum ob_op {
     OB_OP_ADD_ID,     /* src0 y F32 [N, k, T] (a MATMUL_ID output); src1 bias F32 [N, E]; src2 the
                          MOE_GATE output [2k, T] -> F32 [N, k, T]: y[:, j, t] + bias[:, id_j,t].
                          A slot whose id names no expert (as MATMUL_ID's) gets y unchanged */
+    /* Recurrent layers (issue #33): state that a sequence carries from token to token, one
+     * row per sequence of a state leaf [n, S] that the op reads and writes in place (the op
+     * table's `writes`). Tokens of a sequence run in batch order; a token at position 0 starts
+     * its sequence from a zero state (a new sequence needs no clearing). A token whose sequence
+     * is outside the state is refused by the CPU backend (OB_ERR_CONTEXT) and gets zeros from
+     * the reference, as KV_STORE's. */
+    OB_OP_SSM_CONV,   /* src0 x F32 [C, T]; src1 taps F32 [K, C] (K >= 2: tap K-1 takes the token,
+                         tap K-1-j the input j tokens back); src2 state F32 [(K-1) C, S]: per
+                         sequence its last K-1 inputs, oldest first, C channels each; src3 pos
+                         I32 [T]; src4 seq I32 [T] -> F32 [C, T]: the depthwise causal
+                         convolution (LFM2's short conv, the conv before Qwen3.5's delta rule),
+                         taps summed in order 0..K-1; i[0] 1: SiLU of the sum, 0: none */
+    OB_OP_DELTA_NET,  /* The gated delta rule (Gated DeltaNet, Qwen3.5 / Qwen3-Next).
+                         src0 qkv F32 [2 Hk dk + H dv, T]: per token the query heads, the key
+                         heads (Hk of dk each) and the value heads (H of dv); src1 g F32 [H, T]
+                         (the log of the decay); src2 beta F32 [H, T]; src3 state F32 [dk dv H, S]:
+                         per sequence and value head a dk x dv matrix, row i at i*dv; src4 pos
+                         I32 [T]; src5 seq I32 [T] -> F32 [dv, H, T]. i[0] dk, i[1] Hk, i[2] dv
+                         (H = g's ne[0], a multiple of Hk; value head h reads query/key head
+                         h % Hk: llama.cpp's converter writes Qwen3.5's value heads in that
+                         tiled order); i[3] 1: q and k L2-normalised first, x / sqrt(|x|^2 + f[1]);
+                         f[0] the query's scale. Per token and head, in double in the reference:
+                         S = exp(g) S; d = beta (v - S^T k); S += k d^T; o = S^T (f[0] q) */
     OB_OP_COUNT,
 } ob_op;
 
@@ -119,7 +142,7 @@ typedef enum ob_moe_gating { OB_MOE_SOFTMAX = 0, OB_MOE_SIGMOID = 1 } ob_moe_gat
 typedef enum ob_glu_kind { OB_GLU_PLAIN = 0, OB_GLU_SWIGLU_OAI = 1 } ob_glu_kind;
 
 typedef enum ob_act { OB_ACT_SILU = 0, OB_ACT_GELU = 1 /* tanh approx */, OB_ACT_GELU_ERF = 2, OB_ACT_RELU = 3,
-                     OB_ACT_TANH = 4, OB_ACT_SOFTPLUS = 5 /* log(1 + e^x) */,
+                     OB_ACT_TANH = 4, OB_ACT_SOFTPLUS = 5 /* log(1 + e^x) */, OB_ACT_SIGMOID = 6,
                      OB_ACT_COUNT /* not an activation: how many there are */ } ob_act;
 
 /* Values match llama.cpp's <arch>.pooling_type. CLS takes the sequence's lowest position
@@ -230,6 +253,11 @@ ob_tensor *ob_moe_gate_grouped(ob_graph *g, ob_tensor *logits, ob_tensor *bias, 
 /* CONCAT and SLICE (graph.h's ops of the same names). */
 ob_tensor *ob_concat(ob_graph *g, ob_tensor *a, ob_tensor *b);
 ob_tensor *ob_slice(ob_graph *g, ob_tensor *x, int64_t offset, int64_t len);
+/* SSM_CONV and DELTA_NET (graph.h's ops of the same names; state leaves written in place). */
+ob_tensor *ob_ssm_conv(ob_graph *g, ob_tensor *x, ob_tensor *taps, ob_tensor *state, ob_tensor *pos, ob_tensor *seq,
+                       bool silu);
+ob_tensor *ob_delta_net(ob_graph *g, ob_tensor *qkv, ob_tensor *gate, ob_tensor *beta, ob_tensor *state, ob_tensor *pos,
+                        ob_tensor *seq, int dk, int n_k_heads, int dv, float q_scale, bool l2_norm, float l2_eps);
 void ob_set_name(ob_tensor *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Assigns scratch offsets to every computed node, reusing memory after a node's last

@@ -188,33 +188,62 @@ static bool add_id_ok(const ob_tensor *n) {
            bias->ne[2] * bias->ne[3] == 1 && gate_rows_ok(n->src[2], k, T);
 }
 
+/* The recurrent ops' per-token inputs: pos and seq I32 [T]; a state of S >= 1 rows. */
+static bool tokens_ok(const ob_tensor *pos, const ob_tensor *seq, int64_t T) {
+    return is_i32(pos) && is_i32(seq) && ob_nelements(pos) == T && ob_nelements(seq) == T;
+}
+
+/* SSM_CONV: K taps (2..64) per channel, the state K-1 inputs of C channels per sequence. */
+static bool ssm_conv_ok(const ob_tensor *n) {
+    const ob_tensor *x = n->src[0], *w = n->src[1], *st = n->src[2];
+    const int64_t C = x->ne[0], K = w->ne[0], T = ob_nrows(x);
+    return is_f32(x) && is_f32(w) && is_f32(st) && is_f32(n) && C >= 1 && K >= 2 && K <= 64 && w->ne[1] == C &&
+           ob_nrows(w) == C && st->ne[0] == (K - 1) * C && ob_nrows(st) >= 1 && n->ne[0] == C && ob_nrows(n) == T &&
+           (n->ip[0] == 0 || n->ip[0] == 1) && tokens_ok(n->src[3], n->src[4], T);
+}
+
+/* DELTA_NET: the packed q/k/v rows, H value heads over Hk query/key heads, a dk x dv matrix
+ * per value head and sequence. */
+static bool delta_net_ok(const ob_tensor *n) {
+    const ob_tensor *qkv = n->src[0], *g = n->src[1], *b = n->src[2], *st = n->src[3];
+    const int64_t dk = n->ip[0], Hk = n->ip[1], dv = n->ip[2], H = g->ne[0], T = ob_nrows(qkv);
+    if (!is_f32(qkv) || !is_f32(g) || !is_f32(b) || !is_f32(st) || !is_f32(n)) return false;
+    if (dk < 1 || dk > 1024 || dv < 1 || dv > 1024 || Hk < 1 || H < Hk || H % Hk != 0 || H > 65536) return false;
+    if (qkv->ne[0] != 2 * Hk * dk + H * dv || ob_nrows(g) != T || b->ne[0] != H || ob_nrows(b) != T) return false;
+    if (st->ne[0] != dk * dv * H || ob_nrows(st) < 1) return false;
+    return n->ne[0] == dv && n->ne[1] == H && n->ne[2] * n->ne[3] == T && (n->ip[3] == 0 || n->ip[3] == 1) &&
+           isfinite(n->fp[0]) && n->fp[1] >= 0.0f && isfinite(n->fp[1]) && tokens_ok(n->src[4], n->src[5], T);
+}
+
 /* ---- the table ------------------------------------------------------------------------ */
 
 static const ob_op_info g_ops[] = {
-    [OB_OP_LEAF] = {"LEAF", 0, 0, NULL},
-    [OB_OP_VIEW] = {"VIEW", 1, 0, NULL},
-    [OB_OP_GET_ROWS] = {"GET_ROWS", 2, 0, get_rows_ok},
-    [OB_OP_RMS_NORM] = {"RMS_NORM", 1, 1, norm_ok},
-    [OB_OP_LAYER_NORM] = {"LAYER_NORM", 1, 2, norm_ok},
-    [OB_OP_MATMUL] = {"MATMUL", 2, 0, matmul_ok},
-    [OB_OP_ADD] = {"ADD", 2, 0, binary_ok},
-    [OB_OP_MUL] = {"MUL", 2, 0, binary_ok},
-    [OB_OP_SCALE] = {"SCALE", 1, 0, unary_ok},
-    [OB_OP_ROPE] = {"ROPE", 2, 1, rope_ok},
-    [OB_OP_KV_STORE] = {"KV_STORE", 4, 1, kv_store_ok},
-    [OB_OP_ATTENTION] = {"ATTENTION", 5, 2, attention_ok},
-    [OB_OP_GLU] = {"GLU", 2, 0, glu_ok},
-    [OB_OP_ACT] = {"ACT", 1, 0, act_node_ok},
-    [OB_OP_SOFTMAX] = {"SOFTMAX", 1, 0, unary_ok},
-    [OB_OP_CPY] = {"CPY", 1, 0, cpy_ok},
-    [OB_OP_POOL] = {"POOL", 3, 0, pool_ok},
-    [OB_OP_SAMPLE] = {"SAMPLE", 2, 0, sample_ok},
-    [OB_OP_MOE_GATE] = {"MOE_GATE", 1, 1, moe_gate_ok},
-    [OB_OP_MATMUL_ID] = {"MATMUL_ID", 2, 1, matmul_id_ok},
-    [OB_OP_MOE_SUM] = {"MOE_SUM", 2, 0, moe_sum_ok},
-    [OB_OP_CONCAT] = {"CONCAT", 2, 0, concat_ok},
-    [OB_OP_SLICE] = {"SLICE", 1, 0, slice_ok},
-    [OB_OP_ADD_ID] = {"ADD_ID", 3, 0, add_id_ok},
+    [OB_OP_LEAF] = {"LEAF", 0, 0, NULL, 0},
+    [OB_OP_VIEW] = {"VIEW", 1, 0, NULL, 0},
+    [OB_OP_GET_ROWS] = {"GET_ROWS", 2, 0, get_rows_ok, 0},
+    [OB_OP_RMS_NORM] = {"RMS_NORM", 1, 1, norm_ok, 0},
+    [OB_OP_LAYER_NORM] = {"LAYER_NORM", 1, 2, norm_ok, 0},
+    [OB_OP_MATMUL] = {"MATMUL", 2, 0, matmul_ok, 0},
+    [OB_OP_ADD] = {"ADD", 2, 0, binary_ok, 0},
+    [OB_OP_MUL] = {"MUL", 2, 0, binary_ok, 0},
+    [OB_OP_SCALE] = {"SCALE", 1, 0, unary_ok, 0},
+    [OB_OP_ROPE] = {"ROPE", 2, 1, rope_ok, 0},
+    [OB_OP_KV_STORE] = {"KV_STORE", 4, 1, kv_store_ok, 1u << 1},
+    [OB_OP_ATTENTION] = {"ATTENTION", 5, 2, attention_ok, 0},
+    [OB_OP_GLU] = {"GLU", 2, 0, glu_ok, 0},
+    [OB_OP_ACT] = {"ACT", 1, 0, act_node_ok, 0},
+    [OB_OP_SOFTMAX] = {"SOFTMAX", 1, 0, unary_ok, 0},
+    [OB_OP_CPY] = {"CPY", 1, 0, cpy_ok, 0},
+    [OB_OP_POOL] = {"POOL", 3, 0, pool_ok, 0},
+    [OB_OP_SAMPLE] = {"SAMPLE", 2, 0, sample_ok, 0},
+    [OB_OP_MOE_GATE] = {"MOE_GATE", 1, 1, moe_gate_ok, 0},
+    [OB_OP_MATMUL_ID] = {"MATMUL_ID", 2, 1, matmul_id_ok, 0},
+    [OB_OP_MOE_SUM] = {"MOE_SUM", 2, 0, moe_sum_ok, 0},
+    [OB_OP_CONCAT] = {"CONCAT", 2, 0, concat_ok, 0},
+    [OB_OP_SLICE] = {"SLICE", 1, 0, slice_ok, 0},
+    [OB_OP_ADD_ID] = {"ADD_ID", 3, 0, add_id_ok, 0},
+    [OB_OP_SSM_CONV] = {"SSM_CONV", 5, 0, ssm_conv_ok, 1u << 2},
+    [OB_OP_DELTA_NET] = {"DELTA_NET", 6, 0, delta_net_ok, 1u << 3},
 };
 /* A new op must get its entry; test_graph checks that every entry is filled. */
 _Static_assert(sizeof(g_ops) / sizeof(g_ops[0]) == OB_OP_COUNT, "g_ops needs one entry per ob_op");
@@ -236,4 +265,9 @@ bool ob_op_valid(const ob_tensor *n) {
         if (s >= info->n_src + info->n_src_opt && n->src[s]) return false;
     }
     return !info->valid || info->valid(n);
+}
+
+bool ob_op_writes_src(const ob_tensor *n, int s) {
+    const ob_op_info *info = n ? ob_op_info_get(n->op) : NULL;
+    return info && s >= 0 && s < OB_MAX_SRC && (info->writes >> s & 1u) && n->src[s];
 }

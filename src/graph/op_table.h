@@ -14,6 +14,10 @@ typedef struct ob_op_info {
     int n_src_opt; /* src[n_src .. n_src+n_src_opt-1] may be NULL; every later src must be */
     /* The op's own checks, run after the sources' count; NULL: none beyond it (LEAF, VIEW). */
     bool (*valid)(const ob_tensor *n);
+    /* Bit s: the op writes src[s] in place besides its output (KV_STORE's cache, the
+     * recurrent ops' state); a backend that runs the op elsewhere (a CPU fallback) copies
+     * those back too, and a test harness keeps host copies of them. */
+    unsigned writes;
 } ob_op_info;
 
 /* NULL for an id that is not an op. */
@@ -23,5 +27,8 @@ const ob_op_info *ob_op_info_get(ob_op op);
  * types and shapes as graph.h gives them, its parameters in range. Says nothing of whether
  * a backend has a kernel for it. */
 bool ob_op_valid(const ob_tensor *n);
+
+/* Whether node n writes its source s in place (ob_op_info.writes). */
+bool ob_op_writes_src(const ob_tensor *n, int s);
 
 #endif

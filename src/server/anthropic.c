@@ -11,9 +11,15 @@ bool ob_oai_ready(ob_server_state *s, ob_resp *r);
 int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_opts *co, ob_chat_out *out, int *n,
                             ob_resp *r);
 
-static const char *stop_reason(const ob_task_out *o) {
+static const char *stop_reason(const ob_task_out *o, int n_calls) {
     if (o->finish == OB_FINISH_LENGTH) return "max_tokens";
+    if (n_calls) return "tool_use";
     return o->stop_word ? "stop_sequence" : "end_turn";
+}
+
+/* Anthropic's tool ids read "toolu_..." */
+static void tool_id(const char *call_id, char *out, size_t n) {
+    snprintf(out, n, "toolu_%s", strncmp(call_id, "call_", 5) ? call_id : call_id + 5);
 }
 
 static json_t *stop_seq(const ob_task_out *o) {
@@ -194,11 +200,38 @@ static json_t *to_chat_messages(json_t *body, ob_resp *r) {
     return out;
 }
 
-/* tools, thinking: as the OpenAI-shaped options the template takes. */
+/* tool_choice {"type": "auto" | "any" | "tool" (with "name") | "none",
+ * "disable_parallel_tool_use"}. */
+static bool tool_choice(json_t *body, ob_chat_opts *co, ob_resp *r) {
+    json_t *tc = json_object_get(body, "tool_choice");
+    if (!tc || json_is_null(tc)) return true;
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    if (!json_is_object(tc) || !ty) {
+        ob_srv_error(r, 400, NULL, "'tool_choice' must be an object with a 'type'");
+        return false;
+    }
+    if (!strcmp(ty, "auto")) co->tool_choice = OB_TOOLS_AUTO;
+    else if (!strcmp(ty, "any")) co->tool_choice = OB_TOOLS_REQUIRED;
+    else if (!strcmp(ty, "none")) co->tool_choice = OB_TOOLS_NONE;
+    else if (!strcmp(ty, "tool") && json_is_string(json_object_get(tc, "name"))) {
+        co->tool_choice = OB_TOOLS_NAMED;
+        co->tool_name = json_string_value(json_object_get(tc, "name"));
+    } else {
+        ob_srv_error(r, 400, NULL, "tool_choice.type must be auto, any, none or tool (with a name)");
+        return false;
+    }
+    bool off = false;
+    if (!ob_srv_get_bool(tc, "disable_parallel_tool_use", &off, r)) return false;
+    co->parallel = !off;
+    return true;
+}
+
+/* tools, tool_choice, thinking: as the OpenAI-shaped options the template takes. */
 static bool chat_opts(json_t *body, ob_chat_opts *co, json_t **tools_out, ob_resp *r) {
     memset(co, 0, sizeof *co);
     co->add_generation_prompt = true;
     co->enable_thinking = -1;
+    co->parallel = true;
     *tools_out = NULL;
     json_t *th = json_object_get(body, "thinking");
     const char *tht = json_string_value(json_object_get(th, "type"));
@@ -226,17 +259,19 @@ static bool chat_opts(json_t *body, ob_chat_opts *co, json_t **tools_out, ob_res
         }
         co->tools = *tools_out = t;
     }
+    if (!tool_choice(body, co, r) || !ob_gen_tool_choice_check(co, r)) return false;
+    if (co->tool_choice == OB_TOOLS_NONE) co->tools = NULL;
     return true;
 }
 
-/* The prompt of a Messages body, for generation or counting. */
-static int32_t *body_prompt(ob_server_state *s, json_t *body, ob_chat_out *out, int *n, ob_resp *r) {
-    ob_chat_opts co;
-    json_t *tools = NULL, *chat = NULL;
+/* The prompt of a Messages body, for generation or counting; *tools (the tools in the
+ * OpenAI shape co points to) is the caller's to release. */
+static int32_t *body_prompt(ob_server_state *s, json_t *body, ob_chat_opts *co, json_t **tools, ob_chat_out *out,
+                            int *n, ob_resp *r) {
+    json_t *chat = NULL;
     int32_t *ids = NULL;
-    if (chat_opts(body, &co, &tools, r) && (chat = to_chat_messages(body, r)))
-        ids = ob_oai_chat_prompt(s, chat, &co, out, n, r);
-    json_decref(tools);
+    if (chat_opts(body, co, tools, r) && (chat = to_chat_messages(body, r)))
+        ids = ob_oai_chat_prompt(s, chat, co, out, n, r);
     json_decref(chat);
     return ids;
 }
@@ -246,43 +281,121 @@ static json_t *usage(const ob_task_out *o, int out_tokens) {
                      "cache_creation_input_tokens", 0, "cache_read_input_tokens", o->n_cached);
 }
 
+/* Content blocks of a streamed reply open as their kind of content comes (thinking, text,
+ * a tool_use per call); the first one is followed by the ping, as Anthropic's API sends. */
+enum { BLK_NONE, BLK_THINKING, BLK_TEXT, BLK_TOOL };
+
+typedef struct am_ctx { ob_gen_stream *gs; char **buf; size_t *len; } am_ctx;
+
+static void blk_close(am_ctx *c) {
+    if (!c->gs->blk_kind) return;
+    ob_srv_sse(c->buf, c->len, "content_block_stop",
+               json_pack("{s:s,s:i}", "type", "content_block_stop", "index", c->gs->blk_index));
+    c->gs->blk_index++;
+    c->gs->blk_kind = BLK_NONE;
+}
+
+static void blk_open(am_ctx *c, int kind, json_t *block) {
+    blk_close(c);
+    ob_srv_sse(c->buf, c->len, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index",
+                                                                c->gs->blk_index, "content_block", block));
+    if (!c->gs->blk_any) ob_srv_sse(c->buf, c->len, "ping", json_pack("{s:s}", "type", "ping"));
+    c->gs->blk_any = true;
+    c->gs->blk_kind = kind;
+}
+
+static void blk_delta(am_ctx *c, json_t *delta) {
+    ob_srv_sse(c->buf, c->len, "content_block_delta", json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index",
+                                                                c->gs->blk_index, "delta", delta));
+}
+
+static void am_event(void *ud, const ob_tc_event *e) {
+    am_ctx *c = ud;
+    switch (e->kind) {
+    case OB_TC_EV_REASONING:
+        if (c->gs->blk_kind != BLK_THINKING)
+            blk_open(c, BLK_THINKING, json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", ""));
+        blk_delta(c, json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", ob_srv_jstr(e->text, e->len)));
+        break;
+    case OB_TC_EV_CONTENT:
+        if (c->gs->blk_kind != BLK_TEXT) blk_open(c, BLK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
+        blk_delta(c, json_pack("{s:s,s:o}", "type", "text_delta", "text", ob_srv_jstr(e->text, e->len)));
+        break;
+    case OB_TC_EV_CALL: {
+        char id[64];
+        tool_id(e->id, id, sizeof id);
+        blk_open(c, BLK_TOOL, json_pack("{s:s,s:s,s:o,s:{}}", "type", "tool_use", "id", id, "name",
+                                        ob_srv_jstr(e->name, strlen(e->name)), "input"));
+        break;
+    }
+    case OB_TC_EV_ARGS:
+        if (c->gs->blk_kind == BLK_TOOL)
+            blk_delta(c, json_pack("{s:s,s:o}", "type", "input_json_delta", "partial_json", ob_srv_jstr(e->text, e->len)));
+        break;
+    }
+}
+
 static void msg_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
     if (!gs->started) {
         json_t *msg = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:o}", "id", gs->id, "type", "message", "role",
                                 "assistant", "model", gs->s->model_id, "content", "stop_reason", "stop_sequence",
                                 "usage", usage(o, 0));
         ob_srv_sse(buf, len, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
-        ob_srv_sse(buf, len, "content_block_start", json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start",
-                                                              "index", 0, "content_block", "type", "text", "text", ""));
-        ob_srv_sse(buf, len, "ping", json_pack("{s:s}", "type", "ping"));
     }
     if (o->done && o->finish == OB_FINISH_ERROR) {
         ob_srv_sse(buf, len, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error",
                                                 "message", o->err));
         return;
     }
-    if (o->text_len)
-        ob_srv_sse(buf, len, "content_block_delta",
-                   json_pack("{s:s,s:i,s:{s:s,s:o}}", "type", "content_block_delta", "index", 0, "delta", "type",
-                             "text_delta", "text", ob_srv_jstr(o->text, o->text_len)));
+    am_ctx c = {gs, buf, len};
+    ob_reply_feed(&gs->rp, o->text ? o->text : "", o->text_len, o->done, am_event, &c);
     if (o->done) {
-        ob_srv_sse(buf, len, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", 0));
+        if (!gs->blk_any) blk_open(&c, BLK_TEXT, json_pack("{s:s,s:s}", "type", "text", "text", ""));
+        blk_close(&c);
         ob_srv_sse(buf, len, "message_delta",
                    json_pack("{s:s,s:{s:s,s:o},s:{s:i}}", "type", "message_delta", "delta", "stop_reason",
-                             stop_reason(o), "stop_sequence", stop_seq(o), "usage", "output_tokens", o->n_gen));
+                             stop_reason(o, gs->rp.n_calls), "stop_sequence", stop_seq(o), "usage", "output_tokens",
+                             o->n_gen));
         ob_srv_sse(buf, len, "message_stop", json_pack("{s:s}", "type", "message_stop"));
     }
+}
+
+/* A whole reply's content blocks: thinking, text, tool_use. */
+static json_t *content_blocks(const ob_reply_all *a) {
+    json_t *blocks = json_array();
+    if (a->reasoning_len)
+        json_array_append_new(blocks, json_pack("{s:s,s:o,s:s}", "type", "thinking", "thinking",
+                                                ob_srv_jstr(a->reasoning, a->reasoning_len), "signature", ""));
+    if (a->content_len || (!a->n_calls && !a->reasoning_len))
+        json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "text", "text", ob_srv_jstr(a->content, a->content_len)));
+    for (int k = 0; k < a->n_calls; k++) {
+        char id[64];
+        tool_id(a->calls[k].id, id, sizeof id);
+        json_t *in = json_loadb(a->calls[k].args, a->calls[k].args_len, 0, NULL);
+        if (!json_is_object(in)) {
+            json_decref(in);
+            in = json_object();
+        }
+        json_array_append_new(blocks, json_pack("{s:s,s:s,s:o,s:o}", "type", "tool_use", "id", id, "name",
+                                                ob_srv_jstr(a->calls[k].name, strlen(a->calls[k].name)), "input", in));
+    }
+    return blocks;
 }
 
 static void messages(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     ob_gen_req g;
-    ob_chat_out co;
+    ob_chat_opts co;
+    ob_chat_out out;
+    json_t *tools = NULL;
     int32_t *ids = NULL;
     int n;
-    if (!ob_gen_parse(s, body, OB_GEN_ANTHROPIC, &g, r) || !(ids = body_prompt(s, body, &co, &n, r)))
+    memset(&g, 0, sizeof g);
+    if (!ob_gen_parse(s, body, OB_GEN_ANTHROPIC, &g, r) || !(ids = body_prompt(s, body, &co, &tools, &out, &n, r)))
         goto out;
+    g.think_open = out.think_open;
+    if (!ob_gen_tools_setup(s, &co, &out, &g, r)) goto out;
     ob_task_params p = ob_gen_task_params(&g, ids, n, 0);
     ob_task *t = ob_gen_submit(s, &p, r);
     if (!t) goto out;
@@ -298,14 +411,19 @@ static void messages(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     if (ok) {
         char id[48];
         ob_gen_id(id, sizeof id, "msg_");
-        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:[{s:s,s:o}],s:s,s:o,s:o}", "id", id, "type", "message", "role",
-                              "assistant", "model", s->model_id, "content", "type", "text", "text",
-                              ob_srv_jstr(res.text, res.text_len), "stop_reason", stop_reason(&res.last),
-                              "stop_sequence", stop_seq(&res.last), "usage", usage(&res.last, res.last.n_gen));
+        ob_reply_all a;
+        ob_reply_whole(&g, res.text, res.text_len, &a);
+        json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", id, "type", "message", "role", "assistant",
+                              "model", s->model_id, "content", content_blocks(&a), "stop_reason",
+                              stop_reason(&res.last, a.n_calls), "stop_sequence", stop_seq(&res.last), "usage",
+                              usage(&res.last, res.last.n_gen));
+        ob_reply_all_free(&a);
         ob_srv_json(r, 200, j);
     }
     ob_gen_result_clear(&res);
 out:
+    ob_gen_req_clear(&g);
+    json_decref(tools);
     free(ids);
     json_decref(body);
 }
@@ -315,8 +433,11 @@ static void count_tokens(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     int n;
-    int32_t *ids = body_prompt(s, body, NULL, &n, r);
+    ob_chat_opts co;
+    json_t *tools = NULL;
+    int32_t *ids = body_prompt(s, body, &co, &tools, NULL, &n, r);
     if (ids) ob_srv_json(r, 200, json_pack("{s:i}", "input_tokens", n));
+    json_decref(tools);
     free(ids);
     json_decref(body);
 }

@@ -255,6 +255,7 @@ bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g
     g->sp.repeat_penalty = (float)d;
     if ((g->sp.presence_penalty != 0 || g->sp.frequency_penalty != 0) && g->sp.penalty_last_n == 0)
         g->sp.penalty_last_n = -1;
+    if (!ob_gen_parse_samplers(s, o, g, r)) return false; /* mirostat, typical_p, dry_*, xtc_* */
     ll = -1;
     if (!ob_srv_get_int(o, "seed", -(1LL << 62), 1LL << 62, &ll, r)) return false;
     if (ll >= 0) {
@@ -501,14 +502,14 @@ json_t *ob_gen_settings_json(ob_server_state *s, const ob_gen_req *g) {
                           "logit_bias", bias, "n_probs", g->n_probs, "post_sampling_probs", g->post_sampling_probs,
                           "timings_per_token", g->timings_per_token);
     /* samplers this server does not have, at their "off" values */
-    json_t *off = json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:i,s:i,s:i,s:i,s:s}", "dynatemp_range", 0.0,
-                            "dynatemp_exponent", 1.0, "typical_p", 1.0, "xtc_probability", 0.0, "xtc_threshold", 0.1,
-                            "dry_multiplier", 0.0, "mirostat", 0, "top_n_sigma", -1.0, "adaptive_target", -1.0,
-                            "adaptive_decay", 0.9, "n_keep", 0, "n_discard", 0, "min_keep", 0, "dry_penalty_last_n", 0,
-                            "grammar", g->grammar ? g->grammar : "");
+    json_t *off = json_pack("{s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:s}", "dynatemp_range", 0.0, "dynatemp_exponent", 1.0,
+                            "top_n_sigma", -1.0, "adaptive_target", -1.0, "adaptive_decay", 0.9, "n_keep", 0,
+                            "n_discard", 0, "min_keep", 0, "grammar", g->grammar ? g->grammar : "");
     json_object_update(j, off);
     json_decref(off);
-    json_object_set_new(j, "samplers", json_pack("[s,s,s,s,s]", "penalties", "top_k", "top_p", "min_p", "temperature"));
+    ob_gen_samplers_json(g, j); /* mirostat, typical_p, dry_*, xtc_* */
+    json_object_set_new(j, "samplers", json_pack("[s,s,s,s,s,s,s,s]", "penalties", "dry", "top_k", "typ_p", "top_p",
+                                                 "min_p", "xtc", "temperature"));
     json_object_set_new(j, "model", json_string(s->model_id));
     return j;
 }
@@ -528,7 +529,17 @@ ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, in
     p.logprobs = g->logprobs;
     p.post_sampling = g->logprobs && g->post_sampling_probs;
     p.ignore_eos = g->ignore_eos;
+    p.dry_breakers = &g->dry_breakers;
     p.grammar = g->grammar;
+    if (g->grammar && g->grammar == g->tcg.gbnf) {
+        p.grammar_lazy = g->tcg.lazy;
+        p.grammar_words = (const char *const *)g->tcg.words;
+        p.n_grammar_words = g->tcg.n_words;
+        p.grammar_starts = (const char *const *)g->tcg.starts;
+        p.n_grammar_starts = g->tcg.n_starts;
+        p.grammar_special = g->tcg.special;
+    }
+    p.think_open = g->think_open;
     return p;
 }
 
@@ -664,6 +675,8 @@ static int gen_next(ob_stream *st, char **buf, size_t *len) {
 static void gen_close(ob_stream *st) {
     ob_gen_stream *gs = (ob_gen_stream *)st;
     ob_sched_release(gs->s->sched, gs->task);
+    ob_reply_free(&gs->rp);
+    json_decref(gs->items);
     json_decref(gs->settings);
     free(gs->hold);
     free(gs);
@@ -690,10 +703,7 @@ ob_resp ob_gen_stream_start(ob_server_state *s, const ob_req *rq, ob_task *t, ob
     gs->timings_per_token = g->timings_per_token;
     gs->return_tokens = g->return_tokens;
     gs->post_sampling_probs = g->post_sampling_probs;
-    /* where a chat reply starts: inside a thought the prompt opened, or undecided; with
-     * reasoning_format none (or legacy, here) everything is content */
-    gs->think = g->reasoning_format == OB_RFMT_NONE || g->reasoning_format == OB_RFMT_DEEPSEEK_LEGACY ? 2
-                : g->think_open ? 1 : 0;
+    ob_reply_init(&gs->rp, g);
     gs->settings = ob_gen_settings_json(s, g);
     r.status = 200;
     r.content_type = "text/event-stream";

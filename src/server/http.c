@@ -588,6 +588,10 @@ int ob_server_run(const ob_srv_config *cfg) {
     bool embd_mode = st == OB_OK && m && ob_srv_embd_wanted(cfg, m);
     if (embd_mode) {
         st = ob_srv_embd_new(m, cfg, &embd, err, sizeof err);
+    } else if (st == OB_OK && m && cfg->draft_path && cfg->draft_max > 0 && ob_model_has_recurrent_state(m)) {
+        /* a rejected draft would have to be cut off a state that cannot be cut back */
+        ob_log(OB_LOG_WARN, "serve: speculative decoding is off: the model has recurrent layers (%s not loaded)",
+               cfg->draft_path);
     } else if (st == OB_OK && m && cfg->draft_path && cfg->draft_max > 0) {
         char e2[384];
         st = ob_model_load(cfg->draft_path, &cfg->mp, &h->dm, e2, sizeof e2);

@@ -371,6 +371,7 @@ static void props(ob_server_state *s, ob_resp *r) {
         return;
     }
     g->sp = s->cfg->sp;
+    g->dry_breakers = s->cfg->dry_breakers;
     g->n_predict = s->cfg->n_predict;
     g->seed_given = s->cfg->seed_set;
     json_t *params = ob_gen_settings_json(s, g);

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/common.h"
+#include "grammar/grammar.h"
 #include "server/gen.h"
 
 json_t *ob_oai_token_json(ob_server_state *s, int32_t id, float lp);
@@ -78,51 +79,66 @@ static json_t *chunk_base(ob_gen_stream *gs, bool chat) {
                      "created", (json_int_t)gs->created, "model", gs->s->model_id, "system_fingerprint", ob_build_info());
 }
 
-/* Routes streamed text into content and reasoning (<think>...</think> at the start). */
-static void think_feed(ob_gen_stream *gs, const char *t, size_t n, bool final, char **content, size_t *cl,
-                       char **reason, size_t *rl) {
-    ob_srv_buf_add(&gs->hold, &gs->hold_len, t, n);
-    for (;;) {
-        char *h = gs->hold ? gs->hold : "";
-        size_t hl = gs->hold_len;
-        if (gs->think == 0) {
-            size_t i = 0;
-            while (i < hl && (h[i] == ' ' || h[i] == '\n')) i++;
-            size_t rest = hl - i;
-            if (rest >= 7 && !memcmp(h + i, "<think>", 7)) {
-                gs->think = 1;
-                memmove(h, h + i + 7, hl - i - 7);
-                gs->hold_len -= i + 7;
-                continue;
-            }
-            if (!final && rest < 7 && !memcmp(h + i, "<think>", rest)) return;
-            gs->think = 2;
-            continue;
-        }
-        if (gs->think == 1) {
-            char *e = memmem(h, hl, "</think>", 8);
-            if (e) {
-                size_t k = (size_t)(e - h);
-                ob_srv_buf_add(reason, rl, h, k);
-                size_t skip = k + 8;
-                while (skip < hl && h[skip] == '\n') skip++;
-                memmove(h, h + skip, hl - skip);
-                gs->hold_len -= skip;
-                gs->think = 2;
-                continue;
-            }
-            size_t keep = 0;
-            for (size_t k = OB_MIN(7, hl); k > 0 && !final; k--)
-                if (!memcmp(h + hl - k, "</think>", k)) { keep = k; break; }
-            ob_srv_buf_add(reason, rl, h, hl - keep);
-            memmove(h, h + hl - keep, keep);
-            gs->hold_len = keep;
-            return;
-        }
-        ob_srv_buf_add(content, cl, h, hl);
-        gs->hold_len = 0;
+/* What one streamed step adds to a chat reply: text, reasoning, tool-call deltas. */
+typedef struct oai_delta {
+    ob_gtext content, reasoning;
+    json_t *calls;      /* delta.tool_calls entries, or NULL */
+} oai_delta;
+
+static void oai_event(void *ud, const ob_tc_event *e) {
+    oai_delta *d = ud;
+    if (e->kind == OB_TC_EV_CONTENT) {
+        ob_gtext_add(&d->content, e->text, e->len);
         return;
     }
+    if (e->kind == OB_TC_EV_REASONING) {
+        ob_gtext_add(&d->reasoning, e->text, e->len);
+        return;
+    }
+    if (!d->calls) d->calls = json_array();
+    size_t n = json_array_size(d->calls);
+    json_t *last = n ? json_array_get(d->calls, n - 1) : NULL;
+    if (e->kind == OB_TC_EV_CALL) { /* llama-server's first delta of a call: id, type, name */
+        json_array_append_new(d->calls, json_pack("{s:i,s:s,s:s,s:{s:o,s:s}}", "index", e->index, "id", e->id, "type",
+                                                  "function", "function", "name", ob_srv_jstr(e->name, strlen(e->name)),
+                                                  "arguments", ""));
+        return;
+    }
+    if (last && json_integer_value(json_object_get(last, "index")) == e->index) { /* more of the same call */
+        json_t *fn = json_object_get(last, "function");
+        json_t *a = json_object_get(fn, "arguments");
+        char *joined = NULL;
+        size_t jl = 0;
+        ob_srv_buf_add(&joined, &jl, json_string_value(a), json_string_length(a));
+        ob_srv_buf_add(&joined, &jl, e->text, e->len);
+        json_object_set_new(fn, "arguments", ob_srv_jstr(joined, jl));
+        free(joined);
+        return;
+    }
+    json_array_append_new(d->calls, json_pack("{s:i,s:{s:o}}", "index", e->index, "function", "arguments",
+                                              ob_srv_jstr(e->text, e->len)));
+}
+
+/* A reply's message: content (null when only calls), reasoning_content, tool_calls. */
+static json_t *chat_message(const ob_reply_all *a) {
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    json_object_set_new(msg, "content", a->n_calls && !a->content_len ? json_null()
+                                        : ob_srv_jstr(a->content, a->content_len));
+    if (a->reasoning_len) json_object_set_new(msg, "reasoning_content", ob_srv_jstr(a->reasoning, a->reasoning_len));
+    if (a->n_calls) {
+        json_t *calls = json_array();
+        for (int k = 0; k < a->n_calls; k++)
+            json_array_append_new(calls, json_pack("{s:s,s:s,s:{s:o,s:o}}", "id", a->calls[k].id, "type", "function",
+                                                   "function", "name", ob_srv_jstr(a->calls[k].name, strlen(a->calls[k].name)),
+                                                   "arguments", ob_srv_jstr(a->calls[k].args, a->calls[k].args_len)));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
+    return msg;
+}
+
+/* "tool_calls" when the reply made calls (and was not cut by the length limit). */
+static const char *chat_finish(const ob_task_out *o, int n_calls) {
+    return n_calls && o->finish != OB_FINISH_LENGTH ? "tool_calls" : ob_gen_finish_str(o);
 }
 
 static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
@@ -138,13 +154,15 @@ static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t
         ob_srv_sse(buf, len, NULL, e);
         return;
     }
-    char *content = NULL, *reason = NULL;
-    size_t cl = 0, rl = 0;
-    think_feed(gs, o->text ? o->text : "", o->text_len, o->done, &content, &cl, &reason, &rl);
-    if (cl || rl || (gs->logprobs && o->n_toks)) {
+    oai_delta d = {0};
+    ob_reply_feed(&gs->rp, o->text ? o->text : "", o->text_len, o->done, oai_event, &d);
+    size_t cl = d.content.n, rl = d.reasoning.n;
+    const char *content = d.content.s, *reason = d.reasoning.s;
+    if (cl || rl || d.calls || (gs->logprobs && o->n_toks)) {
         json_t *delta = json_object();
         if (rl) json_object_set_new(delta, "reasoning_content", ob_srv_jstr(reason, rl));
-        if (cl || !rl) json_object_set_new(delta, "content", ob_srv_jstr(content ? content : "", cl));
+        if (cl || (!rl && !d.calls)) json_object_set_new(delta, "content", ob_srv_jstr(content ? content : "", cl));
+        if (d.calls) json_object_set_new(delta, "tool_calls", json_incref(d.calls));
         json_t *ch = json_pack("{s:i,s:o,s:n}", "index", 0, "delta", delta, "finish_reason");
         json_object_set_new(ch, "logprobs", gs->logprobs ? chat_logprobs(gs->s, o->toks, o->n_toks) : json_null());
         json_t *c = chunk_base(gs, true);
@@ -152,12 +170,13 @@ static void chat_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t
         if (gs->timings_per_token) json_object_set_new(c, "timings", ob_gen_timings(o));
         ob_srv_sse(buf, len, NULL, c);
     }
-    free(content);
-    free(reason);
+    free(d.content.s);
+    free(d.reasoning.s);
+    json_decref(d.calls);
     if (o->done) {
         json_t *c = chunk_base(gs, true);
         json_object_set_new(c, "choices", json_pack("[{s:i,s:{},s:n,s:s}]", "index", 0, "delta", "logprobs",
-                                                    "finish_reason", ob_gen_finish_str(o)));
+                                                    "finish_reason", chat_finish(o, gs->rp.n_calls)));
         json_object_set_new(c, "timings", ob_gen_timings(o));
         ob_srv_sse(buf, len, NULL, c);
         if (gs->include_usage) {
@@ -246,14 +265,11 @@ static void run_generation(ob_server_state *s, const ob_req *rq, ob_resp *r, ob_
     for (int i = 0; i < nt; i++) {
         json_t *ch;
         if (chat) {
-            char *content, *reason;
-            ob_gen_split_think(res[i].text, res[i].text_len, g->think_open, g->reasoning_format, &content, &reason);
-            json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
-                                    ob_srv_jstr(content ? content : "", content ? strlen(content) : 0));
-            if (reason) json_object_set_new(msg, "reasoning_content", ob_srv_jstr(reason, strlen(reason)));
-            free(content);
-            free(reason);
-            ch = json_pack("{s:i,s:o,s:s}", "index", i, "message", msg, "finish_reason", ob_gen_finish_str(&res[i].last));
+            ob_reply_all a;
+            ob_reply_whole(g, res[i].text, res[i].text_len, &a);
+            ch = json_pack("{s:i,s:o,s:s}", "index", i, "message", chat_message(&a), "finish_reason",
+                           chat_finish(&res[i].last, a.n_calls));
+            ob_reply_all_free(&a);
             json_object_set_new(ch, "logprobs", g->logprobs ? chat_logprobs(s, res[i].toks, res[i].n_toks) : json_null());
         } else {
             ch = json_pack("{s:o,s:i,s:s}", "text", ob_srv_jstr(res[i].text, res[i].text_len), "index", i,
@@ -297,28 +313,31 @@ int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_
 }
 
 /* The prompt tokens of a chat body (OpenAI shape), for generation or counting. */
-static int32_t *chat_body_prompt(ob_server_state *s, json_t *body, ob_chat_out *out, int *n, ob_resp *r) {
+static int32_t *chat_body_prompt(ob_server_state *s, json_t *body, ob_chat_opts *co, ob_chat_out *out, int *n,
+                                 ob_resp *r) {
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs)) {
         ob_srv_error(r, 400, NULL, "'messages' must be an array");
         return NULL;
     }
-    ob_chat_opts co;
-    if (!ob_gen_chat_opts(s, body, &co, r)) return NULL;
-    return ob_oai_chat_prompt(s, msgs, &co, out, n, r);
+    if (!ob_gen_chat_opts(s, body, co, r)) return NULL;
+    return ob_oai_chat_prompt(s, msgs, co, out, n, r);
 }
 
 static void chat_completions(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     ob_gen_req g;
+    ob_chat_opts co;
     ob_chat_out out;
     int n;
     int32_t *ids = NULL;
-    if (ob_gen_parse(s, body, OB_GEN_OPENAI_CHAT, &g, r) && (ids = chat_body_prompt(s, body, &out, &n, r))) {
+    memset(&g, 0, sizeof g);
+    if (ob_gen_parse(s, body, OB_GEN_OPENAI_CHAT, &g, r) && (ids = chat_body_prompt(s, body, &co, &out, &n, r))) {
         g.think_open = out.think_open;
-        run_generation(s, rq, r, &g, &ids, &n, 1, true);
+        if (ob_gen_tools_setup(s, &co, &out, &g, r)) run_generation(s, rq, r, &g, &ids, &n, 1, true);
     }
+    ob_gen_req_clear(&g);
     free(ids);
     json_decref(body);
 }
@@ -328,7 +347,8 @@ static void chat_input_tokens(ob_server_state *s, const ob_req *rq, ob_resp *r) 
     json_t *body = ob_srv_parse_body(rq, r);
     if (!body) return;
     int n;
-    int32_t *ids = chat_body_prompt(s, body, NULL, &n, r);
+    ob_chat_opts co;
+    int32_t *ids = chat_body_prompt(s, body, &co, NULL, &n, r);
     if (ids) ob_srv_json(r, 200, json_pack("{s:s,s:i}", "object", "response.input_tokens", "input_tokens", n));
     free(ids);
     json_decref(body);

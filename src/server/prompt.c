@@ -133,10 +133,51 @@ fail:
     return NULL;
 }
 
+/* tool_choice: "auto" / "none" / "required", {"type":"function","function":{"name"}}
+ * (Chat Completions) or {"type":"function","name"} (Responses). */
+static bool parse_tool_choice(json_t *tc, ob_chat_opts *o, ob_resp *r) {
+    if (!tc || json_is_null(tc)) return true;
+    const char *v = json_string_value(tc);
+    if (v) {
+        if (!strcmp(v, "auto")) o->tool_choice = OB_TOOLS_AUTO;
+        else if (!strcmp(v, "none")) o->tool_choice = OB_TOOLS_NONE;
+        else if (!strcmp(v, "required")) o->tool_choice = OB_TOOLS_REQUIRED;
+        else {
+            ob_srv_error(r, 400, NULL, "Invalid tool_choice: %.64s (auto, none, required or a function)", v);
+            return false;
+        }
+        return true;
+    }
+    const char *ty = json_string_value(json_object_get(tc, "type"));
+    json_t *name = json_object_get(json_object_get(tc, "function"), "name");
+    if (!name) name = json_object_get(tc, "name");
+    if (!json_is_object(tc) || !ty || strcmp(ty, "function") || !json_is_string(name)) {
+        ob_srv_error(r, 400, NULL, "'tool_choice' must be \"auto\", \"none\", \"required\" or "
+                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        return false;
+    }
+    o->tool_choice = OB_TOOLS_NAMED;
+    o->tool_name = json_string_value(name);
+    return true;
+}
+
+bool ob_gen_tool_choice_check(const ob_chat_opts *o, ob_resp *r) {
+    if (o->tool_choice == OB_TOOLS_REQUIRED && !o->tools) {
+        ob_srv_error(r, 400, NULL, "tool_choice \"required\" needs 'tools'");
+        return false;
+    }
+    if (o->tool_choice == OB_TOOLS_NAMED && !ob_tc_find_tool(o->tools, o->tool_name, strlen(o->tool_name))) {
+        ob_srv_error(r, 400, NULL, "tool_choice names the function '%.64s', which is not among the tools", o->tool_name);
+        return false;
+    }
+    return true;
+}
+
 bool ob_gen_chat_opts(ob_server_state *s, json_t *body, ob_chat_opts *o, ob_resp *r) {
     memset(o, 0, sizeof *o);
     o->add_generation_prompt = true;
     o->enable_thinking = -1;
+    o->parallel = true;
     bool agp_given = json_is_boolean(json_object_get(body, "add_generation_prompt"));
     if (!ob_srv_get_bool(body, "add_generation_prompt", &o->add_generation_prompt, r)) return false;
     if (!ob_srv_get_bool(body, "continue_final_message", &o->continue_final, r)) return false;
@@ -150,6 +191,10 @@ bool ob_gen_chat_opts(ob_server_state *s, json_t *body, ob_chat_opts *o, ob_resp
         return false;
     }
     o->tools = json_array_size(tools) ? tools : NULL;
+    if (!parse_tool_choice(json_object_get(body, "tool_choice"), o, r)) return false;
+    if (!ob_srv_get_bool(body, "parallel_tool_calls", &o->parallel, r)) return false;
+    if (!ob_gen_tool_choice_check(o, r)) return false;
+    if (o->tool_choice == OB_TOOLS_NONE) o->tools = NULL; /* the template never sees them */
     json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw)) {
         ob_srv_error(r, 400, NULL, "'chat_template_kwargs' must be an object");
@@ -197,6 +242,29 @@ static size_t trimmed_len(const char *t) {
     return n;
 }
 
+/* A template that shows the model no tools (GENERIC, neither "tools" nor FireFunction's
+ * "functions" in it): the tools and the <tool_call> syntax go into the system message
+ * (a new one first when there is none), as llama-server's template polyfill does. */
+static bool add_tool_instructions(json_t *msgs, json_t *tools) {
+    char *ins = ob_tc_generic_instructions(tools);
+    if (!ins) return false;
+    json_t *first = json_array_get(msgs, 0);
+    const char *role = json_string_value(json_object_get(first, "role"));
+    bool ok;
+    if (role && !strcmp(role, "system")) {
+        const char *c = json_string_value(json_object_get(first, "content"));
+        size_t n = strlen(c ? c : "") + strlen(ins) + 4;
+        char *joined = malloc(n);
+        if (joined) snprintf(joined, n, "%s%s%s", c ? c : "", c && *c ? "\n\n" : "", ins);
+        ok = joined && !json_object_set_new(first, "content", json_string(joined));
+        free(joined);
+    } else {
+        ok = !json_array_insert_new(msgs, 0, json_pack("{s:s,s:s}", "role", "system", "content", ins));
+    }
+    free(ins);
+    return ok;
+}
+
 static bool ends_with(const char *t, size_t n, const char *tag) {
     size_t k = strlen(tag);
     return n >= k && !memcmp(t + n - k, tag, k);
@@ -211,6 +279,13 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opt
     }
     json_t *msgs = normalize_messages(messages, r);
     if (!msgs) return NULL;
+    ob_tc_format tcf = ob_tc_detect(tmpl);
+    if (o->tools && tcf == OB_TC_GENERIC && !strstr(tmpl, "tools") && !strstr(tmpl, "functions") &&
+        !add_tool_instructions(msgs, o->tools)) {
+        json_decref(msgs);
+        ob_srv_error(r, 500, NULL, "out of memory");
+        return NULL;
+    }
     /* A final assistant message is a prefill: the reply continues it (llama-server's
      * default, and what continue_final_message asks for explicitly). */
     size_t n = json_array_size(msgs);
@@ -277,6 +352,10 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opt
         json_decref(prefill);
     } else if (co && agp && ends_with(out, trimmed_len(out), k_think[0][0])) {
         co->think_open = true; /* the reply starts inside a thought */
+    }
+    if (co) {
+        co->tc_format = tcf;
+        co->think = co->think_open ? 2 : tp == 0 && think && agp && !prefill ? 1 : 0;
     }
     return out;
 }

@@ -1,9 +1,9 @@
 /* OpenAI's Responses API (POST /v1/responses, /responses), as llama-server serves it: the
  * request becomes a chat (instructions as the system message, input items as messages,
- * function calls and their outputs as tool calls and tool messages), the reply one
- * "message" output item, whole or as the API's named stream events. POST
- * /v1/responses/input_tokens counts the prompt. The reply's text is not split into a
- * reasoning item. */
+ * function calls and their outputs as tool calls and tool messages), the reply output
+ * items (a "reasoning" item for a thought, a "message" for the text, a "function_call"
+ * per tool call), whole or as the API's named stream events. POST
+ * /v1/responses/input_tokens counts the prompt. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +105,7 @@ static json_t *chat_body(json_t *body, ob_resp *r) {
     json_t *cb = json_pack("{s:o}", "messages", msgs);
     static const char *const same[] = {"temperature", "top_p", "top_k", "min_p", "seed", "stream", "stop",
                                        "logit_bias", "presence_penalty", "frequency_penalty", "chat_template_kwargs",
-                                       "timings_per_token", "reasoning_format"};
+                                       "timings_per_token", "reasoning_format", "tool_choice", "parallel_tool_calls"};
     for (size_t k = 0; k < OB_ARRAY_LEN(same); k++)
         if (json_object_get(body, same[k])) json_object_set(cb, same[k], json_object_get(body, same[k]));
     if (json_object_get(body, "max_output_tokens")) json_object_set(cb, "max_tokens", json_object_get(body, "max_output_tokens"));
@@ -153,72 +153,192 @@ static json_t *message_item(const char *id, const char *status, json_t *content)
                      "content", content);
 }
 
-/* The response object; o NULL while in progress. */
-static json_t *response_json(ob_server_state *s, const char *id, long created, const char *msg_id, const char *text,
-                             size_t len, const ob_task_out *o) {
-    bool done = o != NULL;
+static json_t *reasoning_item(const char *id, const char *status, const char *text, size_t len) {
+    json_t *content = len ? json_pack("[{s:s,s:o}]", "type", "reasoning_text", "text", ob_srv_jstr(text, len)) : json_array();
+    return json_pack("{s:s,s:s,s:s,s:[],s:o}", "type", "reasoning", "id", id, "status", status, "summary", "content",
+                     content);
+}
+
+static json_t *call_item(const char *id, const char *call_id, const char *name, const char *status, const char *args,
+                         size_t len) {
+    return json_pack("{s:s,s:s,s:s,s:o,s:o,s:s}", "type", "function_call", "id", id, "call_id", call_id, "name",
+                     ob_srv_jstr(name, strlen(name)), "arguments", ob_srv_jstr(args, len), "status", status);
+}
+
+/* The response object; output NULL while in progress (stolen otherwise). */
+static json_t *response_json(ob_server_state *s, const char *id, long created, json_t *output, const ob_task_out *o) {
+    bool done = output != NULL;
     bool cut = done && o->finish == OB_FINISH_LENGTH;
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:n,s:b,s:s,s:[],s:{},s:{s:{s:s}}}", "id", id, "object", "response",
                           "created_at", (json_int_t)created, "status", !done ? "in_progress" : cut ? "incomplete" : "completed",
-                          "model", s->model_id, "output",
-                          done ? json_pack("[o]", message_item(msg_id, cut ? "incomplete" : "completed",
-                                                               json_pack("[o]", text_part(text, len))))
-                               : json_array(),
-                          "error", "parallel_tool_calls", 1, "tool_choice", "auto", "tools", "metadata", "text", "format",
-                          "type", "text");
+                          "model", s->model_id, "output", done ? output : json_array(), "error", "parallel_tool_calls", 1,
+                          "tool_choice", "auto", "tools", "metadata", "text", "format", "type", "text");
     json_object_set_new(j, "incomplete_details", cut ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
     json_object_set_new(j, "usage", done ? usage_json(o) : json_null());
     return j;
 }
 
-/* Stream state kept in the generic stream: id (response id), hold (all text so far),
- * n_sent (sequence number). The message id follows the response id. */
+/* Stream state kept in the generic stream: id (response id), n_sent (sequence number),
+ * items (the output items; the last one open while blk_kind says so), hold (the open
+ * item's text). Item ids follow the response id. */
 static void ev(ob_gen_stream *gs, char **buf, size_t *len, const char *type, json_t *j) {
     json_object_set_new(j, "type", json_string(type));
     json_object_set_new(j, "sequence_number", json_integer(gs->n_sent++));
     ob_srv_sse(buf, len, type, j);
 }
 
-static void msg_id_of(const ob_gen_stream *gs, char *out, size_t n) { snprintf(out, n, "msg_%s", gs->id + 5); }
+enum { ITEM_NONE, ITEM_REASONING, ITEM_MESSAGE, ITEM_CALL };
+
+typedef struct rs_ctx { ob_gen_stream *gs; char **buf; size_t *len; const ob_task_out *o; } rs_ctx;
+
+static const char *open_id(const ob_gen_stream *gs) {
+    return json_string_value(json_object_get(json_array_get(gs->items, (size_t)gs->blk_index), "id"));
+}
+
+/* Closes the open item with its .done events; cut: the reply ended at the length limit. */
+static void item_close(rs_ctx *c, bool cut) {
+    ob_gen_stream *gs = c->gs;
+    if (!gs->blk_kind) return;
+    const char *t = gs->hold ? gs->hold : "";
+    size_t tl = gs->hold_len;
+    json_t *item = json_array_get(gs->items, (size_t)gs->blk_index);
+    const char *id = open_id(gs), *status = cut ? "incomplete" : "completed";
+    json_t *done = NULL;
+    if (gs->blk_kind == ITEM_REASONING) {
+        ev(gs, c->buf, c->len, "response.reasoning_text.done", json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index",
+                                                                          gs->blk_index, "content_index", 0, "text",
+                                                                          ob_srv_jstr(t, tl)));
+        done = reasoning_item(id, status, t, tl);
+    } else if (gs->blk_kind == ITEM_MESSAGE) {
+        ev(gs, c->buf, c->len, "response.output_text.done",
+           json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", id, "output_index", gs->blk_index, "content_index", 0, "text",
+                     ob_srv_jstr(t, tl), "logprobs"));
+        ev(gs, c->buf, c->len, "response.content_part.done",
+           json_pack("{s:s,s:i,s:i,s:o}", "item_id", id, "output_index", gs->blk_index, "content_index", 0, "part",
+                     text_part(t, tl)));
+        done = message_item(id, status, json_pack("[o]", text_part(t, tl)));
+    } else {
+        const char *name = json_string_value(json_object_get(item, "name"));
+        ev(gs, c->buf, c->len, "response.function_call_arguments.done",
+           json_pack("{s:s,s:i,s:o,s:s}", "item_id", id, "output_index", gs->blk_index, "arguments", ob_srv_jstr(t, tl),
+                     "name", name));
+        done = call_item(id, json_string_value(json_object_get(item, "call_id")), name, status, t, tl);
+    }
+    ev(gs, c->buf, c->len, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", gs->blk_index, "item", done));
+    json_array_set_new(gs->items, (size_t)gs->blk_index, done);
+    gs->blk_kind = ITEM_NONE;
+    gs->hold_len = 0;
+}
+
+static void item_open(rs_ctx *c, int kind, json_t *item) {
+    ob_gen_stream *gs = c->gs;
+    item_close(c, false);
+    if (!gs->items) gs->items = json_array();
+    gs->blk_index = (int)json_array_size(gs->items);
+    gs->blk_kind = kind;
+    gs->blk_any = true;
+    ev(gs, c->buf, c->len, "response.output_item.added", json_pack("{s:i,s:O}", "output_index", gs->blk_index, "item", item));
+    json_array_append_new(gs->items, item);
+    if (kind == ITEM_MESSAGE)
+        ev(gs, c->buf, c->len, "response.content_part.added",
+           json_pack("{s:s,s:i,s:i,s:o}", "item_id", open_id(gs), "output_index", gs->blk_index, "content_index", 0, "part",
+                     text_part("", 0)));
+}
+
+/* An item id: the message "msg_<response>" (as before items other than it), others with
+ * their kind and index. */
+static void item_id(const ob_gen_stream *gs, const char *kind, char *out, size_t n) {
+    size_t k = gs->items ? json_array_size(gs->items) : 0;
+    if (!strcmp(kind, "msg")) snprintf(out, n, "msg_%s", gs->id + 5);
+    else snprintf(out, n, "%s_%s_%zu", kind, gs->id + 5, k);
+}
+
+static void rs_event(void *ud, const ob_tc_event *e) {
+    rs_ctx *c = ud;
+    ob_gen_stream *gs = c->gs;
+    char id[96];
+    switch (e->kind) {
+    case OB_TC_EV_REASONING:
+        if (gs->blk_kind != ITEM_REASONING) {
+            item_id(gs, "rs", id, sizeof id);
+            item_open(c, ITEM_REASONING, reasoning_item(id, "in_progress", "", 0));
+        }
+        ob_srv_buf_add(&gs->hold, &gs->hold_len, e->text, e->len);
+        ev(gs, c->buf, c->len, "response.reasoning_text.delta",
+           json_pack("{s:s,s:i,s:i,s:o}", "item_id", open_id(gs), "output_index", gs->blk_index, "content_index", 0,
+                     "delta", ob_srv_jstr(e->text, e->len)));
+        break;
+    case OB_TC_EV_CONTENT: {
+        if (gs->blk_kind != ITEM_MESSAGE) {
+            item_id(gs, "msg", id, sizeof id);
+            item_open(c, ITEM_MESSAGE, message_item(id, "in_progress", json_array()));
+        }
+        ob_srv_buf_add(&gs->hold, &gs->hold_len, e->text, e->len);
+        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", open_id(gs), "output_index", gs->blk_index,
+                              "content_index", 0, "delta", ob_srv_jstr(e->text, e->len), "logprobs");
+        if (gs->timings_per_token) json_object_set_new(d, "timings", ob_gen_timings(c->o));
+        ev(gs, c->buf, c->len, "response.output_text.delta", d);
+        break;
+    }
+    case OB_TC_EV_CALL:
+        item_id(gs, "fc", id, sizeof id);
+        item_open(c, ITEM_CALL, call_item(id, e->id, e->name, "in_progress", "", 0));
+        break;
+    case OB_TC_EV_ARGS:
+        if (gs->blk_kind != ITEM_CALL) break;
+        ob_srv_buf_add(&gs->hold, &gs->hold_len, e->text, e->len);
+        ev(gs, c->buf, c->len, "response.function_call_arguments.delta",
+           json_pack("{s:s,s:i,s:o}", "item_id", open_id(gs), "output_index", gs->blk_index, "delta",
+                     ob_srv_jstr(e->text, e->len)));
+        break;
+    }
+}
 
 static void resp_fmt(ob_gen_stream *gs, const ob_task_out *o, char **buf, size_t *len) {
-    char mid[64];
-    msg_id_of(gs, mid, sizeof mid);
     if (!gs->started) {
-        ev(gs, buf, len, "response.created", json_pack("{s:o}", "response", response_json(gs->s, gs->id, gs->created, mid, "", 0, NULL)));
-        ev(gs, buf, len, "response.in_progress", json_pack("{s:o}", "response", response_json(gs->s, gs->id, gs->created, mid, "", 0, NULL)));
-        ev(gs, buf, len, "response.output_item.added",
-           json_pack("{s:i,s:o}", "output_index", 0, "item", message_item(mid, "in_progress", json_array())));
-        ev(gs, buf, len, "response.content_part.added",
-           json_pack("{s:s,s:i,s:i,s:o}", "item_id", mid, "output_index", 0, "content_index", 0, "part", text_part("", 0)));
+        ev(gs, buf, len, "response.created", json_pack("{s:o}", "response", response_json(gs->s, gs->id, gs->created, NULL, o)));
+        ev(gs, buf, len, "response.in_progress", json_pack("{s:o}", "response", response_json(gs->s, gs->id, gs->created, NULL, o)));
     }
     if (o->done && o->finish == OB_FINISH_ERROR) {
         ev(gs, buf, len, "error", json_pack("{s:s,s:s,s:n}", "code", "server_error", "message", o->err, "param"));
         return;
     }
-    if (o->text_len) {
-        ob_srv_buf_add(&gs->hold, &gs->hold_len, o->text, o->text_len);
-        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", mid, "output_index", 0, "content_index", 0, "delta",
-                              ob_srv_jstr(o->text, o->text_len), "logprobs");
-        if (gs->timings_per_token) json_object_set_new(d, "timings", ob_gen_timings(o));
-        ev(gs, buf, len, "response.output_text.delta", d);
-    }
+    rs_ctx c = {gs, buf, len, o};
+    ob_reply_feed(&gs->rp, o->text ? o->text : "", o->text_len, o->done, rs_event, &c);
     if (o->done) {
-        const char *t = gs->hold ? gs->hold : "";
-        size_t tl = gs->hold_len;
-        ev(gs, buf, len, "response.output_text.done",
-           json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", mid, "output_index", 0, "content_index", 0, "text",
-                     ob_srv_jstr(t, tl), "logprobs"));
-        ev(gs, buf, len, "response.content_part.done",
-           json_pack("{s:s,s:i,s:i,s:o}", "item_id", mid, "output_index", 0, "content_index", 0, "part", text_part(t, tl)));
         bool cut = o->finish == OB_FINISH_LENGTH;
-        ev(gs, buf, len, "response.output_item.done",
-           json_pack("{s:i,s:o}", "output_index", 0,
-                     "item", message_item(mid, cut ? "incomplete" : "completed", json_pack("[o]", text_part(t, tl)))));
-        json_t *fin = json_pack("{s:o,s:o}", "response", response_json(gs->s, gs->id, gs->created, mid, t, tl, o),
-                                "timings", ob_gen_timings(o));
+        if (!gs->blk_any) {
+            char id[96];
+            item_id(gs, "msg", id, sizeof id);
+            item_open(&c, ITEM_MESSAGE, message_item(id, "in_progress", json_array()));
+        }
+        item_close(&c, cut);
+        json_t *fin = json_pack("{s:o,s:o}", "response",
+                                response_json(gs->s, gs->id, gs->created, json_incref(gs->items), o), "timings",
+                                ob_gen_timings(o));
         ev(gs, buf, len, cut ? "response.incomplete" : "response.completed", fin);
     }
+}
+
+/* A whole reply's output items. */
+static json_t *output_items(const char *rid, const ob_reply_all *a, bool cut) {
+    json_t *out = json_array();
+    char id[96];
+    const char *status = cut ? "incomplete" : "completed";
+    if (a->reasoning_len) {
+        snprintf(id, sizeof id, "rs_%s_0", rid + 5);
+        json_array_append_new(out, reasoning_item(id, status, a->reasoning, a->reasoning_len));
+    }
+    if (a->content_len || !a->n_calls) {
+        snprintf(id, sizeof id, "msg_%s", rid + 5);
+        json_array_append_new(out, message_item(id, status, json_pack("[o]", text_part(a->content, a->content_len))));
+    }
+    for (int k = 0; k < a->n_calls; k++) {
+        snprintf(id, sizeof id, "fc_%s_%zu", rid + 5, json_array_size(out));
+        json_array_append_new(out, call_item(id, a->calls[k].id, a->calls[k].name, status, a->calls[k].args,
+                                             a->calls[k].args_len));
+    }
+    return out;
 }
 
 static void responses(ob_server_state *s, const ob_req *rq, ob_resp *r, bool count_only) {
@@ -230,13 +350,16 @@ static void responses(ob_server_state *s, const ob_req *rq, ob_resp *r, bool cou
     ob_chat_out out;
     int32_t *ids = NULL;
     int n;
+    memset(&g, 0, sizeof g);
     if (!cb || !ob_gen_parse(s, cb, OB_GEN_OPENAI_CHAT, &g, r) || !ob_gen_chat_opts(s, cb, &co, r) ||
         !(ids = ob_oai_chat_prompt(s, json_object_get(cb, "messages"), &co, &out, &n, r)))
         goto done;
+    g.think_open = out.think_open;
     if (count_only) {
         ob_srv_json(r, 200, json_pack("{s:s,s:i}", "object", "response.input_tokens", "input_tokens", n));
         goto done;
     }
+    if (!ob_gen_tools_setup(s, &co, &out, &g, r)) goto done;
     ob_task_params p = ob_gen_task_params(&g, ids, n, 0);
     ob_task *t = ob_gen_submit(s, &p, r);
     if (!t) goto done;
@@ -250,15 +373,19 @@ static void responses(ob_server_state *s, const ob_req *rq, ob_resp *r, bool cou
     bool ok = ob_gen_wait(s, rq, &t, 1, &res, r);
     ob_sched_release(s->sched, t);
     if (ok) {
-        char id[48], mid[64];
+        char id[48];
         ob_gen_id(id, sizeof id, "resp_");
-        snprintf(mid, sizeof mid, "msg_%s", id + 5);
-        json_t *j = response_json(s, id, (long)time(NULL), mid, res.text, res.text_len, &res.last);
+        ob_reply_all a;
+        ob_reply_whole(&g, res.text, res.text_len, &a);
+        json_t *items = output_items(id, &a, res.last.finish == OB_FINISH_LENGTH);
+        ob_reply_all_free(&a);
+        json_t *j = response_json(s, id, (long)time(NULL), items, &res.last);
         json_object_set_new(j, "timings", ob_gen_timings(&res.last));
         ob_srv_json(r, 200, j);
     }
     ob_gen_result_clear(&res);
 done:
+    ob_gen_req_clear(&g);
     free(ids);
     json_decref(cb);
     json_decref(body);

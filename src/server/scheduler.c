@@ -43,7 +43,15 @@ struct ob_task {
     /* scheduler thread only */
     ob_sampler *smp;
     ob_grammar *gram;    /* the request's grammar, or NULL */
-    ob_grammar_matcher *gm;
+    ob_grammar_matcher *gm; /* NULL while a lazy grammar waits for its trigger */
+    /* lazy grammar: triggers (words then starts), where to look next, the leading thought */
+    const ob_grammar_vocab *gv;
+    bool lazy;
+    char **trig;
+    int n_words, n_trig;
+    size_t trig_from, reply_at;
+    int trig_think;      /* 0 undecided, 1 inside a leading thought, 2 past it or none */
+    bool starts_done;    /* the reply's start can no longer match a start trigger */
     ob_detok dt;
     int n_past;          /* prompt tokens already in the KV */
     int32_t last_tok;    /* sampled, not yet in the KV */
@@ -88,8 +96,9 @@ struct ob_sched {
     int32_t *ps_idx;                  /* [n_vocab] scratch: post-sampling candidates */
     float *gm_w;                      /* [n_vocab] scratch: logits a grammar leaves (post-sampling) */
     uint8_t *gm_mask;                 /* [n_vocab] scratch */
-    /* token bytes for grammars, built by the first request that has one */
-    ob_grammar_vocab *gvocab;
+    /* token bytes for grammars, built by the first request that has one; the second lets
+     * control tokens match by their text (tool-call markup made of them) */
+    ob_grammar_vocab *gvocab, *gvocab_special;
     pthread_mutex_t gv_mu;
     ob_sched_stats st;
 };
@@ -106,6 +115,8 @@ static void task_free(ob_task *t) {
     if (t->smp) ob_sampler_free(t->smp);
     ob_grammar_matcher_free(t->gm);
     ob_grammar_free(t->gram);
+    for (int i = 0; i < t->n_trig; i++) free(t->trig[i]);
+    free(t->trig);
     pthread_cond_destroy(&t->cond);
     free(t);
 }
@@ -344,6 +355,11 @@ static void assign_tasks(ob_sched *s) {
         /* the last prompt token is always decoded again: its logits start the reply */
         int keep = OB_MIN(best_lcp, t->n_prompt - 1);
         ob_seq_truncate(s->ctx, best, keep);
+        /* A model with recurrent layers resumes at its latest state checkpoint up to there,
+         * or decodes the prompt again from 0 (ob_seq_truncate); it keeps one where this prompt
+         * ends, for the next request that shares it (a conversation's next turn). */
+        keep = ob_seq_len(s->ctx, best);
+        ob_seq_checkpoint_at(s->ctx, best, t->n_prompt - 1);
         sl->n_cache = keep;
         sl->task = t;
         sl->n_tasks++;
@@ -451,6 +467,72 @@ static void draft_slots(ob_sched *s) {
     for (int k = 0; k < nq; k++) s->slots[s->sq[k].seq].n_draft = s->sq[k].n_draft;
 }
 
+/* A lazy grammar starts at the first trigger of the reply (past a leading thought): a
+ * matcher is fed the text from the trigger's first byte (and the bytes the detokenizer
+ * holds back), and every later token is sampled under it. A trigger whose text the grammar
+ * refuses (the model wrote the word, then something else in the same token) leaves the
+ * reply free from then on. Holds s->mu. */
+static void lazy_trigger(ob_sched *s, ob_task *t) {
+    const char *x = t->text ? t->text : "";
+    size_t n = t->text_len;
+    if (t->trig_think != 2) {
+        if (t->trig_think == 0) {
+            size_t i = 0;
+            while (i < n && (x[i] == ' ' || x[i] == '\n' || x[i] == '\r' || x[i] == '\t')) i++;
+            if (n - i < 7 && !memcmp(x + i, "<think>", n - i)) return; /* may still open one */
+            t->trig_think = n - i >= 7 && !memcmp(x + i, "<think>", 7) ? 1 : 2;
+            t->trig_from = t->trig_think == 1 ? i + 7 : 0;
+        }
+        if (t->trig_think == 1) {
+            const char *e = memmem(x + t->trig_from, n - t->trig_from, "</think>", 8);
+            if (!e) {
+                if (n > t->trig_from + 7) t->trig_from = n - 7;
+                return;
+            }
+            t->trig_from = (size_t)(e - x) + 8;
+            t->trig_think = 2;
+        }
+        t->reply_at = t->trig_from;
+    }
+    size_t at = n, longest = 1;
+    for (int k = 0; k < t->n_words; k++) {
+        size_t wl = strlen(t->trig[k]);
+        longest = OB_MAX(longest, wl);
+        const char *p = t->trig_from < n ? memmem(x + t->trig_from, n - t->trig_from, t->trig[k], wl) : NULL;
+        if (p && (size_t)(p - x) < at) at = (size_t)(p - x);
+    }
+    if (!t->starts_done && t->n_trig > t->n_words) {
+        size_t b = t->reply_at;
+        while (b < n && (x[b] == ' ' || x[b] == '\n' || x[b] == '\r' || x[b] == '\t')) b++;
+        bool waiting = false;
+        const size_t cand[2] = {t->reply_at, b};
+        for (int k = t->n_words; k < t->n_trig; k++) {
+            size_t wl = strlen(t->trig[k]);
+            for (int c = 0; c < 2; c++) {
+                size_t q = cand[c], have = OB_MIN(wl, n - q);
+                if (memcmp(x + q, t->trig[k], have)) continue;
+                if (have < wl) waiting = true;
+                else if (q < at) at = q;
+            }
+        }
+        if (b < n && !waiting) t->starts_done = true;
+    }
+    if (at == n) {
+        if (n > t->trig_from + longest - 1) t->trig_from = n - (longest - 1);
+        return;
+    }
+    t->lazy = false;
+    t->gm = ob_grammar_matcher_new(t->gram, t->gv, !t->ignore_eos);
+    bool ok = t->gm && ob_grammar_matcher_accept_bytes(t->gm, x + at, n - at) &&
+              ob_grammar_matcher_accept_bytes(t->gm, (const char *)t->dt.pend, (size_t)t->dt.n_pend) &&
+              !ob_grammar_matcher_error(t->gm);
+    if (!ok) {
+        ob_log(OB_LOG_DEBUG, "serve: the text after a tool-call trigger does not follow the grammar; left free");
+        ob_grammar_matcher_free(t->gm);
+        t->gm = NULL;
+    }
+}
+
 /* Hands a sampled token to the slot's reader: end tokens, logprobs, text, stop strings,
  * length. Returns false when that ended the task (the slot is then free). Holds s->mu. */
 static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits, int32_t tok) {
@@ -489,6 +571,7 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
         task_finish(s, t, OB_FINISH_STOP, 0, NULL);
         return false;
     }
+    if (t->lazy) lazy_trigger(s, t);
     if ((t->n_predict >= 0 && t->n_gen >= t->n_predict) || sl->n_cache >= s->n_ctx_slot) {
         t->truncated = !(t->n_predict >= 0 && t->n_gen >= t->n_predict);
         sl->task = NULL;
@@ -693,6 +776,11 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
         s->slots[i].cache = malloc((size_t)s->n_ctx_slot * sizeof(int32_t));
         ok = s->slots[i].cache != NULL;
     }
+    if (spec && ob_model_has_recurrent_state(m)) {
+        /* a rejected draft would have to be cut off a state that cannot be cut back */
+        ob_log(OB_LOG_WARN, "serve: speculative decoding is off: %s has recurrent layers", mi.arch);
+        spec = NULL;
+    }
     if (ok && spec) {
         int n_max = OB_MAX(1, ob_spec_params_of(spec)->n_max);
         s->spec = spec;
@@ -743,6 +831,7 @@ void ob_sched_free(ob_sched *s) {
         pthread_cond_destroy(&s->wake);
     }
     ob_grammar_vocab_free(s->gvocab);
+    ob_grammar_vocab_free(s->gvocab_special);
     for (int i = 0; s->slots && i < s->n_slots; i++) free(s->slots[i].cache);
     free(s->slots);
     free(s->b_tok);
@@ -771,10 +860,12 @@ bool ob_sched_failed(ob_sched *s) {
 }
 
 /* The vocabulary's token bytes for grammars: made once, by the first request with one.
- * Ids the tokenizer lacks (a model with padded logits) and control tokens are never text. */
-static ob_grammar_vocab *grammar_vocab(ob_sched *s) {
+ * Ids the tokenizer lacks (a model with padded logits) are never text, nor are control
+ * tokens unless special (then they are their text). */
+static ob_grammar_vocab *grammar_vocab(ob_sched *s, bool special) {
     pthread_mutex_lock(&s->gv_mu);
-    if (!s->gvocab) {
+    ob_grammar_vocab **slot = special ? &s->gvocab_special : &s->gvocab;
+    if (!*slot) {
         int n = s->n_vocab, nt = ob_tokenizer_n_vocab(s->tok);
         const char **bytes = calloc((size_t)n, sizeof *bytes);
         uint32_t *lens = calloc((size_t)n, sizeof *lens);
@@ -786,16 +877,16 @@ static ob_grammar_vocab *grammar_vocab(ob_sched *s) {
                 bytes[i] = i < nt ? ob_token_piece(s->tok, i, &len) : "";
                 lens[i] = (uint32_t)len;
                 kind[i] = i >= nt ? OB_GTOK_NEVER : ob_token_is_eog(s->tok, i) ? OB_GTOK_END
-                          : control[i] ? OB_GTOK_NEVER : OB_GTOK_TEXT;
+                          : control[i] && !special ? OB_GTOK_NEVER : OB_GTOK_TEXT;
             }
-            s->gvocab = ob_grammar_vocab_new(n, bytes, lens, kind);
+            *slot = ob_grammar_vocab_new(n, bytes, lens, kind);
         }
         free(bytes);
         free(lens);
         free(kind);
         free(control);
     }
-    ob_grammar_vocab *v = s->gvocab;
+    ob_grammar_vocab *v = *slot;
     pthread_mutex_unlock(&s->gv_mu);
     return v;
 }
@@ -849,8 +940,19 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
             t->n_stop++;
         }
     }
+    /* DRY's breakers as this vocabulary's token sequences: the sampler keeps a copy */
+    ob_dry_breakers brk = {0};
+    if (ob_sampler_dry_on(&t->sp) && ob_dry_breakers_tokenize(s->tok, p->dry_breakers, &brk)) goto nomem;
+    t->sp.n_dry_breakers = brk.n;
+    t->sp.dry_breaker_len = brk.len;
+    t->sp.dry_breaker_tok = brk.tok;
     t->smp = ob_sampler_new(&t->sp, s->n_vocab);
+    ob_dry_breakers_free(&brk);
+    t->sp.n_dry_breakers = 0;
+    t->sp.dry_breaker_len = t->sp.dry_breaker_tok = NULL;
     if (!t->smp) goto nomem;
+    /* the penalties and DRY see the prompt, as llama-server's samplers do */
+    for (int i = 0; i < t->n_prompt; i++) ob_sampler_accept(t->smp, t->prompt[i]);
     if (p->grammar && p->grammar[0]) {
         char gerr[256];
         ob_status gst = ob_grammar_parse(p->grammar, strlen(p->grammar), &t->gram, gerr, sizeof gerr);
@@ -860,9 +962,25 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
             *st = ob_fail(err, err_len, OB_ERR_ARG, "Failed to parse grammar: %s", gerr);
             return NULL;
         }
-        ob_grammar_vocab *v = grammar_vocab(s);
-        if (!v || !(t->gm = ob_grammar_matcher_new(t->gram, v, !p->ignore_eos))) goto nomem;
-        if (ob_grammar_matcher_error(t->gm)) {
+        ob_grammar_vocab *v = grammar_vocab(s, p->grammar_special);
+        if (!v) goto nomem;
+        t->gv = v;
+        if (p->grammar_lazy) {
+            t->lazy = true;
+            t->trig_think = p->think_open ? 1 : 0;
+            int nw = OB_MAX(0, p->n_grammar_words), ns = OB_MAX(0, p->n_grammar_starts);
+            t->trig = calloc((size_t)(nw + ns) + 1, sizeof *t->trig);
+            if (!t->trig) goto nomem;
+            for (int i = 0; i < nw + ns; i++) { /* words first, then starts; empty ones skipped */
+                const char *w = i < nw ? p->grammar_words[i] : p->grammar_starts[i - nw];
+                if (!w || !*w) continue;
+                if (!(t->trig[t->n_trig++] = strdup(w))) goto nomem;
+                if (i < nw) t->n_words++;
+            }
+        } else if (!(t->gm = ob_grammar_matcher_new(t->gram, v, !p->ignore_eos))) {
+            goto nomem;
+        }
+        if (t->gm && ob_grammar_matcher_error(t->gm)) {
             *st = ob_fail(err, err_len, OB_ERR_ARG, "%s", ob_grammar_matcher_error(t->gm));
             task_free(t);
             return NULL;

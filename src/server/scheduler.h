@@ -33,6 +33,8 @@ typedef struct ob_task_params {
     int n_prompt;
     int n_predict;                     /* < 0: until the context or an end token */
     ob_sampler_params sp;              /* logit bias arrays copied */
+    const ob_dry_breaker_text *dry_breakers; /* made into tokens at submit when sp turns DRY on;
+                                        * NULL: llama-server's defaults */
     const char *const *stop;
     int n_stop;
     int n_probs;                       /* top alternatives per token (0..20) */
@@ -40,6 +42,17 @@ typedef struct ob_task_params {
     bool post_sampling;                /* ... as probabilities after the sampling chain instead */
     bool ignore_eos;
     const char *grammar;               /* GBNF the output must follow (compiled at submit), or NULL */
+    /* A lazy grammar (tool calls, chat/toolcall.h): the output is free until a trigger
+     * appears in it (outside a leading <think>...</think>): one of words anywhere, or one of
+     * starts at the reply's start (whitespace aside). The grammar then holds from the
+     * trigger's first byte on. The words are copied at submit. */
+    bool grammar_lazy;
+    const char *const *grammar_words;
+    int n_grammar_words;
+    const char *const *grammar_starts;
+    int n_grammar_starts;
+    bool grammar_special;              /* control tokens may match the grammar by their text */
+    bool think_open;                   /* the reply starts inside a thought */
 } ob_task_params;
 
 /* Where a reader has got to in a task's output. */

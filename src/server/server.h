@@ -42,6 +42,7 @@ typedef struct ob_srv_config {
     ob_model_params mp;
     /* llama-server's sampling flags: the defaults of every request that does not set them */
     ob_sampler_params sp;
+    ob_dry_breaker_text dry_breakers; /* --dry-sequence-breaker (strings in argv) */
     bool seed_set;             /* -s N (N >= 0): requests without a seed use it; else random */
     int n_predict;             /* -n: default token limit (-1: none) */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */

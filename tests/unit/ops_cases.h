@@ -143,4 +143,5 @@ void ops_add_chains(ops_list *l);      /* fused chains against the node-by-node 
 void ops_add_moe(ops_list *l);         /* MOE_GATE MATMUL_ID MOE_SUM and the Qwen3-MoE block */
 void ops_add_gptoss(ops_list *l);      /* ATTENTION's sinks, GLU's clamped SwiGLU, ADD_ID, the gpt-oss block */
 void ops_add_mla(ops_list *l);         /* CONCAT SLICE, MLA's ATTENTION / MATMUL_ID, grouped MOE_GATE */
+void ops_add_recurrent(ops_list *l);   /* SSM_CONV DELTA_NET (hybrid models' state), the chunked delta rule */
 #endif

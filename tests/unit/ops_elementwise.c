@@ -29,7 +29,7 @@ typedef struct ew_row {
     unsigned recipe;
 } ew_row;
 
-static const char *const g_act_names[] = {"silu", "gelu", "gelu_erf", "relu", "tanh", "softplus"};
+static const char *const g_act_names[] = {"silu", "gelu", "gelu_erf", "relu", "tanh", "softplus", "sigmoid"};
 _Static_assert(OB_ARRAY_LEN(g_act_names) == OB_ACT_COUNT, "g_act_names needs one name per ob_act");
 
 static const char *act_name(int act) { return act >= 0 && act < OB_ACT_COUNT ? g_act_names[act] : "?"; }
@@ -148,8 +148,9 @@ static const int64_t g_norm_widths[] = {1003, 300, 4096, 8192, 8196, 1002, 1};
 
 /* Known values, independent of the reference: silu(1) = 1/(1+e^-1), gelu_tanh(1) per HF
  * gelu_pytorch_tanh, gelu_erf(1) = 0.5(1+erf(1/sqrt 2)), relu(1), tanh(1), softplus(1) =
- * log(1+e). */
-static const float g_act_at_1[] = {0.7310585786f, 0.8411920071f, 0.8413447461f, 1.0f, 0.7615941560f, 1.3132616875f};
+ * log(1+e), sigmoid(1) = 1/(1+e^-1). */
+static const float g_act_at_1[] = {0.7310585786f, 0.8411920071f, 0.8413447461f, 1.0f, 0.7615941560f, 1.3132616875f,
+                                   0.7310585786f};
 _Static_assert(OB_ARRAY_LEN(g_act_at_1) == OB_ACT_COUNT, "g_act_at_1 needs one value per ob_act");
 
 static void act_value_ref(ops_build *b, const void *p) {

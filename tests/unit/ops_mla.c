@@ -6,8 +6,15 @@
  * NaN), and DeepSeek-V2's absorbed attention block whole against the node-by-node
  * reference.
  *
- * The GPU backends have no kernels for these yet: they may refuse every case (and must,
- * rather than run them wrong; test_ops fails a backend that accepts one and misses). */
+ * Every GPU backend runs them all (no may_refuse marks). The narrower values run on each
+ * attention path a backend has: the shapes (head sizes 576 down to 20, values of whole
+ * 8-element chunks or not, T = 1, 9, 40 and 70), batch-invariant mode and the switches of
+ * ops_gptoss.c pick Vulkan's attn_dec.comp (its splits, GW 4, one split) and attention.comp
+ * (merge pass, last-split merge), CUDA's k_attn (splits merged by the last or by
+ * k_attn_merge, one split) and k_attn_pf; CUDA's k_attn_h, tensor-core prefill and both
+ * backends' folds are routed away from them by supports() and their planners, which these
+ * cases check by their results. A narrower attention's int8 output (the next matmul's x)
+ * is a chain. */
 #include "ops_cases.h"
 #include <math.h>
 #include <stdio.h>
@@ -92,7 +99,22 @@ static void mla_attn_build(ops_build *b, const void *p) {
     ob_tensor *o = ob_attention_v(b->g, ops_leaf_f32(b, "q", 3, nq, 0.3f), KC, VC, P, S, order, r->cps, r->n_kv, r->dv,
                                   1.0f / sqrtf((float)r->hd));
     ops_check(b, o, OPS_TOL(4e-6, 2e-5));
+    /* the GPUs' bounds of ops_attention.c */
+    ops_tol_on(b, OPS_BIT(OPS_VK), OPS_TOL(1e-5, 1e-4));
+    ops_tol_on(b, OPS_BIT(OPS_CUDA), OPS_MREL(2e-5));
     if (r->store) ops_check(b, KC, OPS_EXACT);
+}
+
+/* The attention's output read by an int8 matmul (the o projection of DeepSeek's naive form,
+ * or of any model with narrower values): the GPU backends quantize it where they make it. */
+static void mla_attnmv_build(ops_build *b, const void *p) {
+    const mla_attn_row *r = p;
+    mla_attn_build(b, p);
+    ob_tensor *a = b->chk[0];
+    const int64_t K = (int64_t)r->dv * r->H, N = 96, nw[2] = {K, N};
+    ob_tensor *y = ob_matmul(b->g, ops_leaf(b, "wo", OB_TYPE_Q4_K, 2, nw, ops_typed(b, OB_TYPE_Q4_K, K, N, 1.0f)), a);
+    b->n_chk = 0;
+    ops_check(b, y, OPS_MREL(5e-2)); /* ops_chain.c's MV_MREL */
 }
 
 /* ---- MATMUL_ID without a gate -------------------------------------------------------------- */
@@ -137,7 +159,7 @@ static void group_ref(ops_build *b, const void *p) {
     int bad = 0;
     for (int64_t t = 0; t < r->T && !bad; t++) {
         const float *lt = l + t * r->E, *yt = y + t * 2 * r->k;
-        bool chosen[256] = {false}, gused[64] = {false};
+        bool chosen[1024] = {false}, gused[64] = {false};
         int ng = 0;
         double last = INFINITY;
         for (int64_t j = 0; j < r->k && !bad; j++) {
@@ -190,12 +212,12 @@ static ob_tensor *weight(ops_build *b, const char *name, ob_type t, int nd, cons
     return ops_leaf(b, name, t, nd, ne, ops_typed(b, t, ne[0], rows, scale));
 }
 
-/* As arch/deepseek2.c builds one layer's attention: x [D, T] -> [D, T], with T tokens of one
- * sequence stored after 9 cells already in the cache. */
+/* As arch/deepseek2.c builds one layer's attention: x [D, T] -> [D, T], with T <= 119 tokens
+ * of one sequence stored after 9 cells already in the cache. */
 static void mla_block_build(ops_build *b, const void *p) {
     const block_row *r = p;
-    const int64_t T = r->T, hk = r->nope + r->rope, krow = r->kv_lora + r->rope, cps = 64;
-    int32_t pos[64], seq[64];
+    const int64_t T = r->T, hk = r->nope + r->rope, krow = r->kv_lora + r->rope, cps = 128;
+    int32_t pos[128], seq[128];
     for (int64_t t = 0; t < T; t++) { pos[t] = (int32_t)(9 + t); seq[t] = 0; }
     ob_graph *g = b->g;
     ob_tensor *x = ops_leaf_f32(b, "x", 2, (int64_t[]){r->D, T}, 1.0f);
@@ -224,7 +246,10 @@ static void mla_block_build(ops_build *b, const void *p) {
     /* int8 activations at each of five products in a row (q_a, q_b, k_b, v_b, o): a bound
      * relative to the largest output, as the MoE block's for its two */
     ops_check(b, o, plain_type(r->t) ? OPS_MREL(2e-3) : OPS_MREL(8e-2));
-    if (r->t == OB_TYPE_F32) ops_tol_on(b, OPS_BIT(OPS_CPU), OPS_MREL(2e-5));
+    /* F32 projections on the CPU: close, while few rows pass the F16 cache (a last-bit
+     * difference upstream may round a cached element the other way: an F16 ulp, 1e-3 of it,
+     * which 40 tokens' rows met) */
+    if (r->t == OB_TYPE_F32 && T <= 8) ops_tol_on(b, OPS_BIT(OPS_CPU), OPS_MREL(2e-5));
 }
 
 /* ---- the tables ---------------------------------------------------------------------------- */
@@ -232,22 +257,65 @@ static void mla_block_build(ops_build *b, const void *p) {
 static const piece_row g_concat[] = {
     {512, 64, {1, 1, 1}, 0},  {512, 64, {4, 3, 1}, 0}, {1, 1, {5, 1, 1}, 0},
     {37, 3, {2, 3, 2}, 0},    {64, 512, {7, 1, 1}, 0}, {33, 95, {1, 300, 1}, 0},
+    /* GLM-4.7-Flash's query (512 + 64 a head, 20 heads) at T = 40 and 70; the fixture's */
+    {512, 64, {20, 40, 1}, 0}, {512, 64, {20, 70, 1}, 0}, {32, 16, {4, 70, 1}, 0},
 };
 static const piece_row g_slice[] = {
     {576, 0, {3, 1, 1}, 512}, {576, 512, {3, 1, 1}, 64}, {256, 192, {4, 5, 1}, 64}, {256, 0, {4, 5, 1}, 192},
     {7, 6, {1, 1, 1}, 1},     {9, 0, {2, 2, 2}, 9},      {100, 31, {1, 70, 1}, 33},
+    {576, 512, {40, 1, 1}, 64}, {256, 192, {20, 70, 1}, 64}, {48, 16, {3, 40, 1}, 31},
 };
 
 static const mla_attn_row g_mla_attn[] = {
     /* MLA as DeepSeek-V2 / GLM-4.7-Flash read it: one latent row of kv_lora + rope per token,
      * the value its first kv_lora elements */
-    {OB_TYPE_F32, 576, 512, 4, 1, 1, 1, 300, true, false},  {OB_TYPE_F16, 576, 512, 4, 1, 1, 1, 300, true, false},
-    {OB_TYPE_Q8_0, 576, 512, 4, 1, 1, 1, 300, true, false}, {OB_TYPE_F32, 576, 512, 3, 1, 8, 3, 24, true, false},
+    {OB_TYPE_F32, 576, 512, 4, 1, 1, 1, 300, true, false},  {OB_TYPE_Q8_0, 576, 512, 4, 1, 1, 1, 300, true, false},
+    {OB_TYPE_F32, 576, 512, 3, 1, 8, 3, 24, true, false},
     {OB_TYPE_F16, 576, 512, 3, 1, 8, 3, 24, true, true},    {OB_TYPE_Q8_0, 96, 64, 5, 1, 8, 2, 24, true, true},
     {OB_TYPE_F32, 96, 64, 16, 1, 1, 1, 100, true, true},    {OB_TYPE_F16, 40, 24, 2, 1, 11, 1, 70, true, false},
+    /* GLM-4.7-Flash's 20 heads; prefills of 40 and 70 tokens (after their stores) */
+    {OB_TYPE_F16, 576, 512, 20, 1, 1, 1, 300, true, false}, {OB_TYPE_F16, 576, 512, 4, 1, 40, 2, 100, true, true},
+    {OB_TYPE_Q8_0, 576, 512, 4, 1, 70, 2, 100, true, true},
     /* values of their own, narrower than the keys (DeepSeek's naive form: 192 / 128) */
     {OB_TYPE_F32, 48, 32, 4, 2, 1, 1, 300, false, false},   {OB_TYPE_F16, 48, 32, 4, 4, 8, 3, 24, false, true},
     {OB_TYPE_Q8_0, 192, 128, 4, 2, 8, 3, 24, false, false}, {OB_TYPE_F32, 20, 4, 6, 3, 5, 2, 24, false, true},
+    {OB_TYPE_Q8_0, 192, 128, 4, 2, 40, 2, 100, false, true}, {OB_TYPE_F32, 20, 4, 6, 3, 70, 2, 100, false, false},
+    /* values not of whole 8-element chunks (Vulkan's attn_dec.comp routes them away), odd heads */
+    {OB_TYPE_F16, 56, 20, 4, 2, 1, 1, 300, false, false},   {OB_TYPE_F16, 56, 20, 4, 2, 40, 2, 100, false, true},
+    {OB_TYPE_F32, 44, 12, 3, 1, 1, 1, 300, true, false},    {OB_TYPE_F32, 44, 12, 3, 1, 70, 2, 100, true, false},
+};
+
+/* The shapes every attention path of a backend runs with narrower values: GLM-4.7-Flash's
+ * latent row (576, past Vulkan's attn_dec.comp and CUDA's k_attn_h), the glm4moelite
+ * fixture's (48 / 32), whole 8-chunks of a shorter value (40 / 24), a Q8_0 cache (96 / 64),
+ * and a V cache of its own (48 / 32), at T = 1, 9, 40 and 70. */
+static const mla_attn_row g_mla_paths[] = {
+    {OB_TYPE_F16, 576, 512, 4, 1, 1, 1, 300, true, false}, {OB_TYPE_F32, 48, 32, 4, 1, 1, 1, 300, true, false},
+    {OB_TYPE_F16, 40, 24, 4, 1, 1, 1, 300, true, false},   {OB_TYPE_Q8_0, 96, 64, 4, 1, 1, 1, 300, true, false},
+    {OB_TYPE_F16, 48, 32, 4, 2, 1, 1, 300, false, false},
+};
+/* The attention paths only a switch reaches (ops_gptoss.c's list; flash attention never takes
+ * narrower values). */
+static const char *const g_mla_knobs[] = {
+    "ONEBIT_VK_ATTN_SOLO=0", "ONEBIT_VK_ATTN_GW=4 ONEBIT_VK_ATTN_SOLO=0", "ONEBIT_VK_ATTN_SPLIT=1",
+    "ONEBIT_VK_ATTN_LAST=0 ONEBIT_VK_ATTN_CELLS=128", "ONEBIT_VK_ATTN_DEC=0 ONEBIT_VK_ATTN_CELLS=128",
+    "ONEBIT_CUDA_ATTN_H=0", "ONEBIT_CUDA_FUSE=0", "ONEBIT_CUDA_ATTN_SPLIT=1",
+};
+static mla_attn_row g_mla_var[32]; /* g_mla_paths at each T */
+static int g_nmla;
+
+static void add_mla_attn(ops_list *l, const mla_attn_row *r, const char *knobs, bool det) {
+    ops_case *c = ops_add(l, mla_attn_build, r, "ATTENTION values %d of %d (%s) %s hd=%d H=%d/%d T=%d seqs=%d cells=%d%s%s%s%s",
+                          r->dv, r->shared ? r->hd : r->dv, r->shared ? "the K cache" : "own cache", ob_type_name(r->t), r->hd,
+                          r->H, r->n_kv, r->T, r->n_seq, r->cps, r->store ? " after KV_STORE" : "",
+                          det ? " deterministic" : "", knobs ? " " : "", knobs ? knobs : "");
+    c->knobs = knobs;
+    c->det = det;
+}
+
+static const mla_attn_row g_mla_chain[] = {
+    {OB_TYPE_F16, 192, 128, 4, 2, 1, 1, 300, false, false}, {OB_TYPE_F16, 96, 64, 4, 1, 1, 1, 300, true, false},
+    {OB_TYPE_F16, 96, 64, 4, 1, 2, 2, 300, true, false},    {OB_TYPE_Q8_0, 576, 512, 2, 1, 1, 1, 300, true, false},
 };
 
 static const group_row g_groups[] = {
@@ -257,38 +325,67 @@ static const group_row g_groups[] = {
     {16, 2, 3, OB_MOE_SIGMOID, 4, 1, true, 2},  {32, 4, 7, OB_MOE_SOFTMAX, 4, 2, false, 0},
     {32, 4, 5, OB_MOE_SOFTMAX, 4, 2, false, 1}, {8, 2, 6, OB_MOE_SIGMOID, 8, 2, true, 0}, /* groups of one */
     {24, 6, 3, OB_MOE_SIGMOID, 3, 3, true, 0}, /* every group used */
+    /* prefills; DeepSeek-V2's softmax in 8 groups, 3 used; 64 groups of 16 (more experts than
+     * a workgroup's registers hold); groups of an odd width */
+    {256, 8, 70, OB_MOE_SIGMOID, 8, 4, true, 0}, {160, 6, 40, OB_MOE_SOFTMAX, 8, 3, false, 0},
+    {1024, 8, 3, OB_MOE_SIGMOID, 64, 4, true, 0}, {1024, 6, 2, OB_MOE_SOFTMAX, 64, 6, false, 1},
+    {35, 3, 9, OB_MOE_SIGMOID, 5, 2, true, 2},
 };
 
 static const block_row g_blocks[] = {
     /* GLM-4.7-Flash's proportions, scaled down: nope 3/4 of the query head, values as wide */
     {OB_TYPE_F32, 128, 4, 64, 64, 48, 16, 64, 1}, {OB_TYPE_F32, 128, 4, 64, 64, 48, 16, 64, 7},
     {OB_TYPE_F16, 256, 4, 96, 128, 64, 32, 32, 5}, {OB_TYPE_Q8_0, 256, 2, 128, 128, 64, 32, 64, 3},
+    {OB_TYPE_F32, 128, 4, 64, 64, 48, 16, 64, 40}, {OB_TYPE_F16, 256, 4, 96, 128, 64, 32, 32, 70},
 };
 
 void ops_add_mla(ops_list *l) {
     for (size_t i = 0; i < OB_ARRAY_LEN(g_concat); i++) {
         const piece_row *r = &g_concat[i];
         ops_add(l, concat_build, r, "CONCAT %lld + %lld x [%lld, %lld, %lld]", (long long)r->na, (long long)r->nb,
-                (long long)r->rows[0], (long long)r->rows[1], (long long)r->rows[2])
-            ->may_refuse = OPS_GPU;
+                (long long)r->rows[0], (long long)r->rows[1], (long long)r->rows[2]);
     }
     for (size_t i = 0; i < OB_ARRAY_LEN(g_slice); i++) {
         const piece_row *r = &g_slice[i];
         ops_add(l, slice_build, r, "SLICE [%lld, %lld) of %lld x [%lld, %lld, %lld]", (long long)r->nb,
                 (long long)(r->nb + r->len), (long long)r->na, (long long)r->rows[0], (long long)r->rows[1],
-                (long long)r->rows[2])
-            ->may_refuse = OPS_GPU;
+                (long long)r->rows[2]);
     }
-    for (size_t i = 0; i < OB_ARRAY_LEN(g_mla_attn); i++) {
-        const mla_attn_row *r = &g_mla_attn[i];
-        ops_add(l, mla_attn_build, r, "ATTENTION values %d of %d (%s) %s hd=%d H=%d/%d T=%d seqs=%d cells=%d%s", r->dv,
-                r->shared ? r->hd : r->dv, r->shared ? "the K cache" : "own cache", ob_type_name(r->t), r->hd, r->H,
-                r->n_kv, r->T, r->n_seq, r->cps, r->store ? " after KV_STORE" : "")
-            ->may_refuse = OPS_GPU;
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_mla_attn); i++) add_mla_attn(l, &g_mla_attn[i], NULL, false);
+    static const int Ts[] = {1, 9, 40, 70};
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_mla_paths); i++)
+        for (size_t t = 0; t < OB_ARRAY_LEN(Ts); t++) {
+            if (g_nmla == (int)OB_ARRAY_LEN(g_mla_var)) {
+                fprintf(stderr, "ops_mla: g_mla_var full\n");
+                exit(2);
+            }
+            mla_attn_row *r = &g_mla_var[g_nmla++];
+            *r = g_mla_paths[i];
+            r->T = Ts[t];
+            if (Ts[t] > 1) { /* two sequences, the tokens at their last cells */
+                r->n_seq = 2;
+                r->cps = 100;
+            }
+            add_mla_attn(l, r, NULL, false);
+            add_mla_attn(l, r, NULL, true);
+            for (size_t k = 0; k < OB_ARRAY_LEN(g_mla_knobs); k++) {
+                /* Vulkan's switches at one token (more take attention.comp unsplit), CUDA's at
+                 * decode and small batches (more take k_attn_pf) */
+                if (!strncmp(g_mla_knobs[k], "ONEBIT_VK_", 10) ? Ts[t] != 1 : Ts[t] > 16) continue;
+                add_mla_attn(l, r, g_mla_knobs[k], false);
+            }
+        }
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_mla_chain); i++) {
+        const mla_attn_row *r = &g_mla_chain[i];
+        ops_case *c = ops_add(l, mla_attnmv_build, r, "chain ATTENTION values %d of %d (%s) %s hd=%d H=%d T=%d -> MATMUL Q4_K",
+                              r->dv, r->shared ? r->hd : r->dv, r->shared ? "the K cache" : "own cache", ob_type_name(r->t),
+                              r->hd, r->H, r->T);
+        c->chain = true;
+        c->fuse_mrel = 1e-5;
     }
     ob_type types[OB_TYPE_COUNT];
     const int nt = ops_weight_types(types);
-    static heads_row heads[OB_TYPE_COUNT * 2 + 8];
+    static heads_row heads[OB_TYPE_COUNT * 2 + 32];
     int nh = 0;
     for (int i = 0; i < nt; i++)
         for (int64_t T = 1; T <= 3; T += 2) heads[nh++] = (heads_row){types[i], 256, 19, 4, T};
@@ -297,27 +394,37 @@ void ops_add_mla(ops_list *l) {
     for (size_t i = 0; i < OB_ARRAY_LEN(hot); i++) {
         heads[nh++] = (heads_row){hot[i], 256, 128, 20, 1};
         heads[nh++] = (heads_row){hot[i], 512, 64, 20, 9};
+        heads[nh++] = (heads_row){hot[i], 256, 32, 20, 40};
+        heads[nh++] = (heads_row){hot[i], 256, 96, 4, 70};
+    }
+    /* the glm4moelite fixture's k_b (24 -> 32: rows of no whole 32-block) and v_b, F32 and F16 */
+    for (int64_t T = 1; T <= 70; T += 69) {
+        heads[nh++] = (heads_row){OB_TYPE_F32, 24, 32, 4, T};
+        heads[nh++] = (heads_row){OB_TYPE_F16, 24, 32, 4, T};
+        heads[nh++] = (heads_row){OB_TYPE_F32, 32, 32, 4, T};
     }
     for (int i = 0; i < nh; i++) {
         ops_case *c = ops_add(l, heads_build, &heads[i], "MATMUL_ID one matrix per head %s K=%lld N=%lld heads=%lld T=%lld",
                               ob_type_name(heads[i].t), (long long)heads[i].K, (long long)heads[i].N,
                               (long long)heads[i].E, (long long)heads[i].T);
-        c->may_refuse = OPS_GPU;
         /* activation formats, not weight formats: the CPU has no dot kernel for them */
-        if (heads[i].t == OB_TYPE_Q8_1 || heads[i].t == OB_TYPE_Q8_K) c->may_refuse |= OPS_BIT(OPS_CPU);
+        if (heads[i].t == OB_TYPE_Q8_1 || heads[i].t == OB_TYPE_Q8_K) c->may_refuse = OPS_BIT(OPS_CPU);
     }
     for (size_t i = 0; i < OB_ARRAY_LEN(g_groups); i++) {
         const group_row *r = &g_groups[i];
-        ops_add(l, group_build, r, "MOE_GATE %s E=%lld k=%lld T=%lld groups %d of %d%s%s",
-                r->gating == OB_MOE_SOFTMAX ? "softmax" : "sigmoid", (long long)r->E, (long long)r->k, (long long)r->T,
-                r->used, r->n_group, r->bias ? " bias" : "", r->logits == 1 ? " ties" : r->logits == 2 ? " nan" : "")
-            ->may_refuse = OPS_GPU;
+        for (int det = 0; det < 2; det++)
+            ops_add(l, group_build, r, "MOE_GATE %s E=%lld k=%lld T=%lld groups %d of %d%s%s%s",
+                    r->gating == OB_MOE_SOFTMAX ? "softmax" : "sigmoid", (long long)r->E, (long long)r->k, (long long)r->T,
+                    r->used, r->n_group, r->bias ? " bias" : "", r->logits == 1 ? " ties" : r->logits == 2 ? " nan" : "",
+                    det ? " deterministic" : "")
+                ->det = det;
     }
     for (size_t i = 0; i < OB_ARRAY_LEN(g_blocks); i++) {
         const block_row *r = &g_blocks[i];
-        ops_add(l, mla_block_build, r, "MLA block %s D=%lld H=%lld q_lora=%lld kv_lora=%lld nope=%lld rope=%lld v=%lld T=%lld",
-                ob_type_name(r->t), (long long)r->D, (long long)r->H, (long long)r->q_lora, (long long)r->kv_lora,
-                (long long)r->nope, (long long)r->rope, (long long)r->vd, (long long)r->T)
-            ->may_refuse = OPS_GPU;
+        for (int det = 0; det < 2; det++)
+            ops_add(l, mla_block_build, r, "MLA block %s D=%lld H=%lld q_lora=%lld kv_lora=%lld nope=%lld rope=%lld v=%lld T=%lld%s",
+                    ob_type_name(r->t), (long long)r->D, (long long)r->H, (long long)r->q_lora, (long long)r->kv_lora,
+                    (long long)r->nope, (long long)r->rope, (long long)r->vd, (long long)r->T, det ? " deterministic" : "")
+                ->det = det;
     }
 }

@@ -69,6 +69,17 @@ int main(void) {
     as->src[6] = ob_leaf(g, "sinks", OB_TYPE_F32, 1, (int64_t[]){H}, p);
     ob_tensor *go = ob_glu_swiglu_oai(g, eu, eu, 1.702f, 7.0f);
     ob_tensor *ai = ob_add_id(g, eu, ob_leaf(g, "up_b", OB_TYPE_F32, 2, (int64_t[]){FF, NE}, p), gt);
+    /* hybrid models (issue #33): the conv over y's 128 channels, then a delta rule over its rows
+     * as 2 query/key heads of 16 and 4 value heads of 16 (2*2*16 + 4*16 = 128) */
+    enum { KC = 4, NSEQ = 3, DK = 16, HK = 2, HV = 4, DV = 16 };
+    ob_tensor *cst = ob_leaf(g, "conv_state", OB_TYPE_F32, 2, (int64_t[]){(KC - 1) * HD * H, NSEQ}, p);
+    ob_tensor *cw = ob_leaf(g, "conv_w", OB_TYPE_F32, 2, (int64_t[]){KC, HD * H}, p);
+    ob_tensor *cv = ob_ssm_conv(g, y, cw, cst, pos, seq, true);
+    ob_tensor *gd = ob_leaf(g, "g", OB_TYPE_F32, 2, (int64_t[]){HV, T}, p);
+    ob_tensor *dst = ob_leaf(g, "ssm_state", OB_TYPE_F32, 2, (int64_t[]){DK * DV * HV, NSEQ}, p);
+    ob_tensor *dn = ob_delta_net(g, cv, gd, gd, dst, pos, seq, DK, HK, DV, 0.17f, true, 1e-6f);
+    CHECK(ob_op_writes_src(cv, 2) && ob_op_writes_src(dn, 3) && ob_op_writes_src(ks, 1) && !ob_op_writes_src(dn, 0) &&
+          !ob_op_writes_src(at, 1));
     bool seen[OB_OP_COUNT] = {0};
     for (int64_t i = 0; i < g->n; i++) {
         seen[g->nodes[i].op] = true;
@@ -77,7 +88,7 @@ int main(void) {
     for (int op = 0; op < OB_OP_COUNT; op++) CHECKF(seen[op], "no %s node in the test graph", ob_op_name((ob_op)op));
 
     /* Sources: a required one missing, or one past the optional ones, is malformed. */
-    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp, gt, eu, ed, ms, sl, cc, av, mh, gg, as, go, ai};
+    ob_tensor *nodes[] = {x, n1, y, q, ks, at, c, pl, smp, gt, eu, ed, ms, sl, cc, av, mh, gg, as, go, ai, cv, dn};
     for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++) {
         ob_tensor m = *nodes[i];
         const ob_op_info *info = ob_op_info_get(m.op);
@@ -161,6 +172,31 @@ int main(void) {
     bad = *ai;
     bad.src[2] = rl; /* not a gate of k slots */
     CHECK(!ob_op_valid(&bad));
+    /* the recurrent ops': a state of other rows than the taps say, one tap, an activation
+     * other than none and SiLU; q/k/v rows that do not add up, value heads that do not share
+     * the key heads evenly, a state of another size, per-token rows of other tokens */
+    bad = *cv;
+    bad.src[2] = ob_leaf(g, "cst2", OB_TYPE_F32, 2, (int64_t[]){KC * HD * H, NSEQ}, p);
+    CHECK(!ob_op_valid(&bad));
+    bad = *cv;
+    bad.src[1] = ob_leaf(g, "cw1", OB_TYPE_F32, 2, (int64_t[]){1, HD * H}, p);
+    CHECK(!ob_op_valid(&bad));
+    bad = *cv;
+    bad.ip[0] = 2;
+    CHECK(!ob_op_valid(&bad));
+    bad = *dn;
+    bad.ip[2] = DV + 1;
+    CHECK(!ob_op_valid(&bad));
+    bad = *dn;
+    bad.ip[1] = 3; /* 4 value heads over 3 key heads */
+    CHECK(!ob_op_valid(&bad));
+    bad = *dn;
+    bad.src[3] = cst;
+    CHECK(!ob_op_valid(&bad));
+    bad = *dn;
+    bad.src[4] = ob_leaf(g, "pos2", OB_TYPE_I32, 1, (int64_t[]){T + 1}, p);
+    CHECK(!ob_op_valid(&bad));
+    CHECK(ob_op_valid(cv) && ob_op_valid(dn));
     ob_graph_free(g);
     return ob_test_done("test_op_table");
 }

@@ -17,6 +17,7 @@
  * ("<backend>: SKIPPED (why)" for one not built or without a device), then the total. */
 #include "ops_cases.h"
 #include "backend/cpu/cpu.h"
+#include "graph/op_table.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -346,10 +347,11 @@ static const char *unfused_knobs(int fam) {
 
 static bool is_computed(const ob_tensor *t) { return t->op != OB_OP_LEAF && t->op != OB_OP_VIEW; }
 
-/* Is t a leaf some node writes (a KV_STORE's cache)? */
+/* Is t a leaf some node writes (a KV_STORE's cache, a recurrent op's state)? */
 static bool written_leaf(const ob_graph *g, const ob_tensor *t) {
     for (int64_t i = 0; i < g->n; i++)
-        if (g->nodes[i].op == OB_OP_KV_STORE && g->nodes[i].src[1] == t) return true;
+        for (int s = 0; s < OB_MAX_SRC; s++)
+            if (g->nodes[i].src[s] == t && ob_op_writes_src(&g->nodes[i], s)) return true;
     return false;
 }
 
@@ -668,7 +670,7 @@ static void run_case(const ops_case *c) {
 /* ---- main ------------------------------------------------------------------------------ */
 
 static void (*const g_families[])(ops_list *) = {ops_add_elementwise, ops_add_types, ops_add_attention, ops_add_chains,
-                                                    ops_add_moe, ops_add_mla, ops_add_gptoss};
+                                                    ops_add_moe, ops_add_mla, ops_add_gptoss, ops_add_recurrent};
 
 static bool selected(const char *name, int argc, char **argv) {
     bool any = false;

@@ -73,6 +73,10 @@ void ob_cpu_op_moe_sum(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_concat(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_slice(ob_tensor *dst, const ob_cpu_op_ctx *c);
 void ob_cpu_op_add_id(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_ssm_conv(ob_tensor *dst, const ob_cpu_op_ctx *c);
+void ob_cpu_op_delta_net(ob_tensor *dst, const ob_cpu_op_ctx *c);
+/* DELTA_NET's work buffer: each thread's normalised q and k and its dv-wide rows (op_delta_net.c). */
+size_t ob_cpu_delta_net_work_size(const ob_tensor *node, int nth);
 /* Work buffer of MOE_GATE (scores per thread) and MATMUL_ID (pairs grouped by expert and
  * their act rows); 0 for the other ops (op_moe.c). */
 size_t ob_cpu_moe_work_size(const ob_tensor *node, int nth);
@@ -90,6 +94,13 @@ void ob_cpu_ref_pool(ob_tensor *dst);
 void ob_cpu_ref_moe(ob_tensor *dst);
 /* ADD_ID reference (op_add_id.c). */
 void ob_cpu_ref_add_id(ob_tensor *dst);
+/* SSM_CONV and DELTA_NET references (op_ssm_conv.c, op_delta_net.c). */
+void ob_cpu_ref_ssm_conv(ob_tensor *dst);
+void ob_cpu_ref_delta_net(ob_tensor *dst);
+/* DELTA_NET in the chunked form a GPU runs for prefill (op_delta_net.c): chunks of `chunk`
+ * positions aligned to absolute positions, the state rounded to float at each chunk's end;
+ * equal to ob_cpu_ref_delta_net but for rounding (the op test holds it to that). */
+void ob_cpu_ref_delta_net_chunked(ob_tensor *dst, int chunk);
 /* SAMPLE reference (op_sample.c: the kernel is already plain C). */
 void ob_cpu_ref_sample(ob_tensor *dst);
 

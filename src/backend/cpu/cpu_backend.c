@@ -75,6 +75,8 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_CONCAT:
     case OB_OP_SLICE:
     case OB_OP_ADD_ID:
+    case OB_OP_SSM_CONV:
+    case OB_OP_DELTA_NET:
         return true;
     case OB_OP_MATMUL_ID:
         return has_to_float(a->type) && row_aligned(a->type, a->ne[0]) && ob_cpu_matmul_has_kernel(a->type);
@@ -141,6 +143,8 @@ static ob_cpu_kernel_fn kernel_for(ob_op op) {
     case OB_OP_CONCAT: return ob_cpu_op_concat;
     case OB_OP_SLICE: return ob_cpu_op_slice;
     case OB_OP_ADD_ID: return ob_cpu_op_add_id;
+    case OB_OP_SSM_CONV: return ob_cpu_op_ssm_conv;
+    case OB_OP_DELTA_NET: return ob_cpu_op_delta_net;
     default: return NULL;
     }
 }
@@ -151,6 +155,7 @@ size_t ob_cpu_work_size(const ob_tensor *node, int nth) {
     case OB_OP_ATTENTION: return ob_cpu_attention_work_size(node, nth);
     case OB_OP_MOE_GATE:
     case OB_OP_MATMUL_ID: return ob_cpu_moe_work_size(node, nth);
+    case OB_OP_DELTA_NET: return ob_cpu_delta_net_work_size(node, nth);
     default: return 0;
     }
 }
@@ -174,6 +179,14 @@ static ob_status check_indices(const ob_tensor *n, char *err, size_t err_len) {
             if (pos[i] < 0 || pos[i] >= cps || seq[i] < 0 || (int64_t)seq[i] * cps + cps > cells)
                 return ob_fail(err, err_len, OB_ERR_CONTEXT, "%s: token %lld (seq %d, pos %d) outside the KV cache",
                                n->name, (long long)i, (int)seq[i], (int)pos[i]);
+    } else if (n->op == OB_OP_SSM_CONV || n->op == OB_OP_DELTA_NET) {
+        const ob_tensor *state = n->src[n->op == OB_OP_SSM_CONV ? 2 : 3];
+        const int32_t *seq = n->src[n->op == OB_OP_SSM_CONV ? 4 : 5]->data;
+        const int64_t T = ob_nelements(n->src[n->op == OB_OP_SSM_CONV ? 4 : 5]);
+        for (int64_t i = 0; i < T; i++)
+            if (seq[i] < 0 || seq[i] >= ob_nrows(state))
+                return ob_fail(err, err_len, OB_ERR_CONTEXT, "%s: token %lld of sequence %d, which has no recurrent state",
+                               n->name, (long long)i, (int)seq[i]);
     }
     return OB_OK;
 }
@@ -205,6 +218,7 @@ static bool is_tiny(const ob_tensor *n) {
     case OB_OP_KV_STORE:
     case OB_OP_MOE_GATE:
     case OB_OP_MOE_SUM:
+    case OB_OP_SSM_CONV:
         return ob_nelements(n->src[0]) <= OB_CPU_TINY_ELEMS;
     default:
         return false;

@@ -131,6 +131,7 @@ static inline float act_f(int act, float x) {
     case OB_ACT_GELU_ERF: return 0.5f * x * (1.0f + erff(x * 0.7071067811865476f));
     case OB_ACT_TANH: return tanhf(x);
     case OB_ACT_SOFTPLUS: return x > 0 ? x + log1pf(expf(-x)) : log1pf(expf(x)); /* no overflow either side */
+    case OB_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
     default: return x > 0 ? x : 0;
     }
 }

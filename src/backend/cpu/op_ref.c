@@ -14,6 +14,7 @@ static double act_ref(int act, double x) {
     case OB_ACT_GELU_ERF: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     case OB_ACT_TANH: return tanh(x);
     case OB_ACT_SOFTPLUS: return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+    case OB_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
     default: return x > 0 ? x : 0;
     }
 }
@@ -244,6 +245,8 @@ void ob_cpu_ref_op(ob_tensor *dst) {
     case OB_OP_CONCAT: ref_concat(dst); break;
     case OB_OP_SLICE: ref_slice(dst); break;
     case OB_OP_ADD_ID: ob_cpu_ref_add_id(dst); break;
+    case OB_OP_SSM_CONV: ob_cpu_ref_ssm_conv(dst); break;
+    case OB_OP_DELTA_NET: ob_cpu_ref_delta_net(dst); break;
     default: break;
     }
 }

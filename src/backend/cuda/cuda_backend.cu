@@ -60,13 +60,13 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_KV_STORE:
         return true;
     case OB_OP_ATTENTION: {
-        const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3];
+        const int64_t hd = a->ne[0], H = a->ne[1], T = a->ne[2] * a->ne[3], dv = n->ne[0] / H;
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
-        /* (attention sinks, src6, on every path: rowops.cuh's attn_inv) */
-        /* values as wide as the keys, from a V cache of their own (not MLA's) */
-        if (n->ne[0] != hd * H || n->src[2]->ne[0] != n->src[1]->ne[0]) return false;
-        /* any head size that is a multiple of 4 up to 256 (encoders use 12, 16, ...) */
-        return hd % 4 == 0 && hd <= 256 && H <= 65535 && T <= 65535;
+        /* (attention sinks, src6, on every path: rowops.cuh's attn_inv; values narrower than
+         * the keys, from the K cache itself as MLA's, on k_attn / k_attn_pf: op_attention.cu)
+         * any head size that is a multiple of 4 up to 256 (encoders use 12, 16, ...), and
+         * MLA's latent rows up to 576 (OB_ATTN_MAX_NE_W) */
+        return hd % 4 == 0 && hd <= 576 && dv <= 576 && H <= 65535 && T <= 65535;
     }
     case OB_OP_POOL:
         return ob_cu_supports_pool(n);
@@ -77,6 +77,9 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_MOE_SUM:
     case OB_OP_ADD_ID:
         return ob_cu_supports_moe(n);
+    case OB_OP_CONCAT:
+    case OB_OP_SLICE:
+        return true;
     default:
         return false;
     }
@@ -158,8 +161,8 @@ static ob_status cu_download(ob_backend *be, void *dst, const void *src, size_t 
 
 /* ---- CPU fallback ------------------------------------------------------------------------------ */
 
-/* Runs n with the CPU reference: host copies of its direct inputs, then the output (and,
- * for KV_STORE, the cache it writes) back to the device. Slow, and only for nodes the
+/* Runs n with the CPU reference: host copies of its direct inputs, then the output (and the
+ * sources it writes in place: KV_STORE's cache, the recurrent ops' state) back to the device. Slow, and only for nodes the
  * placement check let through with --no-strict-device. */
 static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err_len) {
     if (!cx->warned[n->op]) {
@@ -191,9 +194,10 @@ static ob_status run_fallback(ob_cu_ctx *cx, ob_tensor *n, char *err, size_t err
         h.data = bufs[OB_MAX_SRC];
         ob_cpu_ref_op(&h);
         if (!OB_CU(cx, cudaMemcpy(n->data, h.data, ob, cudaMemcpyHostToDevice))) st = OB_ERR_DEVICE;
-        if (!st && n->op == OB_OP_KV_STORE &&
-            !OB_CU(cx, cudaMemcpy(n->src[1]->data, bufs[1], ob_nbytes(n->src[1]), cudaMemcpyHostToDevice)))
-            st = OB_ERR_DEVICE;
+        for (int s = 0; s < OB_MAX_SRC && !st; s++)
+            if (ob_op_writes_src(n, s) &&
+                !OB_CU(cx, cudaMemcpy(n->src[s]->data, bufs[s], ob_nbytes(n->src[s]), cudaMemcpyHostToDevice)))
+                st = OB_ERR_DEVICE;
     }
     for (int s = 0; s <= OB_MAX_SRC; s++) free(bufs[s]);
     if (st == OB_ERR_DEVICE) return ob_fail(err, err_len, OB_ERR_DEVICE, "cuda: %s", cx->last_err);
@@ -241,6 +245,8 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_MATMUL_ID: return ob_cu_op_matmul_id(cx, n);
     case OB_OP_MOE_SUM: return ob_cu_op_moe_sum(cx, n);
     case OB_OP_ADD_ID: return ob_cu_op_add_id(cx, n);
+    case OB_OP_CONCAT:
+    case OB_OP_SLICE: return ob_cu_op_concat(cx, n);
     default: return false;
     }
 }

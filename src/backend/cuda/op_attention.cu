@@ -29,7 +29,14 @@
  *
  * gpt-oss's attention sinks (src6) join a head's softmax where its output is made: the
  * block's output (one split), the merge of the splits (by the last to arrive or by
- * k_attn_merge), k_attn_pf's and the flash kernel's rows (rowops.cuh's attn_inv). */
+ * k_attn_merge), k_attn_pf's and the flash kernel's rows (rowops.cuh's attn_inv).
+ *
+ * Values narrower than the keys (graph.h: dv elements at sv a kv head in the V rows, the V
+ * cache possibly the K cache itself, as MLA's) run on k_attn, k_attn_pf and the merges: a
+ * lane's K elements run to hd, its V elements and outputs to dv, the partials are dv + 2
+ * wide. MLA's latent rows (hd 576) take their instances of NE = 18 elements a lane
+ * (OB_ATTN_MAX_NE_W); k_attn_h, the q/k/v fold and the tensor-core prefill keep values as
+ * wide as the keys from a V cache of their own (attn_h_ok, ob_cu_fa_applies). */
 #include "backend/cuda/rowops.cuh"
 #include "backend/cuda/cuda_stats.h"
 #include "backend/cuda/cuda_fa.h"
@@ -37,6 +44,7 @@
 
 #define OB_ATTN_WARPS 4
 #define OB_ATTN_MAX_NE 8      /* ceil(hd / 32): head sizes up to 256 (any multiple of 4) */
+#define OB_ATTN_MAX_NE_W 18   /* ... up to 576: MLA's latent rows (kv_lora_rank 512 + rope 64) */
 #define OB_ATTN_CELLS_PER_SPLIT 16 /* fewest cells per split when the whole cache is in use */
 #define OB_ATTN_MAX_SPLIT 256
 /* Batches up to 16 tokens take the split decode kernel (k_attn), larger ones k_attn_pf or
@@ -87,7 +95,8 @@ typedef struct ob_attn_args {
     unsigned *cnt;
     int8_t *qx;
     float2 *dx;
-    int64_t hd, H, T, n_kv, cps, cells, window;
+    /* dv: the values' width (the output's row per head), sv: a kv head's stride in V rows */
+    int64_t hd, dv, sv, H, T, n_kv, cps, cells, window;
     size_t krb, vrb;
     int ktype, vtype, causal, nsplit;
     /* early: pos and seq are inputs uploaded before the step and T == 1, causal: the
@@ -126,11 +135,15 @@ static int attn_nsplit(const ob_cu_ctx *cx, const ob_tensor *n) {
     return (int)OB_MAX(1, OB_MIN(OB_MIN(want, most), OB_ATTN_MAX_SPLIT));
 }
 
+/* ATTENTION n's values: dv wide (the output's row per head), at sv a kv head in V rows. */
+static int64_t attn_dv(const ob_tensor *n) { return n->ne[0] / n->src[0]->ne[1]; }
+static int64_t attn_sv(const ob_tensor *n) { return n->src[2]->ne[0] / n->ip[1]; }
+
 size_t ob_cu_attention_tmp_size(const ob_cu_ctx *cx, const ob_tensor *n) {
     const int ns = attn_nsplit(cx, n);
     if (ns == 1) return 0;
     const ob_tensor *q = n->src[0];
-    return sizeof(float) * (size_t)(q->ne[1] * q->ne[2] * q->ne[3] * ns * (q->ne[0] + 2));
+    return sizeof(float) * (size_t)(q->ne[1] * q->ne[2] * q->ne[3] * ns * (attn_dv(n) + 2));
 }
 
 /* Element e of one (token, head)'s output from its splits' partials (pp), M: their max.
@@ -145,11 +158,11 @@ template <bool cg> static __device__ __forceinline__ float ld_part(const float *
 }
 
 template <bool cg>
-static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t hd, float M, int64_t e,
+static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, int64_t dv, float M, int64_t e,
                                                   const float *sinks, int64_t h) {
     float L = 0.0f, v = 0.0f;
     for (int k = 0; k < nsplit; k++) {
-        const float *ps = pp + k * (hd + 2);
+        const float *ps = pp + k * (dv + 2);
         const float l = ld_part<cg>(ps + 1);
         if (!(l > 0.0f)) continue;
         const float f = expf(ld_part<cg>(ps) - M);
@@ -162,23 +175,23 @@ static __device__ __forceinline__ float merge_one(const float *pp, int nsplit, i
 
 /* Output of (token, head) number `item` from its splits' partials, by the whole block:
  * rescale every split to the common max. With qx, also the int8 activations of the output
- * for the matvec that reads it (4 consecutive elements per thread; a head's hd % 32 == 0,
+ * for the matvec that reads it (4 consecutive elements per thread; a head's dv % 32 == 0,
  * so no 32-block spans two heads). */
 template <bool cg>
-static __device__ __forceinline__ void merge_head(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
+static __device__ __forceinline__ void merge_head(const float *__restrict__ partial, float *__restrict__ out, int64_t dv,
                                                   int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item,
                                                   const float *sinks, int64_t H) {
-    const float *pp = partial + (size_t)item * nsplit * (hd + 2);
+    const float *pp = partial + (size_t)item * nsplit * (dv + 2);
     const int64_t h = item % H;
     float M = -INFINITY;
     for (int k = 0; k < nsplit; k++)
-        if (ld_part<cg>(pp + k * (hd + 2) + 1) > 0.0f) M = fmaxf(M, ld_part<cg>(pp + k * (hd + 2)));
-    float *o = out + (size_t)item * hd;
+        if (ld_part<cg>(pp + k * (dv + 2) + 1) > 0.0f) M = fmaxf(M, ld_part<cg>(pp + k * (dv + 2)));
+    float *o = out + (size_t)item * dv;
     if (!qx) {
-        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) o[e] = merge_one<cg>(pp, nsplit, hd, M, e, sinks, h);
+        for (int64_t e = threadIdx.x; e < dv; e += blockDim.x) o[e] = merge_one<cg>(pp, nsplit, dv, M, e, sinks, h);
         return;
     }
-    const int64_t ng = hd / 4;
+    const int64_t ng = dv / 4;
     for (int64_t base = 0; base < ng; base += blockDim.x) {
         const int64_t g = base + threadIdx.x;
         const bool live = g < ng;
@@ -186,7 +199,7 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
         if (live) {
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                r[k] = merge_one<cg>(pp, nsplit, hd, M, 4 * g + k, sinks, h);
+                r[k] = merge_one<cg>(pp, nsplit, dv, M, 4 * g + k, sinks, h);
                 o[4 * g + k] = r[k];
             }
         }
@@ -201,15 +214,15 @@ static __device__ __forceinline__ void merge_head(const float *__restrict__ part
  * Every split's row is written (zeros when it saw no cell), as the sums here take each
  * split's elements unconditionally. */
 template <bool cg>
-static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t hd,
+static __device__ __forceinline__ void merge_head_w(const float *__restrict__ partial, float *__restrict__ out, int64_t dv,
                                                     int nsplit, int8_t *__restrict__ qx, float2 *__restrict__ dx, int64_t item,
                                                     const float *sinks, int64_t H) {
     __shared__ float s_f[OB_ATTN_MAX_SPLIT];
     __shared__ float s_inv;
-    const float *pp = partial + (size_t)item * nsplit * (hd + 2);
+    const float *pp = partial + (size_t)item * nsplit * (dv + 2);
     for (int k = threadIdx.x; k < nsplit; k += blockDim.x) {
-        const float l = ld_part<cg>(pp + k * (hd + 2) + 1);
-        s_f[k] = l > 0.0f ? ld_part<cg>(pp + k * (hd + 2)) : -INFINITY;
+        const float l = ld_part<cg>(pp + k * (dv + 2) + 1);
+        s_f[k] = l > 0.0f ? ld_part<cg>(pp + k * (dv + 2)) : -INFINITY;
     }
     __syncthreads();
     if (threadIdx.x < OB_WARP) {
@@ -219,7 +232,7 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
         float L = 0.0f;
         for (int k = threadIdx.x; k < nsplit; k += OB_WARP) {
             const float f = s_f[k] > -INFINITY ? expf(s_f[k] - M) : 0.0f;
-            L += f * ld_part<cg>(pp + k * (hd + 2) + 1);
+            L += f * ld_part<cg>(pp + k * (dv + 2) + 1);
             s_f[k] = f;
         }
         for (int o = OB_WARP / 2; o > 0; o /= 2) L += OB_SHFL_XOR(L, o);
@@ -227,15 +240,15 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
     }
     __syncthreads();
     const float inv = s_inv;
-    float *o = out + (size_t)item * hd;
-    const int64_t ng = hd / 4;
-    for (int64_t base = 0; base < (qx ? ng : hd); base += blockDim.x) {
+    float *o = out + (size_t)item * dv;
+    const int64_t ng = dv / 4;
+    for (int64_t base = 0; base < (qx ? ng : dv); base += blockDim.x) {
         const int64_t g = base + threadIdx.x;
         if (!qx) {
-            if (g < hd) {
+            if (g < dv) {
                 float v = 0.0f;
 #pragma unroll 4
-                for (int k = 0; k < nsplit; k++) v += s_f[k] * ld_part<cg>(pp + k * (hd + 2) + 2 + g);
+                for (int k = 0; k < nsplit; k++) v += s_f[k] * ld_part<cg>(pp + k * (dv + 2) + 2 + g);
                 o[g] = v * inv;
             }
             continue;
@@ -245,7 +258,7 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
         if (live) {
 #pragma unroll 4
             for (int k = 0; k < nsplit; k++) {
-                const float *ps = pp + k * (hd + 2) + 2 + 4 * g, f = s_f[k];
+                const float *ps = pp + k * (dv + 2) + 2 + 4 * g, f = s_f[k];
                 r.x += f * ld_part<cg>(ps), r.y += f * ld_part<cg>(ps + 1), r.z += f * ld_part<cg>(ps + 2), r.w += f * ld_part<cg>(ps + 3);
             }
             r.x *= inv, r.y *= inv, r.z *= inv, r.w *= inv;
@@ -256,10 +269,10 @@ static __device__ __forceinline__ void merge_head_w(const float *__restrict__ pa
 }
 
 /* One block (OB_ATTN_WARPS warps) per (token, head). */
-__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t hd, int nsplit,
+__global__ void k_attn_merge(const float *__restrict__ partial, float *__restrict__ out, int64_t dv, int nsplit,
                              int8_t *__restrict__ qx, float2 *__restrict__ dx, const float *__restrict__ sinks, int64_t H) {
     OB_PDL_ENTRY();
-    merge_head<false>(partial, out, hd, nsplit, qx, dx, blockIdx.x, sinks, H);
+    merge_head<false>(partial, out, dv, nsplit, qx, dx, blockIdx.x, sinks, H);
 }
 
 /* Token t's cells [lo, hi] for split sp (hi < lo: none), its position p and the first cell of
@@ -296,31 +309,31 @@ static __device__ __forceinline__ void attn_range(const ob_attn_args &a, int sp,
     *hi_ = hi;
 }
 
-/* After a decode block's warps left their (max, sum, acc) in s_m, s_l, s_acc[warp][element]:
- * the block's output (one split) or its partial, and with a.cnt the merge by the split
- * that arrives last (wm: merge_head_w, else merge_head). */
+/* After a decode block's warps left their (max, sum, acc) in s_m, s_l, s_acc[warp][element]
+ * (dv elements): the block's output (one split) or its partial, and with a.cnt the merge by
+ * the split that arrives last (wm: merge_head_w, else merge_head). */
+template <int NE>
 static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const float *s_m, const float *s_l,
-                                                   const float (*s_acc)[OB_ATTN_MAX_NE * OB_WARP], int64_t t, int64_t h, int sp,
-                                                   bool wm) {
-    const int64_t hd = a.hd;
+                                                   const float (*s_acc)[NE * OB_WARP], int64_t t, int64_t h, int sp, bool wm) {
+    const int64_t dv = a.dv; /* the outputs' width */
     __syncthreads();
     float M = -INFINITY;
     for (int k = 0; k < OB_ATTN_WARPS; k++) if (s_l[k] > 0.0f) M = fmaxf(M, s_m[k]);
     float L = 0.0f, f[OB_ATTN_WARPS];
     for (int k = 0; k < OB_ATTN_WARPS; k++) { f[k] = s_l[k] > 0.0f ? expf(s_m[k] - M) : 0.0f; L += s_l[k] * f[k]; }
     if (a.nsplit == 1) {
-        float *o = a.out + (t * a.H + h) * hd;
+        float *o = a.out + (t * a.H + h) * dv;
         const float inv = attn_inv(a.sinks, h, M, L);
-        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+        for (int64_t e = threadIdx.x; e < dv; e += blockDim.x) {
             float v = 0.0f;
             for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
             o[e] = v * inv;
         }
     } else {
-        float *pp = a.partial + ((t * a.H + h) * a.nsplit + sp) * (hd + 2);
+        float *pp = a.partial + ((t * a.H + h) * a.nsplit + sp) * (dv + 2);
         if (threadIdx.x == 0) { pp[0] = M; pp[1] = L; }
         /* written even when empty (zeros): the merge sums every split's row */
-        for (int64_t e = threadIdx.x; e < hd; e += blockDim.x) {
+        for (int64_t e = threadIdx.x; e < dv; e += blockDim.x) {
             float v = 0.0f;
             for (int k = 0; k < OB_ATTN_WARPS; k++) v += s_acc[k][e] * f[k];
             pp[2 + e] = v;
@@ -340,8 +353,8 @@ static __device__ __forceinline__ void attn_finish(const ob_attn_args &a, const 
         __syncthreads();
         if (!s_last) return;
         __threadfence();
-        if (wm) merge_head_w<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
-        else merge_head<true>(a.partial, a.out, hd, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
+        if (wm) merge_head_w<true>(a.partial, a.out, dv, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
+        else merge_head<true>(a.partial, a.out, dv, a.nsplit, a.qx, a.dx, t * a.H + h, a.sinks, a.H);
     }
 }
 
@@ -387,63 +400,65 @@ static __device__ __forceinline__ void attn_round(const ob_attn_args &a, float (
  * kernel held 168 registers and ran slower than 1 (the k_attn_h layout does it in 72;
  * bench/NOTES.md: Session 8). */
 
-/* One round's K and V elements of this lane (0 past hi, and for cell `skip`). */
-template <int U>
-static __device__ __forceinline__ void attn_load(const ob_attn_args &a, int64_t cell0, int64_t hoff, int lane, int64_t j0,
-                                                 int64_t hi, int64_t skip, float (&kf)[U][OB_ATTN_MAX_NE],
-                                                 float (&vf)[U][OB_ATTN_MAX_NE]) {
+/* One round's K (hd, from hoff) and V (dv, from voff) elements of this lane (0 past hi, and
+ * for cell `skip`). */
+template <int U, int NE>
+static __device__ __forceinline__ void attn_load(const ob_attn_args &a, int64_t cell0, int64_t hoff, int64_t voff, int lane,
+                                                 int64_t j0, int64_t hi, int64_t skip, float (&kf)[U][NE], float (&vf)[U][NE]) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int64_t j = j0 + (int64_t)u * OB_ATTN_WARPS;
         const bool on = j <= hi && j != skip;
         const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
 #pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++) {
-            const bool e = on && lane + 32 * i < a.hd;
-            kf[u][i] = e ? kv_at(a.ktype, kr, hoff + lane + 32 * i) : 0.0f;
-            vf[u][i] = e ? kv_at(a.vtype, vr, hoff + lane + 32 * i) : 0.0f;
+        for (int i = 0; i < NE; i++) {
+            kf[u][i] = on && lane + 32 * i < a.hd ? kv_at(a.ktype, kr, hoff + lane + 32 * i) : 0.0f;
+            vf[u][i] = on && lane + 32 * i < a.dv ? kv_at(a.vtype, vr, voff + lane + 32 * i) : 0.0f;
         }
     }
 }
 
-template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a) {
+/* NE: a lane's elements (ceil(max(hd, dv) / 32) at most): OB_ATTN_MAX_NE, or
+ * OB_ATTN_MAX_NE_W for MLA's latent rows (attention_launch picks). K elements run to hd from
+ * kv head kh's hoff, V elements and outputs to dv from its voff. */
+template <int U, int NE> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn(ob_attn_args a) {
     /* early: pos, seq and the cache rows of earlier steps are complete before this step's
      * kernels run, so the first round of loads goes out before the wait for the kernel
      * ahead (which writes q and cache row p). */
     if (!a.early) OB_PDL_ENTRY();
     __shared__ float s_m[OB_ATTN_WARPS], s_l[OB_ATTN_WARPS];
-    __shared__ float s_acc[OB_ATTN_WARPS][OB_ATTN_MAX_NE * OB_WARP];
+    __shared__ float s_acc[OB_ATTN_WARPS][NE * OB_WARP];
     __shared__ int s_hi;
     const int sp = blockIdx.x, lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
-    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd;
+    const int64_t h = blockIdx.y, t = blockIdx.z, hd = a.hd, dv = a.dv;
     const int64_t kh = h / (a.H / a.n_kv);
     int64_t p, cell0, lo, hi;
     attn_range(a, sp, t, &s_hi, &p, &cell0, &lo, &hi);
     const float slope = a.alibi > 0.0f ? ob_cu_alibi_slope((int)h, (int)a.H, a.alibi) : 0.0f;
-    const int64_t hoff = kh * hd;
-    float qv[OB_ATTN_MAX_NE], acc[OB_ATTN_MAX_NE];
+    const int64_t hoff = kh * hd, voff = kh * a.sv;
+    float qv[NE], acc[NE];
     float m = -INFINITY, l = 0.0f;
     if constexpr (U == 0) {
         /* one cell per warp at a time */
         const float *qp = a.q + (t * a.H + h) * hd;
 #pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
+        for (int i = 0; i < NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
         for (int64_t j = lo + w; j <= hi; j += OB_ATTN_WARPS) {
             const uint8_t *kr = a.kc + (size_t)(cell0 + j) * a.krb, *vr = a.vc + (size_t)(cell0 + j) * a.vrb;
             float d[1] = {0.0f};
 #pragma unroll
-            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
+            for (int i = 0; i < NE; i++)
                 if (lane + 32 * i < hd) d[0] += qv[i] * kv_at(a.ktype, kr, hoff + lane + 32 * i);
             attn_round<1>(a, d, j, hi, p, slope, m, l, acc, [&](int, float pj) {
 #pragma unroll
-                for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                    if (lane + 32 * i < hd) acc[i] += pj * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+                for (int i = 0; i < NE; i++)
+                    if (lane + 32 * i < dv) acc[i] += pj * kv_at(a.vtype, vr, voff + lane + 32 * i);
             });
         }
     } else {
-        float kf[U][OB_ATTN_MAX_NE], vf[U][OB_ATTN_MAX_NE];
+        float kf[U][NE], vf[U][NE];
         /* the first round; with early, all but row p (the kernel ahead writes it) before the wait */
-        attn_load<U>(a, cell0, hoff, lane, lo + w, hi, a.early ? p : (int64_t)-1, kf, vf);
+        attn_load<U, NE>(a, cell0, hoff, voff, lane, lo + w, hi, a.early ? p : (int64_t)-1, kf, vf);
         if (a.early) {
             OB_PDL_ENTRY();
             const int64_t u = p - (lo + w);
@@ -453,37 +468,36 @@ template <int U> __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_at
                 for (int uu = 0; uu < U; uu++) {
                     if (uu != u / OB_ATTN_WARPS) continue;
 #pragma unroll
-                    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                        if (lane + 32 * i < hd) {
-                            kf[uu][i] = kv_at(a.ktype, kr, hoff + lane + 32 * i);
-                            vf[uu][i] = kv_at(a.vtype, vr, hoff + lane + 32 * i);
-                        }
+                    for (int i = 0; i < NE; i++) {
+                        if (lane + 32 * i < hd) kf[uu][i] = kv_at(a.ktype, kr, hoff + lane + 32 * i);
+                        if (lane + 32 * i < dv) vf[uu][i] = kv_at(a.vtype, vr, voff + lane + 32 * i);
+                    }
                 }
             }
         }
         const float *qp = a.q + (t * a.H + h) * hd;
 #pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
+        for (int i = 0; i < NE; i++) { qv[i] = lane + 32 * i < hd ? qp[lane + 32 * i] * a.scale : 0.0f; acc[i] = 0.0f; }
         for (int64_t j0 = lo + w; j0 <= hi; j0 += U * OB_ATTN_WARPS) {
-            if (j0 != lo + w) attn_load<U>(a, cell0, hoff, lane, j0, hi, -1, kf, vf);
+            if (j0 != lo + w) attn_load<U, NE>(a, cell0, hoff, voff, lane, j0, hi, -1, kf, vf);
             float d[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 d[u] = 0.0f;
 #pragma unroll
-                for (int i = 0; i < OB_ATTN_MAX_NE; i++) d[u] += qv[i] * kf[u][i];
+                for (int i = 0; i < NE; i++) d[u] += qv[i] * kf[u][i];
             }
             attn_round<U>(a, d, j0, hi, p, slope, m, l, acc, [&](int u, float pj) {
 #pragma unroll
-                for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] += pj * vf[u][i];
+                for (int i = 0; i < NE; i++) acc[i] += pj * vf[u][i];
             });
         }
     }
     if (lane == 0) { s_m[w] = m; s_l[w] = l; }
 #pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-        if (lane + 32 * i < hd) s_acc[w][lane + 32 * i] = acc[i];
-    attn_finish(a, s_m, s_l, s_acc, t, h, sp, U != 0);
+    for (int i = 0; i < NE; i++)
+        if (lane + 32 * i < dv) s_acc[w][lane + 32 * i] = acc[i];
+    attn_finish<NE>(a, s_m, s_l, s_acc, t, h, sp, U != 0);
 }
 
 /* ---- decode over an f16 or Q8_0 cache: each lane's elements loaded at once ------------------ */
@@ -717,7 +731,7 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args
     if (lane == 0) { s_m[w] = m; s_l[w] = l; }
 #pragma unroll
     for (int e = 0; e < EPL; e++) s_acc[w][EPL * lane + e] = acc[e];
-    attn_finish(a, s_m, s_l, s_acc, t, h, sp, a.T == 1);
+    attn_finish<OB_ATTN_MAX_NE>(a, s_m, s_l, s_acc, t, h, sp, a.T == 1);
 }
 
 /* ---- prefill: one warp per (token, head), lanes over cells ----------------------------- */
@@ -771,9 +785,9 @@ static __device__ __forceinline__ float q_dot_row(int type, const uint8_t *row, 
  * those rows come from L1 after the first warp. The per-cell, per-warp reductions of
  * k_attn made long prompts latency-bound. */
 #define OB_PF_WARPS 4
-__global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args a) {
+template <int NE> __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args a) {
     OB_CU_MARK();
-    __shared__ __align__(16) float s_q[OB_PF_WARPS][OB_ATTN_MAX_NE * OB_WARP];
+    __shared__ __align__(16) float s_q[OB_PF_WARPS][NE * OB_WARP];
     const int lane = threadIdx.x % OB_WARP, w = threadIdx.x / OB_WARP;
     const int64_t item = (int64_t)blockIdx.x * OB_PF_WARPS + w;
     const bool live = item < a.T * a.H;
@@ -799,11 +813,12 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
     const bool valid = live && p >= 0 && p < a.cps && s >= 0 && s * a.cps + a.cps <= a.cells;
     if (!valid) hi = -1;
     hi = OB_MIN(hi, a.cps - 1);
-    float acc[OB_ATTN_MAX_NE];
+    float acc[NE];
 #pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] = 0.0f;
+    for (int i = 0; i < NE; i++) acc[i] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    const int64_t cell0 = s * a.cps, hoff = kh * hd;
+    const int64_t cell0 = s * a.cps, hoff = kh * hd, voff = kh * a.sv;
+    const int dv = (int)a.dv;
     for (int64_t j0 = lo; j0 <= hi; j0 += OB_WARP) {
         const int64_t j = j0 + lane;
         float d = -INFINITY;
@@ -822,33 +837,37 @@ __global__ void __launch_bounds__(OB_PF_WARPS * OB_WARP) k_attn_pf(ob_attn_args 
         l = l * corr + ps;
         m = mn;
 #pragma unroll
-        for (int i = 0; i < OB_ATTN_MAX_NE; i++) acc[i] *= corr;
+        for (int i = 0; i < NE; i++) acc[i] *= corr;
         const int nc = (int)OB_MIN((int64_t)OB_WARP, hi - j0 + 1);
         for (int c = 0; c < nc; c++) {
             const float pc = OB_SHFL(pj, c);
             const uint8_t *vr = a.vc + (size_t)(cell0 + j0 + c) * a.vrb;
 #pragma unroll
-            for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-                if (lane + 32 * i < hd) acc[i] += pc * kv_at(a.vtype, vr, hoff + lane + 32 * i);
+            for (int i = 0; i < NE; i++)
+                if (lane + 32 * i < dv) acc[i] += pc * kv_at(a.vtype, vr, voff + lane + 32 * i);
         }
     }
     if (!live) return;
-    float *o = a.out + (t * a.H + h) * hd;
+    float *o = a.out + (t * a.H + h) * dv;
     const float inv = attn_inv(a.sinks, h, m, l);
 #pragma unroll
-    for (int i = 0; i < OB_ATTN_MAX_NE; i++)
-        if (lane + 32 * i < hd) o[lane + 32 * i] = acc[i] * inv;
+    for (int i = 0; i < NE; i++)
+        if (lane + 32 * i < dv) o[lane + 32 * i] = acc[i] * inv;
 }
 
-/* The merge quantizes 32-element blocks of one head: only for head sizes that are 32-multiples. */
-bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && n->src[0]->ne[0] % 32 == 0; }
+/* The merge quantizes 32-element blocks of one head's output: only for value widths that are
+ * 32-multiples. */
+bool ob_cu_attention_merges(const ob_cu_ctx *cx, const ob_tensor *n) { return attn_nsplit(cx, n) > 1 && attn_dv(n) % 32 == 0; }
 
 /* Whether decode ATTENTION n (T <= OB_ATTN_SPLIT_T) takes k_attn_h: f16 or Q8_0 K and V (each)
- * with hd = 64, 128, 256, rows aligned for the loads (16 bytes; 2 for Q8_0's 34-byte
- * blocks), and cx->opt.attn_h (ONEBIT_CUDA_ATTN_H: 0 never, 1 one token, 2 every decode batch). */
+ * with hd = 64, 128, 256, values as wide as the keys from a V cache of its own layout (a
+ * lane's V elements are its K elements), rows aligned for the loads (16 bytes; 2 for Q8_0's
+ * 34-byte blocks), and cx->opt.attn_h (ONEBIT_CUDA_ATTN_H: 0 never, 1 one token, 2 every
+ * decode batch). */
 static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const int64_t hd = q->ne[0], T = q->ne[2] * q->ne[3];
+    if (attn_dv(n) != hd || attn_sv(n) != hd) return false;
     const bool kq = kc->type == OB_TYPE_Q8_0, vq = vc->type == OB_TYPE_Q8_0;
     const size_t kal = kq ? 2 : 16, val = vq ? 2 : 16;
     return (kq || kc->type == OB_TYPE_F16) && (vq || vc->type == OB_TYPE_F16) && (hd == 64 || hd == 128 || hd == 256) &&
@@ -857,10 +876,11 @@ static bool attn_h_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
 }
 
 /* Whether k_attn_h can take ATTENTION n with the q/k/v tail folded in: one token, causal,
- * pos and seq inputs of the step (the early loads), f16 K and V. */
+ * pos and seq inputs of the step (the early loads), f16 K and V caches of their own (the
+ * fold stores a row into each). */
 bool ob_cu_attention_fold_ok(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
-    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 &&
+    return (cx->fuse & OB_CU_FUSE_ATTN_QKV) && q->ne[2] * q->ne[3] == 1 && n->ip[3] != 0 && n->src[1] != n->src[2] &&
            n->src[3]->op == OB_OP_LEAF && n->src[4]->op == OB_OP_LEAF && n->src[1]->type == OB_TYPE_F16 &&
            n->src[2]->type == OB_TYPE_F16 && attn_h_ok(cx, n);
 }
@@ -878,6 +898,8 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     a.out = (float *)n->data;
     a.partial = (float *)cx->tmp;
     a.hd = q->ne[0];
+    a.dv = attn_dv(n);
+    a.sv = attn_sv(n);
     a.H = q->ne[1];
     a.T = q->ne[2] * q->ne[3];
     a.n_kv = n->ip[1];
@@ -913,11 +935,15 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
     /* batch-invariant mode: the split kernels at every T (their per-token sums do not
      * depend on T: each (split, head, token) block walks that token's own cells) */
     if (a.T > OB_ATTN_SPLIT_T && !cx->det && ob_cu_fa_applies(cx, n)) return ob_cu_op_flash_attn(cx, n);
+    /* MLA's latent rows (hd or dv past 256) on the kernels' instances of more elements a lane */
+    const bool wide = OB_MAX(a.hd, a.dv) > 32 * OB_ATTN_MAX_NE;
     if (a.T > OB_ATTN_SPLIT_T && !cx->det) {
-        (void)OB_CU_LAUNCH_PLAIN(cx, (k_attn_pf), ob_cu_blocks(a.T * a.H, OB_PF_WARPS), OB_PF_WARPS * OB_WARP, 0, a);
+        const unsigned nb = ob_cu_blocks(a.T * a.H, OB_PF_WARPS);
+        if (wide) (void)OB_CU_LAUNCH_PLAIN(cx, (k_attn_pf<OB_ATTN_MAX_NE_W>), nb, OB_PF_WARPS * OB_WARP, 0, a);
+        else (void)OB_CU_LAUNCH_PLAIN(cx, (k_attn_pf<OB_ATTN_MAX_NE>), nb, OB_PF_WARPS * OB_WARP, 0, a);
         return OB_CU_LAUNCHED(cx);
     }
-    const int64_t K = a.hd * a.H;
+    const int64_t K = a.dv * a.H;
     a.qx = quant ? (int8_t *)cx->qx : NULL;
     a.dx = quant ? (float2 *)((char *)cx->qx + ob_cu_qx_dx_offset(K, a.T)) : NULL;
     const bool one = a.nsplit > 1 && (cx->fuse & OB_CU_FUSE_ATTN_ONE) && cx->attn_cnt && cx->attn_cnt_n >= (size_t)(a.H * a.T);
@@ -953,12 +979,18 @@ static bool attention_launch(ob_cu_ctx *cx, ob_tensor *n, bool quant, const ob_t
          * token (cx->opt.attn_u: ONEBIT_CUDA_ATTN_U=0/1 forces them off/on, -1 automatic) */
         const int U = cx->opt.attn_u >= 0 ? cx->opt.attn_u : a.T == 1 ? 1 : 0;
         if (U == 0) a.early = 0;
-        if (!(U == 0 ? OB_CU_LAUNCH(cx, k_attn<0>, grid, blk, 0, a) : OB_CU_LAUNCH(cx, k_attn<1>, grid, blk, 0, a)))
-            return false;
+        bool ok;
+        if (wide)
+            ok = U == 0 ? OB_CU_LAUNCH(cx, (k_attn<0, OB_ATTN_MAX_NE_W>), grid, blk, 0, a)
+                        : OB_CU_LAUNCH(cx, (k_attn<1, OB_ATTN_MAX_NE_W>), grid, blk, 0, a);
+        else
+            ok = U == 0 ? OB_CU_LAUNCH(cx, (k_attn<0, OB_ATTN_MAX_NE>), grid, blk, 0, a)
+                        : OB_CU_LAUNCH(cx, (k_attn<1, OB_ATTN_MAX_NE>), grid, blk, 0, a);
+        if (!ok) return false;
     }
     if (a.nsplit > 1 && !one)
         return OB_CU_LAUNCH(cx, k_attn_merge, dim3((unsigned)(a.H * a.T)), dim3(OB_ATTN_WARPS * OB_WARP), 0, (const float *)a.partial,
-                            a.out, a.hd, a.nsplit, a.qx, a.dx, a.sinks, a.H);
+                            a.out, a.dv, a.nsplit, a.qx, a.dx, a.sinks, a.H);
     return true;
 }
 

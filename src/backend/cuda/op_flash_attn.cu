@@ -47,7 +47,10 @@ bool ob_cu_fa_applies(const ob_cu_ctx *cx, const ob_tensor *n) {
     const ob_tensor *q = n->src[0], *kc = n->src[1], *vc = n->src[2];
     const int64_t hd = q->ne[0], T = q->ne[2] * q->ne[3];
     const bool kv_ok = (kc->type == OB_TYPE_F16 || kc->type == OB_TYPE_Q8_0) && (vc->type == OB_TYPE_F16 || vc->type == OB_TYPE_Q8_0);
-    return !cx->fa_off && kv_ok && T >= OB_FA_MIN_T && (hd == 64 || hd == 128) && n->ip[1] > 0 && q->ne[1] % n->ip[1] == 0 &&
+    /* values as wide as the keys, a V cache of the K cache's layout (narrower values, MLA's,
+     * take k_attn_pf) */
+    const bool v_ok = n->ne[0] == hd * q->ne[1] && vc->ne[0] == kc->ne[0];
+    return !cx->fa_off && kv_ok && v_ok && T >= OB_FA_MIN_T && (hd == 64 || hd == 128) && n->ip[1] > 0 && q->ne[1] % n->ip[1] == 0 &&
            q->ne[1] / n->ip[1] <= OB_FA_BM &&
            ob_nrows(kc) < INT_MAX - 2 * OB_FA_BN && T <= 65535 && (uintptr_t)kc->data % 16 == 0 && (uintptr_t)vc->data % 16 == 0 &&
            (uintptr_t)q->data % 8 == 0 && (uintptr_t)n->data % 8 == 0;

@@ -6,9 +6,14 @@
  *              descending, then id ascending; scores in double exactly as op_moe.c's
  *              gate_score, NaN lowest): each lane over experts lane, lane + 32, ..., then a
  *              butterfly over the warp. The weights follow in double, as the reference
- *              computes them, summed in pick order.
+ *              computes them, summed in pick order. Group-limited routing (OB_MOE_GROUPS,
+ *              at most 64 groups): lanes over groups take each group's two best selection
+ *              scores (softmax: probabilities, the denominator summed over lanes, then
+ *              butterflies), a group is used where fewer than `used` groups rank before it,
+ *              and every expert of another group scores -inf, as op_moe.c's gate_mask_groups.
  *   MATMUL_ID  W [K, N, E], x F32 [K, T] (shared by a token's slots) or [K, k, T] (one row
  *              per slot), the gate -> F32 [N, k, T]: a grid over (row block, slot, token).
+ *              Without a gate slot j takes matrix j (MLA's one matrix per head, k = E).
  *              Every warp reads its slot's expert id from the gate on the device (no host
  *              sync, so the step stays capturable as a CUDA graph) and reads rows of that
  *              expert only: a decode step touches the k chosen experts and nothing else. An
@@ -34,6 +39,7 @@
 #include <math.h>
 
 #define OB_MOE_WARPS 4     /* warps per block (MOE_GATE, MATMUL_ID) */
+#define OB_MOE_MAX_GROUPS 64 /* groups of group-limited routing (a bit each in a warp's mask) */
 #define OB_MOE_SUM_BLOCK 256
 
 /* ---- MOE_GATE ------------------------------------------------------------------------------ */
@@ -56,11 +62,56 @@ static __device__ __forceinline__ bool ranks_before(double sb, int ib, double sa
     return ib >= 0 && (ia < 0 || sb > sa || (sb == sa && ib < ia));
 }
 
-/* out row t = [w_0 .. w_{k-1}, id_0 .. id_{k-1}] of logits row t. One warp per token. */
+/* Group-limited routing (graph.h's OB_MOE_GROUPS: n groups, `used` of them): the used groups
+ * of logits row l as bits, the same in every lane of the warp. mx: the largest logit (NaN
+ * skipped), for softmax's probabilities (sigmoid: unused). As op_moe.c's gate_mask_groups: a group's score is
+ * its two best selection scores summed (one, in groups of one), NaN and inf - inf as -inf,
+ * and the `used` best groups (ties to the lower group) are kept. gs: the warp's shared row of
+ * group scores. */
+static __device__ unsigned long long gate_groups(const float *__restrict__ l, const float *__restrict__ bias, int64_t E,
+                                                 bool sigmoid, int32_t groups, double mx, double *gs, int lane) {
+    const int ng = OB_MOE_GROUP_COUNT(groups), nu = OB_MOE_GROUP_USED(groups);
+    const int64_t per = E / ng;
+    double den = 0.0;
+    if (!sigmoid) {
+        for (int64_t e = lane; e < E; e += OB_WARP) den += isnan(l[e]) ? 0.0 : exp((double)l[e] - mx);
+#pragma unroll
+        for (int o = OB_WARP / 2; o > 0; o /= 2) den += OB_SHFL_XOR(den, o);
+    }
+    for (int g = lane; g < ng; g += OB_WARP) {
+        double b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; e++) {
+            double v = sigmoid ? gate_score(true, l[e], bias, e) : exp((double)l[e] - mx) / den;
+            if (isnan(v)) v = -INFINITY;
+            if (v > b1) {
+                b2 = b1;
+                b1 = v;
+            } else if (v > b2) {
+                b2 = v;
+            }
+        }
+        const double s = per > 1 ? b1 + b2 : b1;
+        gs[g] = isnan(s) ? -INFINITY : s;
+    }
+    OB_SYNCWARP();
+    unsigned long long used = 0;
+    for (int g = lane; g < ng; g += OB_WARP) {
+        int before = 0;
+        for (int o = 0; o < ng; o++) before += gs[o] > gs[g] || (gs[o] == gs[g] && o < g);
+        if (before < nu) used |= 1ull << g;
+    }
+#pragma unroll
+    for (int o = OB_WARP / 2; o > 0; o /= 2) used |= OB_SHFL_XOR(used, o);
+    return used;
+}
+
+/* out row t = [w_0 .. w_{k-1}, id_0 .. id_{k-1}] of logits row t. One warp per token.
+ * groups: MOE_GATE's i[3] (0: every expert may be chosen). */
 __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP)
     k_moe_gate(const float *__restrict__ logits, const float *__restrict__ bias, float *__restrict__ out, int64_t E, int64_t T,
-               int k, int sigmoid, int norm, float scale) {
+               int k, int sigmoid, int norm, float scale, int32_t groups) {
     OB_PDL_ENTRY();
+    __shared__ double s_gs[OB_MOE_WARPS][OB_MOE_MAX_GROUPS];
     const int lane = threadIdx.x % OB_WARP;
     const int64_t t = (int64_t)blockIdx.x * OB_MOE_WARPS + threadIdx.x / OB_WARP;
     if (t >= T) return; /* the whole warp: t is the warp's */
@@ -82,6 +133,11 @@ __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP)
 #pragma unroll
         for (int o = OB_WARP / 2; o > 0; o /= 2) den += OB_SHFL_XOR(den, o);
     }
+    /* the experts of groups left out score -inf (bit g of used: group g may be chosen) */
+    const int64_t per = groups ? E / OB_MOE_GROUP_COUNT(groups) : E;
+    const unsigned long long used = groups ? gate_groups(l, bias, E, sigmoid, groups, mx, s_gs[threadIdx.x / OB_WARP], lane)
+                                           : ~0ull;
+    auto sel = [&](int64_t e) { return (used >> (e / per)) & 1 ? gate_score(sigmoid, l[e], bias, e) : (double)-INFINITY; };
     /* Pick j: the best of the experts ranked after pick j-1 (pid, its score ps). */
     double ps = 0.0, wsum = 0.0;
     int pid = -1;
@@ -89,7 +145,7 @@ __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP)
         double bs = -INFINITY;
         int bid = -1;
         for (int64_t e = lane; e < E; e += OB_WARP) {
-            const double s = gate_score(sigmoid, l[e], bias, e);
+            const double s = sel(e);
             if (pid >= 0 && !(s < ps || (s == ps && e > pid))) continue; /* ranked before pick j-1 */
             if (ranks_before(s, (int)e, bs, bid)) {
                 bs = s;
@@ -106,7 +162,7 @@ __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP)
             }
         }
         pid = bid < 0 ? 0 : bid; /* unreachable: k <= E distinct ranks (op_moe.c does the same) */
-        ps = gate_score(sigmoid, l[pid], bias, pid);
+        ps = sel(pid);
         wsum += gate_weight(sigmoid, l[pid], mx, den); /* in pick order, as the reference */
         if (lane == 0) y[k + j] = (float)pid;
     }
@@ -124,7 +180,7 @@ bool ob_cu_op_moe_gate(ob_cu_ctx *cx, ob_tensor *n) {
     if (T == 0) return true;
     return OB_CU_LAUNCH(cx, k_moe_gate, ob_cu_blocks(T, OB_MOE_WARPS), OB_MOE_WARPS * OB_WARP, 0, (const float *)a->data,
                         bias ? (const float *)bias->data : (const float *)NULL, (float *)n->data, E, T, (int)n->ip[0],
-                        (int)(n->ip[1] == OB_MOE_SIGMOID), (int)((n->ip[2] & OB_MOE_NORM) != 0), n->fp[0]);
+                        (int)(n->ip[1] == OB_MOE_SIGMOID), (int)((n->ip[2] & OB_MOE_NORM) != 0), n->fp[0], (int32_t)n->ip[3]);
 }
 
 /* ---- MATMUL_ID ----------------------------------------------------------------------------- */
@@ -137,7 +193,8 @@ static __device__ __forceinline__ int64_t slot_expert(float v, int64_t E) {
 
 /* What every MATMUL_ID kernel gets: expert e's row r starts at W + (e N + r) rb; slot j of
  * token t reads x row t xt + j xs (shared x: xt 1, xs 0; one row per slot: xt k, xs 1) and
- * writes y[(t k + j) N + r]; the gate row of token t is gate[t 2k ..]. */
+ * writes y[(t k + j) N + r]; the gate row of token t is gate[t 2k ..] (NULL: slot j takes
+ * matrix j). */
 typedef struct mmid_args {
     const uint8_t *W;
     size_t rb;
@@ -184,7 +241,7 @@ __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP) k_mmid(mmid_args a, co
     const int lane = threadIdx.x % OB_WARP, j = (int)blockIdx.y;
     const int64_t t = blockIdx.z, row = (int64_t)blockIdx.x * OB_MOE_WARPS + threadIdx.x / OB_WARP;
     if (row >= a.N) return; /* the whole warp */
-    const int64_t e = slot_expert(a.gate[t * 2 * a.k + a.k + j], a.E);
+    const int64_t e = a.gate ? slot_expert(a.gate[t * 2 * a.k + a.k + j], a.E) : j;
     float acc = 0.0f;
     if (e >= 0) /* the same for the whole warp */
         acc = lane_dot<T>(a.W + ((size_t)e * (size_t)a.N + (size_t)row) * a.rb, x + (t * a.xt + j * a.xs) * a.K, a.K, x4 != 0,
@@ -206,7 +263,7 @@ __global__ void __launch_bounds__(OB_MOE_WARPS * OB_WARP)
     const int lane = threadIdx.x % OB_WARP, L = 1 << lsh, l = lane & (L - 1), j = (int)blockIdx.y;
     const int64_t t = blockIdx.z;
     const int64_t row = ((int64_t)blockIdx.x * OB_MOE_WARPS + threadIdx.x / OB_WARP) * (OB_WARP >> lsh) + (lane >> lsh);
-    const int64_t e = slot_expert(a.gate[t * 2 * a.k + a.k + j], a.E), xr = t * a.xt + j * a.xs;
+    const int64_t e = a.gate ? slot_expert(a.gate[t * 2 * a.k + a.k + j], a.E) : j, xr = t * a.xt + j * a.xs;
     const int nu = row < a.N && e >= 0 ? (int)(a.K / QK) * S : 0;
     const uint8_t *wr = a.W + ((size_t)(e >= 0 ? e : 0) * (size_t)a.N + (size_t)(row < a.N ? row : 0)) * a.rb;
     const int8_t *q = qx + xr * a.K;
@@ -280,7 +337,7 @@ bool ob_cu_op_matmul_id(ob_cu_ctx *cx, ob_tensor *n) {
     a.E = w->ne[2];
     a.xt = shared ? 1 : k;
     a.xs = shared ? 0 : 1;
-    a.gate = (const float *)n->src[2]->data;
+    a.gate = n->src[2] ? (const float *)n->src[2]->data : NULL; /* NULL: slot j takes matrix j */
     a.y = (float *)n->data;
     a.k = (int)k;
     if (mmid_q8(cx, n)) {
@@ -359,11 +416,10 @@ bool ob_cu_op_add_id(ob_cu_ctx *cx, ob_tensor *n) {
 
 bool ob_cu_supports_moe(const ob_tensor *n) {
     switch (n->op) {
-    case OB_OP_MOE_GATE: /* no group-limited routing (i[3]) yet */
-        return ob_nrows(n->src[0]) <= 0x7fffffff && n->ip[3] == 0; /* blocks of OB_MOE_WARPS tokens */
-    case OB_OP_MATMUL_ID: {
+    case OB_OP_MOE_GATE: /* blocks of OB_MOE_WARPS tokens; groups of a warp's mask */
+        return ob_nrows(n->src[0]) <= 0x7fffffff && OB_MOE_GROUP_COUNT(n->ip[3]) <= OB_MOE_MAX_GROUPS;
+    case OB_OP_MATMUL_ID: { /* with a gate, or one matrix per head (none) */
         const ob_tensor *w = n->src[0];
-        if (!n->src[2]) return false; /* one matrix per head (no gate): no kernel yet */
         const bool plain = w->type == OB_TYPE_F32 || w->type == OB_TYPE_F16 || w->type == OB_TYPE_BF16;
         /* rows as the MATMUL kernels take them (plain types any length, the others whole
          * 32-element chunks); slots and tokens within a grid's y and z */

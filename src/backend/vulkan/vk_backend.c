@@ -9,6 +9,7 @@
 #include "backend/vulkan/vk_internal.h"
 #include "backend/cpu/cpu.h"
 #include "format/quant.h"
+#include "graph/op_table.h"
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -748,8 +749,8 @@ static ob_status vk_download(ob_backend *be, void *dst, const void *src, size_t 
     return st;
 }
 
-/* Runs one node on the CPU reference: sources come down, the result goes back up (and
- * the cache, for KV_STORE, which writes its second source). */
+/* Runs one node on the CPU reference: sources come down, the result goes back up (and the
+ * sources it writes in place: KV_STORE's cache, the recurrent ops' state). */
 static ob_status cpu_fallback(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) {
     ob_tensor srcs[OB_MAX_SRC], dst = *n;
     void *host[OB_MAX_SRC + 1] = {0};
@@ -778,8 +779,8 @@ static ob_status cpu_fallback(ob_vk *vk, ob_tensor *n, char *err, size_t err_len
         dst.data = host[OB_MAX_SRC];
         ob_cpu_ref_op(&dst);
         st = ob_vk_copy(vk, n->data, dst.data, dsz, true, err, err_len);
-        if (!st && n->op == OB_OP_KV_STORE)
-            st = ob_vk_copy(vk, n->src[1]->data, srcs[1].data, ob_nbytes(&srcs[1]), true, err, err_len);
+        for (int i = 0; i < OB_MAX_SRC && !st; i++)
+            if (ob_op_writes_src(n, i)) st = ob_vk_copy(vk, n->src[i]->data, srcs[i].data, ob_nbytes(&srcs[i]), true, err, err_len);
     }
     for (int i = 0; i <= OB_MAX_SRC; i++) free(host[i]);
     return st;

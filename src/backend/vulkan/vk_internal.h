@@ -70,6 +70,7 @@ typedef enum ob_vk_shader {
                               slot); TYPE the experts' weight type */
     OB_VK_SH_MOE_SUM,      /* MOE_SUM: an invocation per output element */
     OB_VK_SH_ADD_ID,       /* ADD_ID: an invocation per output element (vk_moe.c) */
+    OB_VK_SH_CONCAT,       /* CONCAT and SLICE: an invocation per output element */
     OB_VK_SH_FAULT,        /* test-only: a dispatch that never finishes (ONEBIT_TEST_FAULT;
                               module only then) */
     OB_VK_SH_COUNT,

@@ -65,6 +65,11 @@ static bool row_aligned(ob_type t, int64_t n) {
 /* Indices inside shaders are 32-bit. */
 static bool fits32(int64_t n) { return n >= 0 && n < ((int64_t)1 << 31); }
 
+/* An ATTENTION's values: dv wide (the output's row per head), at sv a kv head in the V
+ * cache's rows (graph.h: the K cache's own width where V is read from it, as MLA's). */
+static int64_t attn_dv(const ob_tensor *n) { return n->ne[0] / n->src[0]->ne[1]; }
+static int64_t attn_sv(const ob_tensor *n) { return n->src[2]->ne[0] / n->ip[1]; }
+
 /* SAMPLE's workgroup (sample.comp): 1024 invocations, halved while the device allows fewer
  * or it would hold over 64 subgroups (the shader's per-subgroup arrays); 0: no kernel (no
  * shaderFloat64, or under 64 invocations). */
@@ -103,11 +108,16 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
         return fits32(ob_nrows(b)) && fits32(ob_nelements(a));
     case OB_OP_ATTENTION:
         if (!(n->fp[2] >= 0.0f)) return false; /* ALiBi max bias: 0 = none; NaN refused */
-        /* (attention sinks, src6, on every path: attn.glsl's attn_inv) */
-        /* values as wide as the keys, from a V cache of their own (not MLA's) */
-        if (n->ne[0] != a->ne[0] * a->ne[1] || n->src[2]->ne[0] != b->ne[0]) return false;
-        return a->ne[1] <= 65535 && a->ne[0] <= 512 && fits32(ob_nrows(b)) && fits32(ob_nelements(b));
+        /* (attention sinks, src6, on every path: attn.glsl's attn_inv; values narrower than
+         * the keys, from a V cache of their own or the K cache itself, as MLA's, on every
+         * path too: attn_dec_plan and ob_vk_attn_fold_ok say where) attention.comp: keys
+         * up to its MAXQ (MLA's 576 included), values up to MAXD * WG */
+        return a->ne[1] <= 65535 && a->ne[0] <= 1024 && attn_dv(n) <= 512 && fits32(ob_nrows(b)) &&
+               fits32(ob_nelements(b)) && fits32(ob_nelements(n->src[2]));
     case OB_OP_POOL:
+        return fits32(ob_nelements(a));
+    case OB_OP_CONCAT: /* concat.comp; a SLICE's source is longer than its output */
+    case OB_OP_SLICE:
         return fits32(ob_nelements(a));
     case OB_OP_SAMPLE: /* sample.comp, where the device runs it */
         return ob_vk_sample_wg(vk) && fits32(a->ne[0]);
@@ -229,6 +239,8 @@ static bool attn_dec_plan(const ob_vk *vk, const ob_tensor *n, uint32_t *cpi, ui
     if ((T > 8 && !vk->det) || H % n_kv != 0 || H > 65535 || hd % 8 != 0 || hd < 32 || hd > 256 ||
         kc->type != vc->type || vk->info.shared_bytes < 24 * 1024)
         return false;
+    /* values read a chunk of 8 at a time, rows of whole chunks (Q8_0: blocks, ob_op_valid) */
+    if (attn_dv(n) % 8 != 0 || attn_sv(n) % 8 != 0 || attn_dv(n) > hd) return false;
     if (kc->type != OB_TYPE_F32 && kc->type != OB_TYPE_F16 && !(kc->type == OB_TYPE_Q8_0 && hd % 32 == 0)) return false;
     if (kc->type != OB_TYPE_Q8_0 && (addr(kc) | addr(vc)) % 16 != 0) return false;
     const uint64_t G = (uint64_t)(H / n_kv), ncl = 128 / (uint64_t)(hd / 8);
@@ -244,11 +256,11 @@ static bool attn_dec_plan(const ob_vk *vk, const ob_tensor *n, uint32_t *cpi, ui
 }
 
 /* An ATTENTION of T <= 8 tokens in one workgroup per (token, head) (no split), or on
- * attn_dec.comp (any split), and heads of whole 32-element blocks: the workgroup that
- * makes a head's output quantizes it itself. */
+ * attn_dec.comp (any split), and head outputs of whole 32-element blocks: the workgroup
+ * that makes a head's output quantizes it itself. */
 static bool attn_q8_ok(const ob_vk *vk, const ob_tensor *n) {
     const ob_tensor *q = n->src[0];
-    if (!vk->q8_fuse || !vk->attn_q8 || n->op != OB_OP_ATTENTION || !q || ob_nrows(n) > 8 || q->ne[0] % 32 != 0)
+    if (!vk->q8_fuse || !vk->attn_q8 || n->op != OB_OP_ATTENTION || !q || ob_nrows(n) > 8 || attn_dv(n) % 32 != 0)
         return false;
     uint32_t cpi, gw;
     uint64_t S;
@@ -861,6 +873,8 @@ bool ob_vk_attn_fold_ok(ob_vk *vk, const ob_graph *g, int64_t i, ob_vk_fold *f) 
     const ob_tensor *rv = f->rv = vs->src[0], *kc = at->src[1], *vc = at->src[2], *pos = at->src[3], *seq = at->src[4];
     /* one token, the same positions, sequences and caches throughout */
     const int64_t hd = qr->ne[0], n_kv = at->ip[1];
+    /* values as wide as the keys, from a V cache of their own (the fold stores both rows) */
+    if (attn_dv(at) != hd || vc == kc || vc->ne[0] != kc->ne[0]) return false;
     if (qr->ne[2] * qr->ne[3] != 1 || kr->ne[0] != hd || kr->ne[1] != n_kv || kr->ne[2] * kr->ne[3] != 1 ||
         ob_nelements(rv) != hd * n_kv || hd % 32 != 0 || hd > 256 || ks->src[1] != kc ||
         vs->src[1] != vc || qr->src[1] != pos || kr->src[1] != pos || ks->src[2] != pos || vs->src[2] != pos ||
@@ -1145,7 +1159,10 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     case OB_OP_ATTENTION: {
         const ob_tensor *kc = n->src[1], *vc = n->src[2];
         uint64_t H = (uint64_t)a->ne[1], T = (uint64_t)(a->ne[2] * a->ne[3]);
-        pc.u[0] = (uint32_t)a->ne[0];
+        const uint64_t dv = (uint64_t)attn_dv(n);
+        const uint32_t sv = (uint32_t)attn_sv(n);
+        pc.u[0] = (uint32_t)a->ne[0] | (uint32_t)dv << 16;
+        memcpy(&pc.f[4], &sv, sizeof(sv)); /* the shaders read its bits */
         pc.u[1] = (uint32_t)H | (uint32_t)n->ip[1] << 16;
         pc.u[2] = (uint32_t)T;
         pc.u[4] = (uint32_t)n->ip[0];
@@ -1168,7 +1185,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
                 const uint64_t cap = S > 1 ? OB_VK_TICKET_BYTES / 4 / (n_kv * ng) : 65535;
                 tc = T < cap ? T : cap;
             }
-            if (S > 1 && ticket_scratch(vk, &vk->attn_part, tc * H * S * (hd + 2) * 4, err, err_len) != OB_OK) {
+            if (S > 1 && ticket_scratch(vk, &vk->attn_part, tc * H * S * (dv + 2) * 4, err, err_len) != OB_OK) {
                 if (vk->det) return ob_fail(err, err_len, OB_ERR_NOMEM, "vulkan: %s: no split scratch", n->name);
                 S = 1;
             }
@@ -1177,11 +1194,11 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             const ob_vk_shader sh = gw == 4 ? OB_VK_SH_ATTN_DEC : gw == 2 ? OB_VK_SH_ATTN_DEC_G2 : OB_VK_SH_ATTN_DEC_G1;
             ob_status st = OB_OK;
             for (uint64_t t0 = 0; t0 < T && !st; t0 += tc) {
-                const uint64_t nt = T - t0 < tc ? T - t0 : tc, qo = t0 * H * hd * 4;
-                pc.a = addr(a) + qo;
+                const uint64_t nt = T - t0 < tc ? T - t0 : tc;
+                pc.a = addr(a) + t0 * H * hd * 4;
                 pc.d = addr(n->src[3]) + t0 * 4;
                 pc.e = addr(n->src[4]) + t0 * 4;
-                pc.o = addr(n) + qo;
+                pc.o = addr(n) + t0 * H * dv * 4;
                 pc.u[2] = (uint32_t)nt | cpi << 16 | gw << 24;
                 /* the chunk before drew the same tickets and wrote the same partials */
                 if (t0 > 0 && S > 1) vk->need_barrier = true;
@@ -1191,7 +1208,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
             return st;
         }
         S = attn_splits(vk, T * H, (uint64_t)n->ip[0]);
-        if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (hd + 2) * 4, err, err_len) != OB_OK) S = 1;
+        if (S > 1 && ticket_scratch(vk, &vk->attn_part, T * H * S * (dv + 2) * 4, err, err_len) != OB_OK) S = 1;
         if (S <= 1) {
             /* and its int8 form where ob_vk_q8_out chose it (only without splits here) */
             const bool q8 = attn_q8_pc(vk, &pc);
@@ -1236,6 +1253,14 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     case OB_OP_MOE_SUM:
     case OB_OP_ADD_ID:
         return ob_vk_record_moe(vk, n, &pc, err, err_len);
+    case OB_OP_CONCAT:
+    case OB_OP_SLICE:
+        pc.u[0] = (uint32_t)n->ne[0];
+        pc.u[1] = (uint32_t)ne;
+        pc.u[2] = (uint32_t)a->ne[0];
+        pc.u[3] = n->op == OB_OP_SLICE ? (uint32_t)n->ip[0] : 0u;
+        pc.u[4] = n->op == OB_OP_CONCAT;
+        return ob_vk_dispatch(vk, OB_VK_SH_CONCAT, OB_TYPE_F32, &pc, cdiv(ne, 256), err, err_len);
     case OB_OP_CPY:
         pc.u[0] = (uint32_t)ne;
         pc.u[1] = (uint32_t)n->type;

@@ -81,6 +81,9 @@ static const uint32_t spv_moe_sum[] = {
 static const uint32_t spv_add_id[] = {
 #include "add_id.spv.inc"
 };
+static const uint32_t spv_concat[] = {
+#include "concat.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -119,5 +122,6 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MATMUL_ID] = {spv_matmul_id, sizeof(spv_matmul_id), "matmul_id"},
     [OB_VK_SH_MOE_SUM] = {spv_moe_sum, sizeof(spv_moe_sum), "moe_sum"},
     [OB_VK_SH_ADD_ID] = {spv_add_id, sizeof(spv_add_id), "add_id"},
+    [OB_VK_SH_CONCAT] = {spv_concat, sizeof(spv_concat), "concat"},
     [OB_VK_SH_FAULT] = {spv_fault, sizeof(spv_fault), "fault"},
 };

@@ -1,4 +1,5 @@
-// Activations by ob_act kind: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 relu, 4 tanh, 5 softplus.
+// Activations by ob_act kind: 0 silu, 1 gelu (tanh), 2 gelu (erf), 3 relu, 4 tanh, 5 softplus,
+// 6 sigmoid.
 float act(uint kind, float x) {
     if (kind == 0u) return x / (1.0 + exp(-x));
     if (kind == 1u) {
@@ -29,6 +30,7 @@ float act(uint kind, float x) {
         float l = t < 1e-3 ? t * (1.0 - t * (0.5 - t / 3.0)) : log(1.0 + t);
         return max(x, 0.0) + l;
     }
+    if (kind == 6u) return 1.0 / (1.0 + exp(-x));
     return max(x, 0.0);
 }
 

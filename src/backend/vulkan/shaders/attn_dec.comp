@@ -12,15 +12,17 @@
 // heads, but every invocation carries GW heads' dots, sums and outputs: the per-invocation
 // work, not the reads, set the time, so the default is 1 (bench/NOTES-vulkan-12-16.md:
 // Session 12, heads per workgroup).
-// a q F32 [hd, H, T], b K cache, c V cache ([hd * n_kv, cells] of TYPE: F32, F16 or Q8_0,
-// both the same), d pos I32 [T], e seq I32 [T], o y F32 [hd * H, T].
-// u[0] hd (a multiple of 8, 32..256; of 32 for Q8_0), u[1] H | n_kv << 16, u[2] T | CPI << 16 |
+// a q F32 [hd, H, T], b K cache [hd * n_kv, cells], c V cache [sv * n_kv, cells] (both of
+// TYPE: F32, F16 or Q8_0; c may be b itself, sv = hd, as MLA's), d pos I32 [T], e seq I32
+// [T], o y F32 [dv * H, T]: kv head j's value is elements [j * sv, j * sv + dv) of a V row.
+// u[0] hd | dv << 16 (hd a multiple of 8, 32..256, of 32 for Q8_0; dv <= hd a multiple of 8,
+// of 32 for Q8_0), f[4] sv (its bits: a multiple of 8), u[1] H | n_kv << 16, u[2] T | CPI << 16 |
 // GW << 24 (both repeated for the host's checks),
 // u[3] | u[8] << 32 the int8 output (bit 3), u[4] cells per seq, u[5] window, u[6] bit 2:
 // splits merged by the last (S > 1), bit 3 the int8 output, bits 8..15 splits S, bits 16..
 // the chunk count under which split 0 walks all chunks alone (0: never),
 // u[7] | floatBitsToUint(f[3]) << 32 the split scratch (TICKET_BYTES of tickets, one per
-// (t, kh, hg), then the partials [m, l, acc[hd]] per (t, h, sp)), u[9] cache cells,
+// (t, kh, hg), then the partials [m, l, acc[dv]] per (t, h, sp)), u[9] cache cells,
 // u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi max bias; p the attention sinks F32
 // [H] (0: none; attn.glsl's attn_inv), which join each head's softmax where its output is
 // made (the lanes' merge, or the last split's).

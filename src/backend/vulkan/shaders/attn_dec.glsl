@@ -336,9 +336,11 @@ void main() {
     if (g >= pc.u[10]) return;
     uint tid = gl_LocalInvocationID.x;
 #ifdef ATTN_FOLD
-    const uint hd = HD128 ? 128u : pc.u[0]; // HD128: the arithmetic on hd folds away
+    const uint hd = HD128 ? 128u : pc.u[0] & 0xffffu; // HD128: the arithmetic on hd folds away
+    const uint dv = hd, sv = hd;                      // the fold's values are its keys' width
 #else
-    const uint hd = pc.u[0];
+    // the values: dv wide, at sv a kv head in V rows of sv * n_kv (the K cache's, MLA's)
+    const uint hd = pc.u[0] & 0xffffu, dv = pc.u[0] >> 16, sv = floatBitsToUint(pc.f[4]);
 #endif
     uint H = pc.u[1] & 0xffffu, n_kv = pc.u[1] >> 16, T = pc.u[2] & 0xffffu;
     uint G = H / n_kv, NG = (G + GW - 1) / GW;
@@ -346,12 +348,12 @@ void main() {
     uint sp = g % S, gk = g / S, hg = gk % NG, t = gk / NG / n_kv, kh = gk / NG % n_kv;
     uint gn = min(GW, G - hg * GW); // heads of this workgroup: hb .. hb + gn - 1
     uint hb = kh * G + hg * GW;
-    uint NC = hd / 8, NCL = WG / NC, dc = tid % NC, cl = tid / NC, C = CPI * NCL, rl = hd * n_kv;
+    uint NC = hd / 8, NCL = WG / NC, dc = tid % NC, cl = tid / NC, C = CPI * NCL, rl = hd * n_kv, vrl = sv * n_kv;
     bool act = cl < NCL;
     if (!act) { dc = 0; cl = NCL - 1; } // idle invocations mirror a real one, drop results
     bool q8 = (pc.u[6] & 8u) != 0u, last = (pc.u[6] & 4u) != 0u && S > 1;
     uint64_t qx = uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32);
-    uint64_t qbytes = (uint64_t(T) * H * hd + 15) / 16 * 16;
+    uint64_t qbytes = (uint64_t(T) * H * dv + 15) / 16 * 16;
     uint64_t scr = uint64_t(pc.u[7]) | (uint64_t(floatBitsToUint(pc.f[3])) << 32);
     uint64_t p0 = scr + TICKET_BYTES;
     int p = BI32(pc.d).v[t], s = BI32(pc.e).v[t];
@@ -434,11 +436,13 @@ void main() {
         }
 #else
         uvec4 ka[8], kb[8], va[8], vb[8];
-        // every load of the chunk first; cells outside lo..hi read cell lo or hi instead
+        // every load of the chunk first; cells outside lo..hi read cell lo or hi instead, and
+        // lanes past the values' dv elements (dv < hd) the last chunk of them (dropped below)
+        const uint ve = kh * sv + min(dc * 8, dv - 8);
         for (uint i = 0; i < CPI; i++) {
             int j = clamp(j0 + int(i * NCL + cl), lo, hi);
             raw_chunk(pc.b, cell0 + uint64_t(j), rl, kh * hd + dc * 8, ka[i], kb[i]);
-            raw_chunk(pc.c, cell0 + uint64_t(j), rl, kh * hd + dc * 8, va[i], vb[i]);
+            raw_chunk(pc.c, cell0 + uint64_t(j), vrl, ve, va[i], vb[i]);
         }
 #endif
         for (uint i = 0; i < CPI; i++) {
@@ -499,16 +503,16 @@ void main() {
         float f = m[gi] == NEG_INF ? 0.0 : exp(m[gi] - M);
         for (uint k = 0; k < 8; k++) acc[gi][k] *= f;
     }
-    uint VS = 4 * hd + 1, st = hd + 2;
-    if (act)
+    uint VS = 4 * dv + 1, st = dv + 2;
+    if (act && dc * 8 < dv)
         for (uint gi = 0; gi < GW; gi++)
             if (gi < gn)
-                for (uint k = 0; k < 8; k++) red[cl * VS + gi * hd + dc * 8 + k] = acc[gi][k];
+                for (uint k = 0; k < 8; k++) red[cl * VS + gi * dv + dc * 8 + k] = acc[gi][k];
     barrier();
-    for (uint o = tid; o < gn * hd; o += WG) {
+    for (uint o = tid; o < gn * dv; o += WG) {
         float x = 0.0;
         for (uint c2 = 0; c2 < NCL; c2++) x += red[c2 * VS + o];
-        uint gi = o / hd, e = o % hd;
+        uint gi = o / dv, e = o % dv;
         float Lg = 0.0, Mg = NEG_INF;
         for (uint z = 0; z < GW; z++) {
             Lg = z == gi ? L[z] : Lg;
@@ -526,14 +530,14 @@ void main() {
 #ifdef ATTN_FOLD
             if ((pc.u[6] & 16u) == 0u) // bit 4: only the int8 output is read
 #endif
-            BF32(pc.o + ((gy0 + gi) * hd + e) * 4).v[0] = x;
+            BF32(pc.o + ((gy0 + gi) * dv + e) * 4).v[0] = x;
             lgs[o] = x;
         }
     }
     if (S == 1u) {
         if (q8) {
             barrier();
-            q8_group(gn, hd, uint(gy0), qx, qbytes);
+            q8_group(gn, dv, uint(gy0), qx, qbytes);
         }
         return;
     }
@@ -566,8 +570,8 @@ void main() {
         red[S * gn + tid] = attn_inv(pc.p, hb + tid, M, Ls);
     }
     barrier();
-    for (uint o = tid; o < gn * hd; o += WG) {
-        uint gi = o / hd, e = o % hd;
+    for (uint o = tid; o < gn * dv; o += WG) {
+        uint gi = o / dv, e = o % dv;
         BCF part = BCF(p0 + (gy0 + gi) * S * st * 4 + (2 + e) * 4);
         float x = 0.0;
         for (uint z0 = 0; z0 < S; z0 += 8) { // eight splits' loads in flight at once
@@ -579,12 +583,12 @@ void main() {
 #ifdef ATTN_FOLD
         if ((pc.u[6] & 16u) == 0u)
 #endif
-        BF32(pc.o + ((gy0 + gi) * hd + e) * 4).v[0] = x;
+        BF32(pc.o + ((gy0 + gi) * dv + e) * 4).v[0] = x;
         lgs[o] = x;
     }
     if (q8) {
         barrier();
-        q8_group(gn, hd, uint(gy0), qx, qbytes);
+        q8_group(gn, dv, uint(gy0), qx, qbytes);
     }
     if (tid == 0u) BTK(tk).v[0] = 0u;
 }

@@ -2,7 +2,8 @@
 // MATMUL_ID (graph.h): y[:, j, t] = W[:, :, id] x for slot j of token t, id the slot's
 // expert in the gate: W [K, N, E] of TYPE, b x F32 [K, T] (the token's slots share its row)
 // or [K, k, T] (a row per slot), c the MOE_GATE output [2k, T] (k weights, then k ids as
-// floats), o y F32 [N, k, T]. A slot whose id is not an integer in [0, E) gets zeros.
+// floats; 0: none, slot j takes matrix j, as MLA's one matrix per head), o y F32 [N, k, T].
+// A slot whose id is not an integer in [0, E) gets zeros.
 // u[0] K, u[1] N, u[2] E | 1 << 31 where x is shared by a token's slots, u[3] W row bytes,
 // u[4] rows per workgroup, u[5] 0 (x not staged), u[6] rows per subgroup on the streaming
 // path (0: the chunk path), u[7] 0 (no split-K), u[8] workgroups per slot (row blocks),
@@ -22,7 +23,7 @@ bool mv_slot(inout uint g) {
     const uint N = pc.u[1], RW = pc.u[4], k = pc.u[9], E = pc.u[2] & 0x7fffffffu;
     const uint p = g / pc.u[8], t = p / k;
     g %= pc.u[8];
-    const float v = BF32(pc.c + (uint64_t(t) * 2 * k + k + p % k) * 4).v[0];
+    const float v = pc.c == 0ul ? float(p % k) : BF32(pc.c + (uint64_t(t) * 2 * k + k + p % k) * 4).v[0];
     if (!(v >= 0.0 && v < float(E) && v == floor(v))) { // NaN included; E <= 2^24 is exact
         for (uint r = gl_LocalInvocationID.x; r < RW; r += WG)
             if (g * RW + r < N) BF32(pc.o).v[p * N + g * RW + r] = 0.0;
