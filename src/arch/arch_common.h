@@ -41,9 +41,9 @@ typedef struct ob_ffn_weights {
 /* Binds blk.il.<norm>.weight and blk.il.ffn_{gate,up,down}.weight. */
 ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const char *norm, ob_ffn_weights *w, char *err,
                       size_t err_len);
-/* down(silu(gate h) * up h) of the normed h [n_embd, T]. */
-ob_tensor *ob_build_ffn_swiglu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
-                               int il);
+/* down(act(gate h) * up h) of the normed h [n_embd, T], named blk.il.ffn_{gate,up,down}. */
+ob_tensor *ob_build_ffn_glu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
+                            ob_act act, int il);
 /* A required tensor blk.il.<suffix> of nd dimensions ne; f32: its type must be F32 (an op
  * reads it as floats: conv taps, norms, small vectors). */
 typedef struct ob_bind_spec {

@@ -158,13 +158,13 @@ ob_tensor *ob_build_attn_qkv(ob_graph *g, const ob_hparams *hp, const ob_fwd_inp
     return a;
 }
 
-ob_tensor *ob_build_ffn_swiglu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
-                               int il) {
+ob_tensor *ob_build_ffn_glu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
+                            ob_act act, int il) {
     ob_tensor *gt = ob_matmul(g, ob_weight_leaf(g, gate), h);
     ob_set_name(gt, "blk.%d.ffn_gate", il);
     ob_tensor *u = ob_matmul(g, ob_weight_leaf(g, up), h);
     ob_set_name(u, "blk.%d.ffn_up", il);
-    ob_tensor *f = ob_matmul(g, ob_weight_leaf(g, down), ob_glu(g, gt, u, OB_ACT_SILU));
+    ob_tensor *f = ob_matmul(g, ob_weight_leaf(g, down), ob_glu(g, gt, u, act));
     ob_set_name(f, "blk.%d.ffn_down", il);
     return f;
 }

@@ -85,12 +85,7 @@ static ob_tensor *gemma3_build(ob_graph *g, const ob_hparams *hp, const void *pr
         a = ob_rms_norm(g, a, ob_weight_leaf(g, L->post_attn_norm), hp->norm_eps);
         x = ob_add(g, x, a);
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);
-        ob_tensor *gt = ob_matmul(g, ob_weight_leaf(g, L->gate), h);
-        ob_set_name(gt, "blk.%d.ffn_gate", il);
-        ob_tensor *up = ob_matmul(g, ob_weight_leaf(g, L->up), h);
-        ob_set_name(up, "blk.%d.ffn_up", il);
-        ob_tensor *f = ob_matmul(g, ob_weight_leaf(g, L->down), ob_glu(g, gt, up, OB_ACT_GELU));
-        ob_set_name(f, "blk.%d.ffn_down", il);
+        ob_tensor *f = ob_build_ffn_glu(g, L->gate, L->up, L->down, h, OB_ACT_GELU, il);
         f = ob_rms_norm(g, f, ob_weight_leaf(g, L->post_ffn_norm), hp->norm_eps);
         x = ob_add(g, x, f);
     }

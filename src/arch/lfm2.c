@@ -125,7 +125,7 @@ static ob_tensor *lfm2_build(ob_graph *g, const ob_hparams *hp, const void *priv
                                            : ob_build_attn(g, hp, in, il, &L->attn, h, &hp->rope, 0));
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.ffn_norm", il);
-        x = ob_add(g, x, ob_build_ffn_swiglu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, il));
+        x = ob_add(g, x, ob_build_ffn_glu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, OB_ACT_SILU, il));
     }
     return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }

@@ -70,14 +70,7 @@ static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *pri
         x = ob_add(g, x, a);
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.ffn_norm", il);
-        ob_tensor *gt = ob_matmul(g, ob_weight_leaf(g, L->gate), h);
-        ob_set_name(gt, "blk.%d.ffn_gate", il);
-        ob_tensor *up = ob_matmul(g, ob_weight_leaf(g, L->up), h);
-        ob_set_name(up, "blk.%d.ffn_up", il);
-        ob_tensor *f = ob_glu(g, gt, up, OB_ACT_SILU);
-        f = ob_matmul(g, ob_weight_leaf(g, L->down), f);
-        ob_set_name(f, "blk.%d.ffn_down", il);
-        x = ob_add(g, x, f);
+        x = ob_add(g, x, ob_build_ffn_glu(g, L->gate, L->up, L->down, h, OB_ACT_SILU, il));
     }
     return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }

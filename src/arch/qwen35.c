@@ -201,7 +201,7 @@ static ob_tensor *q35_build(ob_graph *g, const ob_hparams *hp, const void *priv,
         x = ob_add(g, x, hp->layer_rec[il] ? delta_block(g, hp, in, L, h, il) : attn_block(g, hp, in, L, h, il));
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.post_attention_norm", il);
-        x = ob_add(g, x, ob_build_ffn_swiglu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, il));
+        x = ob_add(g, x, ob_build_ffn_glu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, OB_ACT_SILU, il));
     }
     return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }

@@ -143,10 +143,8 @@ static bool literal_value(conv *c, const json_t *v, ob_gtext *o) {
 
 static bool visit(conv *c, const json_t *s, const char *name, ob_gtext *o);
 
-/* Makes a rule "name ::= <s>" and appends its name. */
-static bool visit_rule(conv *c, const json_t *s, const char *hint, ob_gtext *o) {
-    const char *name = take_name(c, hint);
-    if (!name) return false;
+/* The rule "name ::= <s>" under a name already taken, and the name appended. */
+static bool make_rule(conv *c, const json_t *s, const char *name, ob_gtext *o) {
     ob_gtext body = {0};
     bool ok = visit(c, s, name, &body);
     if (ok && body.oom) ok = oom(c);
@@ -154,6 +152,12 @@ static bool visit_rule(conv *c, const json_t *s, const char *hint, ob_gtext *o) 
     free(body.s);
     if (ok) ob_gtext_puts(o, name);
     return ok;
+}
+
+/* Makes a rule "name ::= <s>" and appends its name. */
+static bool visit_rule(conv *c, const json_t *s, const char *hint, ob_gtext *o) {
+    const char *name = take_name(c, hint);
+    return name && make_rule(c, s, name, o);
 }
 
 /* ---- $ref ------------------------------------------------------------------------------ */
@@ -214,13 +218,7 @@ static bool visit_ref(conv *c, const char *ref, ob_gtext *o) {
     char *r = strdup(ref);
     if (!r) return oom(c);
     c->refs[c->n_refs++] = (ref_rule){r, (char *)name};
-    ob_gtext body = {0};
-    bool ok = visit(c, target, name, &body);
-    if (ok && body.oom) ok = oom(c);
-    if (ok) add_rule(c, name, body.s ? body.s : "");
-    free(body.s);
-    if (ok) ob_gtext_puts(o, name);
-    return ok;
+    return make_rule(c, target, name, o);
 }
 
 /* ---- integers ----------------------------------------------------------------------------- */
