@@ -534,6 +534,8 @@ static void run_long_all(const dev *devs, int n_dev) {
 int main(int argc, char **argv) {
     g_argc = argc;
     g_argv = argv;
+    /* a missing barrier fails the decode on lavapipe too (vk_hazard.c) */
+    setenv("ONEBIT_VK_HZ_AUDIT", "1", 0);
     const dev devs[] = {
         {OB_DEVICE_CPU, "cpu"},
 #ifdef ONEBIT_CUDA

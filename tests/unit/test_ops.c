@@ -304,6 +304,9 @@ static void open_backends(void) {
 #endif
 #ifdef ONEBIT_VULKAN
     setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU, as test_vulkan_ops */
+    /* every level's dispatches checked apart from the hazard ranges (vk_hazard.c): a
+     * missing barrier shows on lavapipe too, which runs dispatches one after another */
+    setenv("ONEBIT_VK_HZ_AUDIT", "1", 0);
     pin_mesa_drivers();
     err[0] = 0;
     ob_backend *vk = ob_backend_vulkan_new(0, false, err, sizeof(err));

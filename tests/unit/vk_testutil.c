@@ -225,6 +225,7 @@ void check_on_as(ob_backend *be, ob_graph *g, ob_tensor *o, double atol, double 
 
 bool vkt_begin(const char *name) {
     setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU */
+    setenv("ONEBIT_VK_HZ_AUDIT", "1", 0);         /* a missing barrier fails (vk_hazard.c) */
     pin_mesa_drivers();
     ob_vulkan_list_devices(stdout);
     char err[512] = "";

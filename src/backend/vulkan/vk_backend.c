@@ -398,6 +398,11 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
         c->barrier = vk->need_barrier;
         c->sh = (uint32_t)sh;
         vk->need_barrier = false;
+        st = ob_vk_hz_audit(vk, c->barrier, ob_vk_spv_table[sh].name, err, err_len);
+        if (st) {
+            vk->n_list--;
+            return st;
+        }
         /* its progress mark's entry (record_list writes the marks) */
         if (vk->marks && (st = ob_vk_mark_add(vk, &vk->mk_list, sh, c->barrier, err, err_len)) != OB_OK) vk->n_list--;
         return st;
@@ -406,6 +411,8 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
     if (st) return st;
     /* Outside a graph (no hazard check ran) every dispatch is fenced off. */
     const bool bar = vk->need_barrier || vk->hz_all;
+    st = ob_vk_hz_audit(vk, bar, ob_vk_spv_table[sh].name, err, err_len);
+    if (st) return st;
     if (bar) barrier(vk, vk->cmd, k_dst_stage, k_dst_access, false);
     vk->need_barrier = false;
     vk->hz_all = false;
@@ -427,69 +434,6 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
     return OB_OK;
 }
 
-/* ---- hazards --------------------------------------------------------------------------- */
-
-static bool hz_hit(const ob_vk_range *r, int n, uint64_t lo, uint64_t hi) {
-    for (int i = 0; i < n; i++)
-        if (lo < r[i].hi && r[i].lo < hi) return true;
-    return false;
-}
-
-/* Before node n's dispatch: does it need a barrier (sets need_barrier), then its ranges
- * join the ones since the last barrier. Reads: every source; writes: the output, and the
- * cache for KV_STORE (it writes its second source). With add (fused into n, whose first
- * source it is): add's sources are read instead, and add's output written too. */
-static void hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const ob_tensor *store) {
-    ob_vk_range rd[3 * OB_MAX_SRC], wr[6];
-    int nrd = 0, nwr = 0;
-    for (int i = 0; i < 3 * OB_MAX_SRC; i++) {
-        const ob_tensor *by = i < OB_MAX_SRC ? n : i < 2 * OB_MAX_SRC ? add : store;
-        const ob_tensor *s = by ? by->src[i % OB_MAX_SRC] : NULL;
-        if (add && s == add) {
-            /* a residual ADD's sum is written; a norm fused before a rope is not (the
-             * rope is its one reader, and reads it inside the dispatch) */
-            uint64_t lo = (uint64_t)(uintptr_t)add->data;
-            if (add->op == OB_OP_ADD) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(add), false};
-            continue;
-        }
-        /* KV_STORE outputs are ordering tokens: no shader reads them (the caches' own
-         * ranges order the attention after its stores) */
-        if (!s || !s->data || s == n || s->op == OB_OP_KV_STORE) continue;
-        uint64_t lo = (uint64_t)(uintptr_t)s->data;
-        if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
-        else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
-    }
-    /* n's output, but not a KV_STORE's token (kv_store.comp never writes it); dead when
-     * nothing reads it back: a rope's output when its store is fused in */
-    uint64_t o = (uint64_t)(uintptr_t)n->data;
-    if (n->op != OB_OP_KV_STORE) wr[nwr++] = (ob_vk_range){o, o + ob_nbytes(n), store != NULL};
-    /* a norm or GLU that also writes the int8 x buffer */
-    ob_vk_range q = ob_vk_q8_out(vk, n, add);
-    if (q.hi > q.lo) wr[nwr++] = q;
-    ob_vk_hz(vk, rd, nrd, wr, nwr);
-}
-
-void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, int nwr) {
-    bool need = vk->hz_all || vk->all_barriers || (!vk->listing && !vk->recording) ||
-                vk->hz_nrd + nrd > OB_VK_MAX_RANGES || vk->hz_nwr + nwr > OB_VK_MAX_RANGES;
-    for (int i = 0; i < nrd && !need; i++) need = hz_hit(vk->hz_wr, vk->hz_nwr, rd[i].lo, rd[i].hi);
-    for (int i = 0; i < nwr && !need; i++)
-        need = (!wr[i].dead && hz_hit(vk->hz_wr, vk->hz_nwr, wr[i].lo, wr[i].hi)) ||
-               hz_hit(vk->hz_rd, vk->hz_nrd, wr[i].lo, wr[i].hi);
-    if (need) {
-        vk->need_barrier = true;
-        vk->hz_all = false;
-        vk->hz_nrd = vk->hz_nwr = 0;
-    }
-    for (int i = 0; i < nrd; i++) vk->hz_rd[vk->hz_nrd++] = rd[i];
-    for (int i = 0; i < nwr; i++) {
-        vk->hz_wr[vk->hz_nwr++] = wr[i];
-        if (vk->q8_src && wr[i].lo < vk->q8_end && vk->q8_src < wr[i].hi) vk->q8_src = 0;
-        /* the norm's bytes reused: it is dead, and so is its prenorm */
-        if (vk->pn_src && wr[i].lo < vk->pn_end && vk->pn_src < wr[i].hi) vk->pn_src = 0;
-    }
-}
-
 /* The node a group of dispatches is timed and named as (ONEBIT_VK_PROFILE, fault lines). */
 static void rec_node(ob_vk *vk, const ob_tensor *n) {
     vk->prof.key_now = prof_key(n);
@@ -498,6 +442,7 @@ static void rec_node(ob_vk *vk, const ob_tensor *n) {
 
 /* Records node *i, or the fused pair starting there (then *i moves to its second node). */
 static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t err_len) {
+    ob_vk_hz_own_clear(vk); /* (the fused recorders hand in their own ranges) */
     /* partial sums of squares from a matmul + ADD serve only the plain RMS_NORM right after */
     const uint64_t ss = vk->ss_src;
     vk->ss_src = 0;
@@ -513,7 +458,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         if (j < g->n && ob_vk_fusable_add_norm(vk, n, &g->nodes[j])) {
             ob_tensor *norm = &g->nodes[j];
             rec_node(vk, norm);
-            hz_node(vk, norm, n, NULL);
+            ob_vk_hz_node(vk, norm, n, NULL);
             *i = j;
             return ob_vk_record_add_norm(vk, n, norm, err, err_len);
         }
@@ -527,7 +472,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
             if (k < g->n && ob_vk_fusable_rope_store(vk, rope, &g->nodes[k], k)) store = &g->nodes[k];
             if (store || ob_vk_norm_rope_out_ok(n, rope)) {
                 rec_node(vk, n); /* timed as the norm */
-                hz_node(vk, rope, n, store);
+                ob_vk_hz_node(vk, rope, n, store);
                 *i = store ? k : j;
                 return ob_vk_record_norm_rope(vk, n, rope, store, err, err_len);
             }
@@ -559,7 +504,7 @@ static ob_status record_at(ob_vk *vk, ob_graph *g, int64_t *i, char *err, size_t
         }
     }
     rec_node(vk, n); /* the dispatches of this node time under its key */
-    hz_node(vk, n, NULL, NULL);
+    ob_vk_hz_node(vk, n, NULL, NULL);
     if (n->op == OB_OP_RMS_NORM) vk->ss_src = ss;
     return ob_vk_record_node(vk, n, err, err_len);
 }
@@ -821,6 +766,8 @@ static ob_status compute_graph(ob_backend *be, ob_graph *g, char *err, size_t er
         pr->t_step = ob_time_s();
     }
     vk->q8_src = vk->pn_src = 0; /* a quantized x is kept within a graph only */
+    ob_vk_hz_audit_reset(vk);
+    ob_vk_hz_own_clear(vk);
     vk->ss_src = 0;
     /* the graph gcmd was listed from, back at that version: no host pass over its nodes */
     const bool unlisted = vk->reuse && vk->prev_valid && g->version && g == vk->list_g &&

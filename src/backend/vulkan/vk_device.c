@@ -265,6 +265,7 @@ ob_status ob_vk_device_init(ob_vk *vk, int index, char *err, size_t err_len) {
     vk->q8_min_wg_auto = o->q8_min_wg < 0;
     vk->reuse = !o->no_reuse;
     vk->all_barriers = o->all_barriers;
+    vk->hz_audit = o->hz_audit;
     vk->bar_compute = o->barrier_compute;
     vk->no_fuse = o->no_fuse;
     vk->attn_splits = (uint32_t)o->attn_split;
@@ -396,6 +397,7 @@ void ob_vk_device_free(ob_vk *vk) {
     }
     if (vk->inst && !vk->faulted) vkDestroyInstance(vk->inst, NULL);
     free(vk->allocs);
+    ob_vk_hz_audit_free(vk);
     free(vk->list);
     free(vk->prev);
     free(vk->rp);

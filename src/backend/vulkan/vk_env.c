@@ -29,6 +29,8 @@ static const ob_env_var g_vk_env[] = {
              "rows a subgroup halve while a matmul gets fewer workgroups (default: 256, TQ2_0 64)"),
     OB_ENV_B("ONEBIT_VK_NO_REUSE", T, no_reuse, 0, "record every step (no re-submitted command buffers)"),
     OB_ENV_B("ONEBIT_VK_ALL_BARRIERS", T, all_barriers, 0, "a barrier after every dispatch"),
+    OB_ENV_B("ONEBIT_VK_HZ_AUDIT", T, hz_audit, 0,
+             "check every dispatch against the others since its barrier apart from the hazard ranges (tests)"),
     OB_ENV_B("ONEBIT_VK_BARRIER_COMPUTE", T, barrier_compute, 0, "a listed graph's barriers compute-to-compute only (no faster)"),
     OB_ENV_B("ONEBIT_VK_NO_FUSE", T, no_fuse, 0, "every node its own dispatch"),
     OB_ENV_I("ONEBIT_VK_ATTN_SPLIT", T, attn_split, 16, 1, 64, "decode attention splits over cells, at most (1: off)"),

@@ -175,6 +175,23 @@ typedef struct ob_vk_cmd {
  * earlier writes (WAW). Later dispatches still order themselves after it. */
 typedef struct ob_vk_range { uint64_t lo, hi; bool dead; } ob_vk_range;
 #define OB_VK_MAX_RANGES 64
+/* A node's own ranges (vk_hazard.c's ob_vk_hz_node): every source of it, of a fused ADD
+ * and a fused KV_STORE read; its output, the ADD's, the cache and the int8 x written. */
+#define OB_VK_OWN_RD (3 * OB_MAX_SRC)
+#define OB_VK_OWN_WR 6
+/* The hazard audit (vk_hazard.c): each range handed to the hazard check, tied to the
+ * dispatch it came before (disp; -1 while that dispatch is still to come). */
+typedef struct ob_vk_audit_range {
+    ob_vk_range r;
+    bool wr;
+    int64_t disp;
+} ob_vk_audit_range;
+typedef struct ob_vk_audit {
+    ob_vk_audit_range *r; /* the ranges of the dispatches since the last barrier, then the pending ones */
+    int64_t n, cap, disp;
+    bool failed;
+    char msg[256];
+} ob_vk_audit;
 
 /* Repacked weights (vk_repack.c, shaders/dequant.glsl's RP): a model weight's bytes
  * [lo, hi) of type `type` in groups of 8 blocks, bodies then d's. A dispatch's weight type
@@ -224,7 +241,7 @@ typedef struct ob_vk_opts {
     bool matvec_stage, matvec_splitk;
     bool q8, q8_stage, q8_fuse;
     int q8_rows, q8_rows1, q8_min_wg;
-    bool no_reuse, all_barriers, barrier_compute, no_fuse;
+    bool no_reuse, all_barriers, barrier_compute, no_fuse, hz_audit;
     int attn_split, attn_cells;
     bool res_fuse, prenorm, attn_q8, attn_last, attn_dec;
     int attn_solo, q6k_rows1;
@@ -342,6 +359,12 @@ typedef struct ob_vk {
      * bytes an earlier dispatch since the last barrier wrote, or writes bytes one read. */
     ob_vk_range hz_rd[OB_VK_MAX_RANGES], hz_wr[OB_VK_MAX_RANGES];
     int hz_nrd, hz_nwr;
+    /* the node being recorded (ob_vk_hz_node): its ranges outlive a barrier its own
+     * dispatches set */
+    ob_vk_range hz_own_rd[OB_VK_OWN_RD], hz_own_wr[OB_VK_OWN_WR];
+    int hz_nown_rd, hz_nown_wr;
+    bool hz_audit;         /* ONEBIT_VK_HZ_AUDIT=1: every level's dispatches checked apart */
+    ob_vk_audit audit;
     bool hz_all;           /* a barrier before the next dispatch whatever it touches */
     bool need_barrier;     /* set by the hazard check, taken by ob_vk_dispatch */
     /* Graph reuse: a graph with every node on the device is first listed (list), then
@@ -478,6 +501,15 @@ ob_status ob_vk_dispatch(ob_vk *vk, ob_vk_shader sh, ob_type type, ob_vk_pc *pc,
  * sets need_barrier when rd/wr touch bytes written (wr: or read) since the last barrier,
  * then adds them to the ranges; writes over q8_src .. q8_end drop the quantized x. */
 void ob_vk_hz(ob_vk *vk, const ob_vk_range *rd, int nrd, const ob_vk_range *wr, int nwr);
+/* Before node n's dispatches (add: an ADD fused before it; store: a KV_STORE fused after
+ * it): its ranges, kept as the node's own until ob_vk_hz_own_clear. */
+void ob_vk_hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const ob_tensor *store);
+void ob_vk_hz_own_clear(ob_vk *vk);
+/* The hazard audit at a dispatch of shader `shader` (barrier: one goes before it); a
+ * failure stays until ob_vk_hz_audit_reset (a graph's start). */
+ob_status ob_vk_hz_audit(ob_vk *vk, bool barrier, const char *shader, char *err, size_t err_len);
+void ob_vk_hz_audit_reset(ob_vk *vk);
+void ob_vk_hz_audit_free(ob_vk *vk);
 /* The int8 x buffer's range that a norm (add: a residual ADD fused before it) or GLU node
  * will also write when recorded, else {0, 0} (vk_ops.c: the buffer is sized first). The
  * answer is kept in q8_next for the node's recording. */
