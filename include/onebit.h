@@ -118,6 +118,12 @@ typedef struct ob_model_info {
     const char *backend;     /* "cpu", "cuda", ... */
 } ob_model_info;
 void ob_model_get_info(const ob_model *m, ob_model_info *out);
+/* Device memory the engine holds for the model: its weights (on a host-memory backend those
+ * borrowed from the file's mapping, counted all the same) and the buffers of its contexts
+ * (KV cache, recurrent state, scratch, inputs). *peak: the most at once since the load or
+ * the last ob_model_memory_reset_peak. A backend's own working memory is not counted. */
+void ob_model_memory(const ob_model *m, uint64_t *now, uint64_t *peak);
+void ob_model_memory_reset_peak(ob_model *m);
 /* The model's tokenizer (owned by the model). */
 const ob_tokenizer *ob_model_tokenizer(const ob_model *m);
 /* Chat template from metadata (tokenizer.chat_template), or NULL. */
@@ -125,7 +131,21 @@ const char *ob_model_chat_template(const ob_model *m);
 
 /* ---- contexts ---------------------------------------------------------------------- */
 
-typedef enum ob_kv_type { OB_KV_F16 = 0, OB_KV_Q8_0 = 1, OB_KV_F32 = 2 } ob_kv_type;
+/* KV cache element types: llama-server's -ctk / -ctv values. Quantized ones need head
+ * sizes that hold whole blocks of 32. */
+typedef enum ob_kv_type {
+    OB_KV_F16 = 0, OB_KV_Q8_0 = 1, OB_KV_F32 = 2, OB_KV_BF16 = 3, OB_KV_Q4_0 = 4, OB_KV_Q4_1 = 5,
+    OB_KV_Q5_0 = 6, OB_KV_Q5_1 = 7, OB_KV_IQ4_NL = 8,
+    OB_KV_COUNT = 9,
+} ob_kv_type;
+/* Every cache type's name, for usage and error lines. */
+#define OB_KV_TYPE_NAMES "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl"
+/* A cache type's name as llama-server spells it ("q4_0"), or NULL for a value that is none. */
+const char *ob_kv_type_name(ob_kv_type t);
+/* Parses a cache type name, case-insensitive. Returns false if unknown. */
+bool ob_kv_type_from_name(const char *name, ob_kv_type *out);
+/* The tensor type a cache of type t holds (OB_TYPE_COUNT for a value that is none). */
+ob_type ob_kv_type_tensor(ob_kv_type t);
 
 typedef struct ob_context_params {
     int n_ctx;               /* total KV cells per sequence; 0 = min(train ctx, 4096) */
@@ -155,6 +175,16 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *p, ob_context **o
                          char *err, size_t err_len);
 void ob_context_free(ob_context *c);
 int ob_context_n_ctx(const ob_context *c);
+/* Where the context's graphs run (its largest prefill and a one-token step, the most of
+ * either): nodes the backend has no kernel for (run on the CPU reference under
+ * strict_device = false; with strict placement the context is refused at the first one),
+ * runs of consecutive nodes on one side (1: all on the device), the off nodes' op names. */
+typedef struct ob_placement {
+    int n_off_device;
+    int n_splits;
+    char off_ops[128];       /* "SSM_CONV, DELTA_NET"; "" when none */
+} ob_placement;
+void ob_context_placement(const ob_context *c, ob_placement *out);
 
 /* A batch of tokens; each token belongs to a sequence at a position. Positions of one
  * sequence must be contiguous from that sequence's current length. */
@@ -207,6 +237,18 @@ bool ob_model_has_recurrent_state(const ob_model *m);
  * request per sequence (a new one replaces it); the oldest of the sequence's
  * n_seq_checkpoints is overwritten. No effect without recurrent layers or checkpoints. */
 void ob_seq_checkpoint_at(ob_context *c, int seq, int pos);
+/* Writes sequence seq's cache (every attention layer's K and V cells, the recurrent state)
+ * and its tokens (n_tokens: exactly ob_seq_len, the tokens the cells hold) to path, through
+ * path.tmp renamed over it. *n_bytes: the file's size. */
+ob_status ob_seq_save_file(ob_context *c, int seq, const int32_t *tokens, int n_tokens, const char *path,
+                           size_t *n_bytes, char *err, size_t err_len);
+/* Reads a file ob_seq_save_file wrote (same model shape and cache types, or an error) into
+ * sequence seq, whose earlier contents and checkpoints are then gone. A file refused before
+ * its cells are read (missing, not a saved sequence, another model's) leaves the sequence as
+ * it was; one cut short or damaged leaves it empty.
+ * *tokens (malloc'd, the caller frees) and *n_tokens: what the sequence now holds. */
+ob_status ob_seq_load_file(ob_context *c, int seq, const char *path, int32_t **tokens, int *n_tokens, size_t *n_bytes,
+                           char *err, size_t err_len);
 
 /* ---- tokenizer ----------------------------------------------------------------------- */
 

@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "app/commands.h"
+#include "app/hf_cache.h"
 #include "app/hf_pull.h"
 #include "app/opts.h"
 #include "app/serve_router.h"
@@ -58,8 +59,8 @@ void ob_srv_print_usage(const char *prog) {
            "  -c, --ctx-size N          KV cells in all, split evenly between slots (default 4096)\n"
            "  -np, --parallel N         slots decoded together (default 1)\n"
            "  -b, --batch-size N        max tokens per forward (default 512)\n"
-           "  -ctk, --cache-type-k T    f16, q8_0 or f32\n"
-           "  -ctv, --cache-type-v T    f16, q8_0 or f32\n"
+           "  -ctk, --cache-type-k T    " OB_KV_TYPE_NAMES " (default f16)\n"
+           "  -ctv, --cache-type-v T    the same types\n"
            "  -t, --threads N           CPU threads (default: all cores)\n"
            "  --device D                cpu, cuda[N], vulkan[N] (also CUDA0, Vulkan0, none)\n"
            "  --no-strict-device        allow nodes to fall back to the CPU\n"
@@ -131,13 +132,6 @@ static bool parse_int(const char *s, long lo, long hi, int *out) {
     return true;
 }
 
-static bool parse_kv_type(const char *s, ob_kv_type *out) {
-    if (!strcasecmp(s, "f16")) *out = OB_KV_F16;
-    else if (!strcasecmp(s, "q8_0")) *out = OB_KV_Q8_0;
-    else if (!strcasecmp(s, "f32")) *out = OB_KV_F32;
-    else return false;
-    return true;
-}
 
 /* Our device names and llama-server's (CUDA0, Vulkan1, none). */
 static bool parse_device(const char *s, ob_model_params *mp) {
@@ -210,20 +204,23 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             if (end == v || *end || !(p >= 0 && p <= 1)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: '%s' is not a probability in [0, 1]", a, v);
             c->draft_p_min = (float)p;
         } else if (is_flag(a, "-cd", "--ctx-size-draft") || is_flag(a, "-ngld", "--n-gpu-layers-draft") ||
-                   is_flag(a, "-devd", "--device-draft") || is_flag(a, "-ctkd", "--cache-type-k-draft") ||
-                   is_flag(a, "-ctvd", "--cache-type-v-draft")) {
+                   is_flag(a, "-devd", "--device-draft")) {
             /* the draft shares the target's device, slot length and KV layout here */
             NEED_VALUE();
+        } else if (is_flag(a, "-ctkd", "--cache-type-k-draft") || is_flag(a, "-ctvd", "--cache-type-v-draft")) {
+            /* ... and its cache types: a name that is none is still refused */
+            NEED_VALUE();
+            if (!ob_kv_type_from_name(v, NULL)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown cache type '%s' (" OB_KV_TYPE_NAMES ")", a, v);
         }
         else if (is_flag(a, "-np", "--parallel")) INT_VALUE(1, 256, c->n_slots);
         else if (is_flag(a, "-b", "--batch-size")) INT_VALUE(1, 1 << 16, c->n_batch);
         else if (is_flag(a, "-ub", "--ubatch-size")) { int u; INT_VALUE(1, 1 << 16, u); (void)u; }
         else if (is_flag(a, "-ctk", "--cache-type-k")) {
             NEED_VALUE();
-            if (!parse_kv_type(v, &c->type_k)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unsupported cache type '%s' (f16, q8_0, f32)", a, v);
+            if (!ob_kv_type_from_name(v, &c->type_k)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown cache type '%s' (" OB_KV_TYPE_NAMES ")", a, v);
         } else if (is_flag(a, "-ctv", "--cache-type-v")) {
             NEED_VALUE();
-            if (!parse_kv_type(v, &c->type_v)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unsupported cache type '%s' (f16, q8_0, f32)", a, v);
+            if (!ob_kv_type_from_name(v, &c->type_v)) return ob_fail(err, err_len, OB_ERR_ARG, "%s: unknown cache type '%s' (" OB_KV_TYPE_NAMES ")", a, v);
         } else if (is_flag(a, "-fa", "--flash-attn")) {
             /* llama-server takes an optional on/off/auto; attention is always fused here */
             c->flash_attn = true;
@@ -252,6 +249,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         }
         else if (is_flag(a, "--no-slots", NULL)) c->no_slots = true;
         else if (is_flag(a, "--slots", NULL)) c->no_slots = false;
+        else if (is_flag(a, "--slot-save-path", NULL)) { NEED_VALUE(); c->slot_save_path = v; }
         else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
         else if (is_flag(a, "--deterministic", NULL)) c->mp.deterministic = true;
@@ -309,7 +307,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             if (!c->router_flag) c->router_flag = a[2] == 'n' ? "--no-models-autoload" : "--models-autoload";
         } else if (is_flag(a, "--exit-with-stdin", NULL)) {
             c->exit_with_stdin = true;
-        } else if (is_flag(a, "--slot-save-path", "--lora") || is_flag(a, "--grp-attn-n", "--grp-attn-w") ||
+        } else if (is_flag(a, "--lora", NULL) || is_flag(a, "--grp-attn-n", "--grp-attn-w") ||
                    is_flag(a, "--mmproj", "--mmproj-url") || is_flag(a, "--media-path", NULL)) {
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "%s is not supported (docs/compat.md)", a);
         } else if (is_flag(a, "--no-mmap", "--mlock") || is_flag(a, "--no-webui", "--log-disable") ||
@@ -431,6 +429,17 @@ int ob_cmd_serve(int argc, char **argv) {
             return 2;
         }
         cfg.model_path = def;
+    }
+    if (cfg.slot_save_path) {
+        /* made if missing, as llama-server does; the files go straight under it */
+        char e2[256], probe[4096];
+        snprintf(probe, sizeof(probe), "%s/.", cfg.slot_save_path);
+        if (!*cfg.slot_save_path || ob_hf_mkdirs(probe, e2, sizeof(e2)) != OB_OK) {
+            fprintf(stderr, "1bit serve: --slot-save-path: cannot make the folder '%s'\n", cfg.slot_save_path);
+            free(def);
+            free(hf_draft);
+            return 2;
+        }
     }
     char *tmpl = NULL;
     if (cfg.chat_template_file) {

@@ -1,7 +1,9 @@
 /* 1bit synth: random-weight models of real shapes, for speed comparisons: Qwen3 (the shapes
- * of ../shared/bench/ANCHORS.md) and the hybrids of issue #33, Qwen3.5-27B (qwen35) and
- * LFM2-1.2B (lfm2), with the Qwen3 tokenizer's vocabulary (padded, or cut to the first
- * n_vocab tokens and the merges among them) at each model's vocabulary size. Weights are
+ * of ../shared/bench/ANCHORS.md), the hybrids of issue #33, Qwen3.5-27B (qwen35) and
+ * LFM2-1.2B (lfm2), and the dense families of issue #35, Phi-4-mini (phi3: fused qkv and
+ * gate/up, LongRoPE tables of ones), SmolLM3-3B (smollm3) and MiniCPM4-8B (minicpm), with
+ * the Qwen3 tokenizer's vocabulary (padded, or cut to the first n_vocab tokens and the
+ * merges among them) at each model's vocabulary size. Weights are
  * N(0, 0.02), norms 1 (a recurrent layer's decay -1, its bias 0, so its state stays
  * bounded); quantized with our reference quantizers and, for Q4_K_M, the same per-tensor type
  * mix llama.cpp's quantizer picks for the tensors a Qwen3 has. */
@@ -18,8 +20,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-typedef enum ob_synth_arch { OB_SYN_QWEN3 = 0, OB_SYN_QWEN35 = 1, OB_SYN_LFM2 = 2 } ob_synth_arch;
-static const char *const g_arch_name[] = {"qwen3", "qwen35", "lfm2"};
+typedef enum ob_synth_arch {
+    OB_SYN_QWEN3 = 0, OB_SYN_QWEN35 = 1, OB_SYN_LFM2 = 2, OB_SYN_PHI3 = 3, OB_SYN_SMOLLM3 = 4, OB_SYN_MINICPM = 5
+} ob_synth_arch;
+static const char *const g_arch_name[] = {"qwen3", "qwen35", "lfm2", "phi3", "smollm3", "minicpm"};
 
 typedef struct ob_shape {
     const char *name;
@@ -43,8 +47,12 @@ static const ob_shape g_shapes[] = {
     /* LFM2-1.2B: attention at layers 2, 5, 8, 10, 12, 14; block_ff_dim 12288 adjusted to 8192 */
     {"lfm2-1.2b", OB_SYN_LFM2, 2048, 16, 32, 8, 64, 8192, 65536, true, 64, 0, 0, 0, 3,
      (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 1e6f, 1e-5f},
+    /* Phi-4-mini: rope over three quarters of a head */
+    {"phi-4-mini", OB_SYN_PHI3, 3072, 32, 24, 8, 128, 8192, 200064, true, 96, 0, 0, 0, 0, 0, 1e4f, 1e-5f},
+    {"smollm3-3b", OB_SYN_SMOLLM3, 2048, 36, 16, 4, 128, 11008, 128256, true, 128, 0, 0, 0, 0, 0, 5e6f, 1e-6f},
+    {"minicpm4-8b", OB_SYN_MINICPM, 4096, 32, 32, 2, 128, 16384, 73448, false, 128, 0, 0, 0, 0, 0, 1e4f, 1e-6f},
 };
-#define OB_SYNTH_SHAPES "qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3.5-27b, lfm2-1.2b"
+#define OB_SYNTH_SHAPES "qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3.5-27b, lfm2-1.2b, phi-4-mini, smollm3-3b, minicpm4-8b"
 
 typedef struct ob_synth_tensor {
     char name[64];
@@ -276,11 +284,12 @@ int ob_cmd_synth(int argc, char **argv) {
         else if (!strcmp(a, "--dry-run")) dry = true;
         else if (!strcmp(a, "--fast")) fast = true;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: 1bit synth --shape qwen3-0.6b|qwen3-4b|qwen3-8b|qwen3.5-27b|lfm2-1.2b --type T -o FILE [--tokenizer tokenizer.json]\n"
+            printf("usage: 1bit synth --shape SHAPE --type T -o FILE [--tokenizer tokenizer.json]\n"
                    "       [--seed N] [-t N] [--dry-run] [--fast]\n"
                    "  --dry-run: print the tensor bytes of the file and write nothing\n"
                    "  --fast: draw and quantize 64 rows per tensor and repeat them (for speed benchmarks)\n"
-                   "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n");
+                   "  T: F32, F16, BF16, Q4_K_M, or any single type (Q8_0, Q4_0, TQ2_0, Q1_0, IQ4_XS, ...)\n"
+                   "  SHAPE: " OB_SYNTH_SHAPES "\n");
             return 0;
         } else { fprintf(stderr, "1bit synth: unknown option '%s'\n", a); return 2; }
     }
@@ -332,12 +341,24 @@ int ob_cmd_synth(int argc, char **argv) {
         ob_gguf_set_u32(w, KEY("ssm.inner_size"), (uint32_t)(sh->lin_v * sh->lin_dim));
         ob_gguf_set_u32(w, KEY("full_attention_interval"), 4);
     }
+    if (sh->arch == OB_SYN_PHI3) { /* as llama.cpp's converter writes Phi-4-mini's */
+        ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->n_rot);
+        ob_gguf_set_u32(w, KEY("rope.scaling.original_context_length"), 4096);
+        ob_gguf_set_f32(w, KEY("rope.scaling.attn_factor"), sqrtf(1.0f + logf(32.0f) / logf(4096.0f)));
+        ob_gguf_set_u32(w, KEY("attention.sliding_window"), 0);
+    }
+    if (sh->arch == OB_SYN_MINICPM) { /* MiniCPM4-8B's scale_emb, scale_depth, dim_model_base */
+        ob_gguf_set_f32(w, KEY("embedding_scale"), 12.0f);
+        ob_gguf_set_f32(w, KEY("residual_scale"), 1.4f / sqrtf((float)sh->n_layer));
+        ob_gguf_set_f32(w, KEY("logit_scale"), (float)sh->n_embd / 256.0f);
+        ob_gguf_set_str(w, KEY("rope.scaling.type"), "longrope");
+    }
     ob_gguf_set_f32(w, KEY("rope.freq_base"), sh->rope_base);
     ob_gguf_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps);
 #undef KEY
     if (add_vocab(w, tok_path, sh->n_vocab)) { ob_gguf_writer_free(w); return 1; }
 
-    int cap = 4 + sh->n_layer * 16;
+    int cap = 8 + sh->n_layer * 16;
     ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads, fast};
     const int64_t E = sh->n_embd, hd = sh->head_dim, F = sh->n_ff, KV = (int64_t)sh->n_head_kv * hd;
     /* qwen35's attention projects each head's query and its output gate */
@@ -351,6 +372,11 @@ int ob_cmd_synth(int argc, char **argv) {
 /* a small random matrix kept in F32 (conv taps: llama.cpp's converter and quantizer keep them so) */
 #define T2F(nm, a, b) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
         t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = OB_TYPE_F32; } while (0)
+    const bool fused = sh->arch == OB_SYN_PHI3, qk_norm = sh->arch == OB_SYN_QWEN3 || sh->arch == OB_SYN_QWEN35;
+    if (sh->arch == OB_SYN_PHI3 || sh->arch == OB_SYN_MINICPM) {
+        T1("rope_factors_short.weight", sh->n_rot / 2);
+        T1("rope_factors_long.weight", sh->n_rot / 2);
+    }
     T2("token_embd.weight", "token_embd", 0, E, sh->n_vocab, sh->tied);
     T1(sh->arch == OB_SYN_LFM2 ? "token_embd_norm.weight" : "output_norm.weight", E);
     if (!sh->tied) T2("output.weight", "output", 0, E, sh->n_vocab, true);
@@ -374,17 +400,20 @@ int ob_cmd_synth(int argc, char **argv) {
             T2(NM("shortconv.in_proj.weight"), "shortconv_in", il, E, 3 * E, false);
             T2F(NM("shortconv.conv.weight"), sh->d_conv, E);
             T2(NM("shortconv.out_proj.weight"), "shortconv_out", il, E, E, false);
+        } else if (fused) {
+            T2(NM("attn_qkv.weight"), "attn_qkv", il, E, Q + 2 * KV, false);
+            T2(NM("attn_output.weight"), "attn_output", il, Q, E, false);
         } else {
             T2(NM("attn_q.weight"), "attn_q", il, E, QP, false);
             T2(NM("attn_k.weight"), "attn_k", il, E, KV, false);
             T2(NM("attn_v.weight"), "attn_v", il, E, KV, false);
             T2(NM("attn_output.weight"), "attn_output", il, Q, E, false);
-            T1(NM("attn_q_norm.weight"), hd);
-            T1(NM("attn_k_norm.weight"), hd);
+            if (qk_norm) T1(NM("attn_q_norm.weight"), hd);
+            if (qk_norm) T1(NM("attn_k_norm.weight"), hd);
         }
         T1(sh->arch == OB_SYN_QWEN35 ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), E);
-        T2(NM("ffn_gate.weight"), "ffn_gate", il, E, F, false);
-        T2(NM("ffn_up.weight"), "ffn_up", il, E, F, false);
+        if (!fused) T2(NM("ffn_gate.weight"), "ffn_gate", il, E, F, false);
+        T2(NM("ffn_up.weight"), "ffn_up", il, E, fused ? 2 * F : F, false);
         T2(NM("ffn_down.weight"), "ffn_down", il, F, E, false);
 #undef NM
     }

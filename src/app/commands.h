@@ -7,6 +7,7 @@
 
 int ob_cmd_run(int argc, char **argv);
 int ob_cmd_bench(int argc, char **argv);
+int ob_cmd_census(int argc, char **argv);
 int ob_cmd_synth(int argc, char **argv);
 int ob_cmd_perplexity(int argc, char **argv);
 int ob_cmd_tokenize(int argc, char **argv);

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
             "  run         generate text or chat in the terminal\n"
             "  serve       HTTP server (OpenAI, llama-server, Anthropic, Lemonade APIs)\n"
             "  bench       measure prefill and decode speed (llama-bench style rows)\n"
+            "  census      run every model in every serving mode, one row each\n"
             "  perplexity  perplexity of a model on a text file\n"
             "  synth       write a random-weight model of a known shape\n"
             "  tokenize    print the token ids of a text\n"
@@ -32,6 +33,7 @@ static const ob_command g_commands[] = {
     {"perplexity", ob_cmd_perplexity}, {"synth", ob_cmd_synth}, {"tokenize", ob_cmd_tokenize},
     {"template", ob_cmd_template}, {"info", ob_cmd_info},       {"quantize", ob_cmd_quantize},
     {"convert", ob_cmd_convert},   {"rag", ob_cmd_rag},       {"pull", ob_cmd_pull},
+    {"census", ob_cmd_census},
 };
 
 /* A command's exit. After a device fault the driver's teardown at exit may wait on work

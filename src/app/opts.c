@@ -41,8 +41,8 @@ const char *ob_opts_help =
     "  --no-strict-device       allow nodes to fall back to the CPU\n"
     "  --deterministic          batch-invariant kernels: the same logits whatever the batch\n"
     "  --mem-budget SIZE        memory budget for weights + KV + scratch (e.g. 8G)\n"
-    "  -ctk, --cache-type-k T   f16, q8_0 or f32\n"
-    "  -ctv, --cache-type-v T   f16, q8_0 or f32\n"
+    "  -ctk, --cache-type-k T   KV cache keys: " OB_KV_TYPE_NAMES " (default f16)\n"
+    "  -ctv, --cache-type-v T   KV cache values: the same types\n"
     "  --temp X, --top-k N, --top-p X, --min-p X, --seed N\n"
     "  --repeat-penalty X, --presence-penalty X, --frequency-penalty X, --repeat-last-n N\n"
     SAMPLER_EXT_HELP ROPE_HELP;
@@ -75,13 +75,7 @@ bool ob_parse_device(const char *s, ob_device_kind *kind, int *index) {
     return true;
 }
 
-bool ob_parse_kv_type(const char *s, ob_kv_type *t) {
-    if (!strcasecmp(s, "f16")) *t = OB_KV_F16;
-    else if (!strcasecmp(s, "q8_0")) *t = OB_KV_Q8_0;
-    else if (!strcasecmp(s, "f32")) *t = OB_KV_F32;
-    else return false;
-    return true;
-}
+bool ob_parse_kv_type(const char *s, ob_kv_type *t) { return ob_kv_type_from_name(s, t); }
 
 bool ob_parse_size(const char *s, size_t *out) {
     char *end;
@@ -264,8 +258,10 @@ int ob_opts_parse(ob_common_opts *o, int argc, char **argv, int *i) {
     if (IS("--no-strict-device")) { o->mp.strict_device = false; return 1; }
     if (IS("--deterministic")) { o->mp.deterministic = true; return 1; }
     if (IS("--mem-budget")) { NEED(); if (!ob_parse_size(v, &o->mp.mem_budget)) BAD(); return 1; }
-    if (IS("-ctk") || IS("--cache-type-k")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_k)) BAD(); return 1; }
-    if (IS("-ctv") || IS("--cache-type-v")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_v)) BAD(); return 1; }
+#define BAD_KV() do { fprintf(stderr, "1bit: %s: unknown cache type '%s' (" OB_KV_TYPE_NAMES ")\n", a, v); return -1; } while (0)
+    if (IS("-ctk") || IS("--cache-type-k")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_k)) BAD_KV(); return 1; }
+    if (IS("-ctv") || IS("--cache-type-v")) { NEED(); if (!ob_parse_kv_type(v, &o->cp.type_v)) BAD_KV(); return 1; }
+#undef BAD_KV
 #undef IS
 #undef NEED
 #undef BAD

@@ -15,6 +15,10 @@ typedef struct ob_weight ob_weight;
 typedef struct ob_rope_cfg {
     float base, freq_scale, mscale;
     const ob_weight *factors; /* NULL or F32 [n_rot/2]: pair i's angle is divided by it */
+    /* LongRoPE (phi3, minicpm): factors is the short table, this the long one, taken where a
+     * sequence's context passes n_ctx_orig (as llama.cpp chooses; ob_rope_factors) */
+    const ob_weight *factors_long;
+    int n_ctx_orig;
 } ob_rope_cfg;
 
 /* RoPE scaling as the file carries it (<arch>.rope.scaling.* keys). */
@@ -28,6 +32,7 @@ typedef struct ob_rope_meta {
     bool yarn_exact_range;    /* YaRN's correction range kept fractional, as transformers' truncate
                                  = false (gpt-oss: set by the family, no key says it); else
                                  floored and ceiled, as llama.cpp always does */
+    bool longrope;            /* the family reads rope_factors_long / _short (set by it) */
 } ob_rope_meta;
 
 typedef struct ob_hparams {
@@ -45,6 +50,8 @@ typedef struct ob_hparams {
     float attn_scale;                 /* multiplies q.k */
     float attn_softcap, final_softcap;/* 0: none */
     float embd_scale;                 /* multiplies the token embedding (Gemma: sqrt(n_embd)) */
+    float residual_scale, logit_scale;/* minicpm: multiplies each block's output before its
+                                         residual add; divides the logits (1: none) */
     bool tied_output;
     int pooling_type;                 /* <arch>.pooling_type (ob_pooling); 0: none */
     bool encoder;                     /* no LM head: only embeddings / rank scores */
@@ -149,7 +156,7 @@ bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t 
 bool ob_hp_f32(const ob_gguf *g, const char *arch, const char *suffix, float *out);
 
 /* Families. */
-extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3 */
+extern const ob_arch ob_arch_llama;  /* llama, qwen2, qwen3, smollm3 */
 extern const ob_arch ob_arch_gemma3;
 extern const ob_arch ob_arch_bert;   /* bert, nomic-bert, jina-bert-v2, xlm-roberta (encoders) */
 extern const ob_arch ob_arch_qwen3moe;
@@ -157,6 +164,8 @@ extern const ob_arch ob_arch_gptoss;    /* gpt-oss: sliding/full attention with 
 extern const ob_arch ob_arch_deepseek2; /* deepseek2: DeepSeek-V2/V3, GLM-4.7-Flash (MLA + MoE) */
 extern const ob_arch ob_arch_qwen35;    /* qwen35: Qwen3.5 / 3.6 dense (Gated DeltaNet + gated attention) */
 extern const ob_arch ob_arch_lfm2;      /* lfm2: LFM2 / LFM2.5 dense (short convolutions + attention) */
+extern const ob_arch ob_arch_phi3;      /* phi3: Phi-3 / Phi-4-mini (fused qkv and gate/up, LongRoPE) */
+extern const ob_arch ob_arch_minicpm;   /* minicpm: MiniCPM / MiniCPM4 dense (scaled embeddings, residuals, logits) */
 
 /* RoPE (arch/rope.c). ob_rope_meta_load reads the file's scaling keys and refuses a type
  * it cannot run, naming it. ob_rope_resolve, after the family's bind, applies the
@@ -164,6 +173,9 @@ extern const ob_arch ob_arch_lfm2;      /* lfm2: LFM2 / LFM2.5 dense (short conv
  * (rope_freqs.weight, and YaRN's per-pair ramp folded in) and mscale. */
 ob_status ob_rope_meta_load(const ob_gguf *g, const char *arch, ob_rope_meta *m, char *err, size_t err_len);
 ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_params *p, char *err, size_t err_len);
+/* The factor table a pass takes: LongRoPE's long one where a sequence holds more cells than
+ * the original context, else r->factors (NULL: none). */
+const ob_weight *ob_rope_factors(const ob_rope_cfg *r, int cells_per_seq);
 
 /* ob_fwd_inputs.pooling asking for every token's final state (ob_pooling NONE asked of an
  * embeddings context; 0 there means logits). */

@@ -19,7 +19,8 @@ ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t er
 ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
                              bool want_qk_norm, bool want_bias, char *err, size_t err_len);
 /* Projections, per-head norms, rope, KV store and attention of layer il; h is the
- * normed input [n_embd, T]. Returns the output projection [n_embd, T]. */
+ * normed input [n_embd, T]. Returns the output projection [n_embd, T]. rope NULL: a layer
+ * without rope (SmolLM3's every fourth). */
 ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
                          const ob_attn_weights *w, ob_tensor *h, const ob_rope_cfg *rope, int window);
 /* The same from projected q [hd, n_head, T], k [hd, n_kv, T], v [hd * n_kv, T]: per-head

@@ -32,7 +32,7 @@ ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t er
     ob_status st = ob_rope_meta_load(g, a, &hp->rope_meta, err, err_len);
     if (st) return st;
     hp->rope_base_swa = hp->rope.base;
-    hp->embd_scale = 1.0f;
+    hp->embd_scale = hp->residual_scale = hp->logit_scale = 1.0f;
     return OB_OK;
 }
 
@@ -131,18 +131,25 @@ ob_tensor *ob_build_attn(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs 
     return proj(g, w->wo, w->bo, a, "attn_output", il);
 }
 
+/* x [hd, heads, T] roped as rope says with the factors ff (or none), named blk.il.nm. */
+static ob_tensor *rope_of(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, const ob_rope_cfg *rope,
+                          ob_tensor *ff, ob_tensor *x, const char *nm, int il) {
+    x = ob_rope(g, x, in->pos, ff, hp->n_rot, hp->rope_mode, rope->base, rope->freq_scale, rope->mscale);
+    ob_set_name(x, "blk.%d.%s", il, nm);
+    return x;
+}
+
 ob_tensor *ob_build_attn_qkv(ob_graph *g, const ob_hparams *hp, const ob_fwd_inputs *in, int il,
                              const ob_attn_weights *w, ob_tensor *q, ob_tensor *k, ob_tensor *v, const ob_rope_cfg *rope,
                              int window) {
     /* norm then rope of q, then of k: each pair adjacent in the graph, so a GPU backend can
      * run it as one kernel */
+    const ob_weight *fw = rope ? ob_rope_factors(rope, in->cells_per_seq) : NULL;
+    ob_tensor *ff = fw ? ob_weight_leaf(g, fw) : NULL;
     if (w->q_norm) q = ob_rms_norm(g, q, ob_weight_leaf(g, w->q_norm), hp->norm_eps);
-    ob_tensor *ff = rope->factors ? ob_weight_leaf(g, rope->factors) : NULL;
-    q = ob_rope(g, q, in->pos, ff, hp->n_rot, hp->rope_mode, rope->base, rope->freq_scale, rope->mscale);
+    if (rope) q = rope_of(g, hp, in, rope, ff, q, "q_rope", il);
     if (w->k_norm) k = ob_rms_norm(g, k, ob_weight_leaf(g, w->k_norm), hp->norm_eps);
-    k = ob_rope(g, k, in->pos, ff, hp->n_rot, hp->rope_mode, rope->base, rope->freq_scale, rope->mscale);
-    ob_set_name(q, "blk.%d.q_rope", il);
-    ob_set_name(k, "blk.%d.k_rope", il);
+    if (rope) k = rope_of(g, hp, in, rope, ff, k, "k_rope", il);
     ob_tensor *ks_ = ob_kv_store(g, k, in->k_cache[il], in->pos, in->seq, in->cells_per_seq);
     ob_set_name(ks_, "blk.%d.k_store", il);
     ob_tensor *vs_ = ob_kv_store(g, v, in->v_cache[il], in->pos, in->seq, in->cells_per_seq);

@@ -80,7 +80,7 @@ static ob_tensor *gemma3_build(ob_graph *g, const ob_hparams *hp, const void *pr
         bool swa = hp->layer_swa[il];
         ob_tensor *h = ob_rms_norm(g, x, ob_weight_leaf(g, L->attn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.attn_norm", il);
-        const ob_rope_cfg local = {hp->rope_base_swa, 1.0f, 1.0f, NULL};
+        const ob_rope_cfg local = {hp->rope_base_swa, 1.0f, 1.0f, NULL, NULL, 0};
         ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, swa ? &local : &hp->rope, swa ? hp->sliding_window : 0);
         a = ob_rms_norm(g, a, ob_weight_leaf(g, L->post_attn_norm), hp->norm_eps);
         x = ob_add(g, x, a);

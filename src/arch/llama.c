@@ -1,8 +1,13 @@
-/* The llama family: Llama 3 (llama), Qwen2 (qkv biases), Qwen3 (per-head q/k RMSNorm).
+/* The llama family: Llama 3 (llama), Qwen2 (qkv biases), Qwen3 (per-head q/k RMSNorm),
+ * SmolLM3 (smollm3: no rope in every fourth layer).
  * Pre-norm blocks: x += attn(norm(x)); x += ffn(norm(x)); SwiGLU feed-forward. */
 #include "arch/arch_common.h"
 #include <stdio.h>
 #include <stdlib.h>
+
+/* SmolLM3 leaves layer il unroped where (il + 1) % 4 == 0: llama.cpp's fixed step (no GGUF key
+ * carries it; HF's no_rope_layer_interval defaults to it and the releases keep it). */
+#define SMOLLM3_NO_ROPE_STEP 4
 
 typedef struct ob_llama_layer {
     ob_attn_weights attn;
@@ -14,6 +19,7 @@ typedef struct ob_llama {
     const ob_weight *tok_embd;              /* [n_embd, n_vocab] */
     const ob_weight *out_norm;              /* [n_embd] */
     const ob_weight *output;                /* [n_embd, n_vocab] (tok_embd when tied) */
+    int no_rope_step;                       /* 0, or SmolLM3's step of unroped layers */
     ob_llama_layer layers[];
 } ob_llama;
 
@@ -21,8 +27,9 @@ static ob_status llama_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size
     ob_status st = ob_hp_load_common(g, hp, err, err_len);
     if (st) return st;
     /* llama.cpp's converter permutes Llama's q/k rows so rope rotates adjacent pairs;
-     * the Qwen families keep HF's layout and rotate halves (NeoX). */
-    hp->rope_mode = strcmp(hp->arch, "llama") ? 2 : 0;
+     * (SmolLM3's converter is Llama's); the Qwen families keep HF's layout and rotate halves
+     * (NeoX). */
+    hp->rope_mode = strcmp(hp->arch, "llama") && strcmp(hp->arch, "smollm3") ? 2 : 0;
     uint32_t pt;
     if (ob_hp_u32(g, hp->arch, "pooling_type", &pt) && pt <= OB_POOLING_LAST) hp->pooling_type = (int)pt;
     return OB_OK;
@@ -40,6 +47,7 @@ static ob_status llama_bind(ob_model_view *mv, const ob_hparams *hp, void **priv
     if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
     if (!m->output) m->output = m->tok_embd;
     bool qk_norm = !strcmp(hp->arch, "qwen3"), bias = !strcmp(hp->arch, "qwen2");
+    m->no_rope_step = !strcmp(hp->arch, "smollm3") ? SMOLLM3_NO_ROPE_STEP : 0;
     for (int il = 0; il < hp->n_layer; il++) {
         ob_llama_layer *L = &m->layers[il];
         ob_status st = ob_bind_layer_attn(mv, hp, il, &L->attn, qk_norm, bias, err, err_len);
@@ -66,7 +74,8 @@ static ob_tensor *llama_build(ob_graph *g, const ob_hparams *hp, const void *pri
         const ob_llama_layer *L = &m->layers[il];
         ob_tensor *h = ob_rms_norm(g, x, ob_weight_leaf(g, L->attn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.attn_norm", il);
-        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, &hp->rope, 0);
+        bool rope = !m->no_rope_step || (il + 1) % m->no_rope_step != 0;
+        ob_tensor *a = ob_build_attn(g, hp, in, il, &L->attn, h, rope ? &hp->rope : NULL, 0);
         x = ob_add(g, x, a);
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn_norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.ffn_norm", il);

@@ -7,6 +7,9 @@ static const ob_arch_entry g_arches[] = {
     {"llama", &ob_arch_llama},
     {"qwen2", &ob_arch_llama},
     {"qwen3", &ob_arch_llama},
+    {"smollm3", &ob_arch_llama},
+    {"phi3", &ob_arch_phi3},
+    {"minicpm", &ob_arch_minicpm},
     {"qwen3moe", &ob_arch_qwen3moe},
     {"deepseek2", &ob_arch_deepseek2},
     {"gpt-oss", &ob_arch_gptoss},
@@ -26,7 +29,7 @@ const ob_arch *ob_arch_find(const char *name) {
 }
 
 const char *ob_arch_supported_list(void) {
-    return "llama, qwen2, qwen3, qwen3moe, deepseek2, gpt-oss, qwen35, lfm2, gemma3, bert, nomic-bert, jina-bert-v2";
+    return "llama, qwen2, qwen3, smollm3, phi3, minicpm, qwen3moe, deepseek2, gpt-oss, qwen35, lfm2, gemma3, bert, nomic-bert, jina-bert-v2";
 }
 
 bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t *out) {

@@ -14,7 +14,12 @@
  *   op's freq_scale becomes 1; mscale is YaRN's attention factor. The correction dims are
  *   floored and ceiled (llama.cpp, transformers' default) unless the family keeps them
  *   exact (ob_rope_meta.yarn_exact_range: gpt-oss, trained with truncate = false).
- * LongRoPE (phi3's long / short factors) is refused until a family that carries it lands. */
+ * - LongRoPE (phi3, minicpm): the file's two factor tables, rope_factors_short and _long
+ *   [n_rot/2], as the op's factors; the long one where a sequence's context passes the
+ *   original one (rope.scaling.original_context_length, else the trained context), as
+ *   llama.cpp chooses per context (transformers chooses per forward pass by its longest
+ *   position, which a context that long reaches). mscale is the file's
+ *   rope.scaling.attn_factor. Only a family that sets ob_rope_meta.longrope reads them. */
 #include "arch/arch.h"
 #include <math.h>
 #include <stdio.h>
@@ -34,9 +39,6 @@ ob_status ob_rope_meta_load(const ob_gguf *g, const char *a, ob_rope_meta *m, ch
         if (m->type == OB_ROPE_SCALING_UNSPECIFIED)
             return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: rope scaling '%s' is not supported", stype);
     }
-    if (m->type == OB_ROPE_SCALING_LONGROPE)
-        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED,
-                       "model: rope scaling 'longrope' is not supported yet (it comes with the phi3 family)");
     /* the old key name first, the current one over it */
     if (!ob_hp_f32(g, a, "rope.scale_linear", &m->factor)) m->factor = 0.0f;
     float f;
@@ -44,7 +46,7 @@ ob_status ob_rope_meta_load(const ob_gguf *g, const char *a, ob_rope_meta *m, ch
     if (!(m->factor >= 0.0f) || !isfinite(m->factor))
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope scaling factor %g", m->factor);
     uint32_t v;
-    m->yarn_exact_range = false;
+    m->yarn_exact_range = m->longrope = false;
     m->n_ctx_orig = ob_hp_u32(g, a, "rope.scaling.original_context_length", &v) ? (int)v : 0;
     struct { const char *suffix; float *dst, def; } fl[] = {
         {"rope.scaling.yarn_ext_factor", &m->ext_factor, -1.0f},
@@ -73,18 +75,60 @@ static double yarn_mscale(double factor, double mscale) {
     return factor <= 1.0 ? 1.0 : 0.1 * mscale * log(factor) + 1.0;
 }
 
+/* LongRoPE's two tables into hp->rope (see the top of the file); refuses a file that has one
+ * of them, a rope_freqs beside them, YaRN over them, or a 'longrope' type without them. */
+static ob_status longrope_tables(ob_model_view *mv, ob_hparams *hp, int type, float ext, char *err, size_t err_len) {
+    ob_rope_cfg *r = &hp->rope;
+    r->factors_long = NULL;
+    r->n_ctx_orig = 0;
+    const ob_weight *ts = NULL, *tl = NULL;
+    if (hp->rope_meta.longrope) {
+        const int64_t ne[1] = {hp->n_rot / 2};
+        ts = ob_mv_weight(mv, "rope_factors_short.weight", 1, ne, false, err, err_len);
+        if (!ts && ob_mv_failed(mv)) return OB_ERR_FORMAT;
+        tl = ob_mv_weight(mv, "rope_factors_long.weight", 1, ne, false, err, err_len);
+        if (!tl && ob_mv_failed(mv)) return OB_ERR_FORMAT;
+    }
+    if (!ts && !tl) {
+        if (type == OB_ROPE_SCALING_LONGROPE)
+            return hp->rope_meta.longrope
+                       ? ob_fail(err, err_len, OB_ERR_FORMAT,
+                                 "model: rope scaling 'longrope' without rope_factors_short/_long.weight")
+                       : ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: rope scaling 'longrope' is not supported for %s",
+                                 hp->arch);
+        return OB_OK;
+    }
+    if (!ts || !tl)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.weight without %s.weight",
+                       ts ? "rope_factors_short" : "rope_factors_long", ts ? "rope_factors_long" : "rope_factors_short");
+    if (ts->type != OB_TYPE_F32 || tl->type != OB_TYPE_F32)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: rope_factors_short/_long.weight must be F32");
+    if (r->factors)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: rope_freqs.weight beside LongRoPE's factors");
+    if (type == OB_ROPE_SCALING_YARN || ext != 0)
+        return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "model: YaRN over LongRoPE's factors is not supported");
+    r->factors = ts;
+    r->factors_long = tl;
+    r->n_ctx_orig = hp->rope_meta.n_ctx_orig > 0 ? hp->rope_meta.n_ctx_orig : hp->n_ctx_train;
+    return OB_OK;
+}
+
+const ob_weight *ob_rope_factors(const ob_rope_cfg *r, int cells_per_seq) {
+    return r->factors_long && cells_per_seq > r->n_ctx_orig ? r->factors_long : r->factors;
+}
+
 ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_params *p, char *err, size_t err_len) {
     const ob_rope_meta *m = &hp->rope_meta;
     ob_rope_cfg *r = &hp->rope;
     const int half = hp->n_rot / 2;
     int type = p->rope_scaling == OB_ROPE_SCALING_UNSPECIFIED ? m->type : p->rope_scaling;
-    if (type < OB_ROPE_SCALING_NONE || type > OB_ROPE_SCALING_YARN)
-        return ob_fail(err, err_len, OB_ERR_ARG, "model: rope scaling %s is not supported",
-                       type == OB_ROPE_SCALING_LONGROPE ? "'longrope'" : "type out of range");
+    if (type < OB_ROPE_SCALING_NONE || type > OB_ROPE_SCALING_LONGROPE)
+        return ob_fail(err, err_len, OB_ERR_ARG, "model: rope scaling type out of range");
     if (p->rope_freq_base > 0) r->base = p->rope_freq_base;
     float fs = m->factor > 0 ? 1.0f / m->factor : 1.0f;
     if (p->rope_freq_scale > 0) fs = p->rope_freq_scale;
-    if (type == OB_ROPE_SCALING_NONE) fs = 1.0f;
+    if (type == OB_ROPE_SCALING_NONE || (type == OB_ROPE_SCALING_LONGROPE && !(p->rope_freq_scale > 0)))
+        fs = 1.0f;
     if (!(r->base > 0) || !isfinite(r->base) || !(fs > 0) || !isfinite(fs))
         return ob_fail(err, err_len, OB_ERR_ARG, "model: bad rope base %g or frequency scale %g", r->base, fs);
     /* the context a run-time scaling stretches the model to, for the warning past it */
@@ -106,6 +150,8 @@ ob_status ob_rope_resolve(ob_model_view *mv, ob_hparams *hp, const ob_model_para
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: rope_freqs.weight must be F32, not %s", ob_type_name(ff->type));
     r->factors = ff;
     r->freq_scale = fs;
+    ob_status st = longrope_tables(mv, hp, type, ext, err, err_len);
+    if (st) return st;
 
     /* mscale: YaRN's attention factor (transformers' get_mscale: 0.1 ln(factor) + 1, or the
      * ratio of two with yarn_log_multiplier) unless the file or the caller gives it; then

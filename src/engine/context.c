@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* A sequence's recurrent state as it was at length pos (host memory, rec_seq_bytes). */
 typedef struct ob_ckpt {
@@ -55,6 +56,8 @@ struct ob_context {
      * step of the same shape runs it again without building, planning or binding. */
     int built_T, built_n_out;
     ob_tensor *built_logits, *built_sampled;
+    ob_placement place;      /* the prefill and decode graphs' placement (ob_context_placement) */
+    uint64_t dev_bytes;      /* device buffers above, counted in the model's memory */
 };
 
 ob_context_params ob_context_default_params(void) {
@@ -71,8 +74,32 @@ ob_context_params ob_context_default_params(void) {
     return p;
 }
 
-static ob_type kv_type(ob_kv_type t) {
-    return t == OB_KV_Q8_0 ? OB_TYPE_Q8_0 : t == OB_KV_F32 ? OB_TYPE_F32 : OB_TYPE_F16;
+/* The cache types, indexed by ob_kv_type: llama-server's name and the tensor type. */
+static const struct {
+    const char *name;
+    ob_type type;
+} g_kv_types[OB_KV_COUNT] = {
+    [OB_KV_F16] = {"f16", OB_TYPE_F16},       [OB_KV_Q8_0] = {"q8_0", OB_TYPE_Q8_0},
+    [OB_KV_F32] = {"f32", OB_TYPE_F32},       [OB_KV_BF16] = {"bf16", OB_TYPE_BF16},
+    [OB_KV_Q4_0] = {"q4_0", OB_TYPE_Q4_0},    [OB_KV_Q4_1] = {"q4_1", OB_TYPE_Q4_1},
+    [OB_KV_Q5_0] = {"q5_0", OB_TYPE_Q5_0},    [OB_KV_Q5_1] = {"q5_1", OB_TYPE_Q5_1},
+    [OB_KV_IQ4_NL] = {"iq4_nl", OB_TYPE_IQ4_NL},
+};
+
+const char *ob_kv_type_name(ob_kv_type t) { return (unsigned)t < OB_KV_COUNT ? g_kv_types[t].name : NULL; }
+
+ob_type ob_kv_type_tensor(ob_kv_type t) { return (unsigned)t < OB_KV_COUNT ? g_kv_types[t].type : OB_TYPE_COUNT; }
+
+bool ob_kv_type_from_name(const char *name, ob_kv_type *out) {
+    for (int t = 0; name && t < OB_KV_COUNT; t++) {
+        const char *a = g_kv_types[t].name, *b = name;
+        while (*a && (*b == *a || (*b >= 'A' && *b <= 'Z' && *b - 'A' + 'a' == *a))) a++, b++;
+        if (!*a && !*b) {
+            if (out) *out = (ob_kv_type)t;
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Builds the graph of one forward pass over T tokens, n_out of which want logits. */
@@ -120,6 +147,33 @@ static ob_tensor *build(ob_context *c, int T, int n_out) {
     return m->arch->build(g, hp, m->arch_priv, &in);
 }
 
+/* Counts the graph's nodes the backend has no kernel for and its runs of nodes on one side,
+ * keeping the most of the graphs seen (ob_context_placement). */
+static void count_placement(ob_context *c) {
+    ob_graph *g = c->graph;
+    ob_placement *pl = &c->place;
+    int off = 0, runs = 0, side = -1;
+    for (int64_t i = 0; i < g->n; i++) {
+        ob_tensor *t = &g->nodes[i];
+        if (t->op == OB_OP_LEAF || t->op == OB_OP_VIEW) continue;
+        int on = c->be->iface->supports(c->be, t) ? 1 : 0;
+        if (on != side) runs++;
+        side = on;
+        if (on) continue;
+        off++;
+        const char *name = ob_op_name(t->op);
+        size_t len = strlen(pl->off_ops), nl = strlen(name);
+        const char *hit = strstr(pl->off_ops, name);
+        bool listed = hit && (hit == pl->off_ops || hit[-1] == ' ') && (hit[nl] == ',' || hit[nl] == 0);
+        if (!listed && len + nl + 3 < sizeof(pl->off_ops))
+            snprintf(pl->off_ops + len, sizeof(pl->off_ops) - len, "%s%s", len ? ", " : "", name);
+    }
+    pl->n_off_device = OB_MAX(pl->n_off_device, off);
+    pl->n_splits = OB_MAX(pl->n_splits, runs);
+}
+
+void ob_context_placement(const ob_context *c, ob_placement *out) { *out = c->place; }
+
 /* Every node of the graph must run on the chosen backend (strict placement). */
 static ob_status check_placement(ob_context *c, char *err, size_t err_len) {
     ob_graph *g = c->graph;
@@ -140,6 +194,7 @@ static ob_status check_placement(ob_context *c, char *err, size_t err_len) {
 void ob_context_free(ob_context *c) {
     if (!c) return;
     ob_backend *be = c->be;
+    if (c->dev_bytes) ob_model_mem_add(c->m, -(int64_t)c->dev_bytes);
     if (c->kv_buf) be->iface->free_buf(be, c->kv_buf);
     if (c->rec_buf) be->iface->free_buf(be, c->rec_buf);
     for (int i = 0; c->ckpt && i < c->p.n_seq * c->n_ckpt; i++) free(c->ckpt[i].data);
@@ -177,11 +232,24 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
     c->be = m->backend;
     c->p = p;
     c->cells_per_seq = p.n_ctx;
-    c->kv_type_k = kv_type(p.type_k);
-    c->kv_type_v = kv_type(p.type_v);
+    c->kv_type_k = ob_kv_type_tensor(p.type_k);
+    c->kv_type_v = ob_kv_type_tensor(p.type_v);
     ob_status st = OB_OK;
     size_t row = (size_t)hp->head_dim * hp->n_head_kv;
     size_t cells = (size_t)p.n_ctx * p.n_seq;
+    for (int kv = 0; kv < 2; kv++) {
+        const ob_kv_type t = kv ? p.type_v : p.type_k;
+        if (!ob_kv_type_name(t)) {
+            st = ob_fail(err, err_len, OB_ERR_ARG, "context: unknown KV cache type %d", (int)t);
+            goto fail;
+        }
+        /* attention reads a head's slice of a cache row: it must hold whole blocks */
+        if (hp->head_dim % ob_type_block_size(ob_kv_type_tensor(t)) != 0) {
+            st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: a %s cache needs head sizes of whole %lld-element blocks (%d)",
+                         ob_kv_type_name(t), (long long)ob_type_block_size(ob_kv_type_tensor(t)), hp->head_dim);
+            goto fail;
+        }
+    }
     size_t krow = ob_row_size(c->kv_type_k, (int64_t)row), vrow = ob_row_size(c->kv_type_v, (int64_t)row);
     if (!krow || !vrow) {
         st = ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "context: head size %zu is not a multiple of the KV cache block", row);
@@ -264,13 +332,12 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
             build(c, p.n_batch, p.n_batch); /* placement checks the graph decoding will run */
         }
     }
-    if (m->params.strict_device) {
-        st = check_placement(c, err, err_len);
-        if (st) goto fail;
-        build(c, 1, 1);
-        st = check_placement(c, err, err_len);
-        if (st) goto fail;
-    }
+    /* the largest graph as decoding runs it, then a one-token step */
+    count_placement(c);
+    if (m->params.strict_device && (st = check_placement(c, err, err_len))) goto fail;
+    build(c, 1, 1);
+    count_placement(c);
+    if (m->params.strict_device && (st = check_placement(c, err, err_len))) goto fail;
     size_t need = kv_total + rec_total + scratch;
     if (m->params.mem_budget && need + m->weight_bytes > m->params.mem_budget) {
         st = ob_fail(err, err_len, OB_ERR_NOMEM,
@@ -301,6 +368,9 @@ ob_status ob_context_new(ob_model *m, const ob_context_params *pp, ob_context **
         c->v[il] = hp->v_in_k ? c->k[il] : (char *)c->k[il] + layer_k;
         ia++;
     }
+    c->dev_bytes = kv_total + rec_total + scratch + sizeof(int32_t) * (size_t)p.n_batch * 4 +
+                   (c->sample_buf ? sizeof(float) * OB_SAMPLE_NPARAM * (size_t)p.n_batch : 0);
+    ob_model_mem_add(m, (int64_t)c->dev_bytes);
     *out = c;
     return OB_OK;
 fail:
@@ -372,6 +442,145 @@ void ob_seq_truncate(ob_context *c, int seq, int pos) {
         else if (slot[i].pos && (!best || slot[i].pos > best->pos)) best = &slot[i];
     }
     c->seq_len[seq] = best && rec_copy(c, seq, best->data, false) == OB_OK ? best->pos : 0;
+}
+
+/* ---- a sequence in a file (llama-server's /slots/{id}?action=save|restore) ------------------ */
+
+/* The file: this header (host byte order, the fields in the order written), the tokens
+ * (int32), then per attention layer the K rows of cells 0 .. n_tokens-1 and the V rows (none
+ * where V lives in K), then the recurrent state (rec_copy's order). */
+#define SEQ_MAGIC "OB1SEQ\0\1"
+enum { SEQ_VOCAB, SEQ_LAYER, SEQ_EMBD, SEQ_HEAD_DIM, SEQ_HEAD_KV, SEQ_TK, SEQ_TV, SEQ_V_IN_K, SEQ_TOKENS, SEQ_NU32 };
+typedef struct seq_head {
+    uint32_t u[SEQ_NU32];
+    uint64_t krow, vrow, rec;
+} seq_head;
+
+static seq_head seq_head_of(const ob_context *c, int n_tokens) {
+    const ob_hparams *hp = &c->m->hp;
+    const int64_t row = (int64_t)hp->head_dim * hp->n_head_kv;
+    seq_head h = {{(uint32_t)hp->n_vocab, (uint32_t)hp->n_layer, (uint32_t)hp->n_embd, (uint32_t)hp->head_dim,
+                   (uint32_t)hp->n_head_kv, (uint32_t)c->kv_type_k, (uint32_t)c->kv_type_v, hp->v_in_k, (uint32_t)n_tokens},
+                  ob_row_size(c->kv_type_k, row), hp->v_in_k ? 0 : ob_row_size(c->kv_type_v, row), c->rec_seq_bytes};
+    return h;
+}
+
+/* Moves n bytes between the device at dev and the file f through buf (cap bytes). */
+static ob_status seq_stream(ob_context *c, FILE *f, char *dev, size_t n, char *buf, size_t cap, bool save) {
+    for (size_t at = 0; at < n;) {
+        const size_t k = OB_MIN(cap, n - at);
+        if (save) {
+            if (c->be->iface->download(c->be, buf, dev + at, k) || fwrite(buf, 1, k, f) != k) return OB_ERR_IO;
+        } else if (fread(buf, 1, k, f) != k || c->be->iface->upload(c->be, dev + at, buf, k)) {
+            return OB_ERR_IO;
+        }
+        at += k;
+    }
+    return OB_OK;
+}
+
+/* Every attention layer's rows of seq's first n cells, then the recurrent state. */
+static ob_status seq_body(ob_context *c, int seq, int n, FILE *f, bool save) {
+    const ob_hparams *hp = &c->m->hp;
+    const seq_head h = seq_head_of(c, n);
+    const size_t cap = 1u << 22;
+    char *buf = malloc(OB_MAX(cap, c->rec_seq_bytes) + 1);
+    if (!buf) return OB_ERR_NOMEM;
+    ob_status st = OB_OK;
+    const size_t cell0 = (size_t)seq * (size_t)c->cells_per_seq;
+    for (int il = 0; il < hp->n_layer && !st; il++) {
+        if (hp->layer_rec[il]) continue;
+        st = seq_stream(c, f, (char *)c->k[il] + h.krow * cell0, h.krow * (size_t)n, buf, cap, save);
+        if (!st && h.vrow) st = seq_stream(c, f, (char *)c->v[il] + h.vrow * cell0, h.vrow * (size_t)n, buf, cap, save);
+    }
+    if (!st && c->rec_seq_bytes) {
+        if (save) st = rec_copy(c, seq, buf, true) || fwrite(buf, 1, c->rec_seq_bytes, f) != c->rec_seq_bytes ? OB_ERR_IO : OB_OK;
+        else st = fread(buf, 1, c->rec_seq_bytes, f) != c->rec_seq_bytes || rec_copy(c, seq, buf, false) ? OB_ERR_IO : OB_OK;
+    }
+    free(buf);
+    return st;
+}
+
+ob_status ob_seq_save_file(ob_context *c, int seq, const int32_t *tokens, int n_tokens, const char *path,
+                           size_t *n_bytes, char *err, size_t err_len) {
+    if (seq < 0 || seq >= c->p.n_seq || n_tokens < 0 || n_tokens != c->seq_len[seq] || (n_tokens && !tokens))
+        return ob_fail(err, err_len, OB_ERR_ARG, "sequence %d holds %d tokens, not the %d given", seq,
+                       seq >= 0 && seq < c->p.n_seq ? c->seq_len[seq] : 0, n_tokens);
+    if (c->pooling) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "an embeddings context keeps no sequence state");
+    /* written beside the file, then renamed over it: never a partial file under its name */
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+        return ob_fail(err, err_len, OB_ERR_ARG, "path too long");
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return ob_fail(err, err_len, OB_ERR_IO, "cannot write %s", path);
+    const seq_head h = seq_head_of(c, n_tokens);
+    ob_status st = fwrite(SEQ_MAGIC, 1, 8, f) != 8 || fwrite(&h.u, sizeof(h.u), 1, f) != 1 ||
+                           fwrite(&h.krow, 8, 1, f) != 1 || fwrite(&h.vrow, 8, 1, f) != 1 || fwrite(&h.rec, 8, 1, f) != 1 ||
+                           fwrite(tokens, sizeof(int32_t), (size_t)n_tokens, f) != (size_t)n_tokens
+                       ? OB_ERR_IO
+                       : seq_body(c, seq, n_tokens, f, true);
+    const long size = st ? 0 : ftell(f);
+    if (fclose(f) != 0 && !st) st = OB_ERR_IO;
+    if (!st && rename(tmp, path) != 0) st = OB_ERR_IO;
+    if (st) {
+        remove(tmp);
+        if (st == OB_ERR_NOMEM) return ob_fail(err, err_len, st, "out of memory saving sequence %d", seq);
+        return ob_fail(err, err_len, st, "cannot write %s", path);
+    }
+    if (n_bytes) *n_bytes = (size_t)size;
+    return OB_OK;
+}
+
+ob_status ob_seq_load_file(ob_context *c, int seq, const char *path, int32_t **tokens, int *n_tokens, size_t *n_bytes,
+                           char *err, size_t err_len) {
+    *tokens = NULL;
+    *n_tokens = 0;
+    if (seq < 0 || seq >= c->p.n_seq) return ob_fail(err, err_len, OB_ERR_ARG, "no sequence %d", seq);
+    if (c->pooling) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "an embeddings context keeps no sequence state");
+    FILE *f = fopen(path, "rb");
+    if (!f) return ob_fail(err, err_len, OB_ERR_IO, "cannot read %s", path);
+    char magic[8];
+    seq_head h;
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, SEQ_MAGIC, 8) || fread(&h.u, sizeof(h.u), 1, f) != 1 ||
+        fread(&h.krow, 8, 1, f) != 1 || fread(&h.vrow, 8, 1, f) != 1 || fread(&h.rec, 8, 1, f) != 1) {
+        fclose(f);
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "%s is not a saved sequence", path);
+    }
+    const int n = (int)OB_MIN(h.u[SEQ_TOKENS], (uint32_t)INT32_MAX);
+    const seq_head want = seq_head_of(c, n);
+    if (memcmp(h.u, want.u, sizeof(h.u)) || h.krow != want.krow || h.vrow != want.vrow || h.rec != want.rec) {
+        fclose(f);
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "%s was saved by another model or cache type", path);
+    }
+    if (n > c->cells_per_seq) {
+        fclose(f);
+        return ob_fail(err, err_len, OB_ERR_CONTEXT, "%s holds %d tokens, past the %d of a sequence", path, n, c->cells_per_seq);
+    }
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n + 1);
+    ob_status st = !tok ? OB_ERR_NOMEM : fread(tok, sizeof(int32_t), (size_t)n, f) != (size_t)n ? OB_ERR_FORMAT : OB_OK;
+    for (int i = 0; i < n && !st; i++)
+        if (tok[i] < 0 || tok[i] >= c->m->hp.n_vocab) st = OB_ERR_FORMAT;
+    /* the sequence is empty while its cells are rewritten: a failure leaves it so */
+    c->seq_len[seq] = 0;
+    if (c->n_ckpt) {
+        ob_ckpt *slot = c->ckpt + (size_t)seq * (size_t)c->n_ckpt;
+        for (int i = 0; i < c->n_ckpt; i++) slot[i].pos = 0;
+        c->ckpt_want[seq] = 0;
+    }
+    if (!st) st = seq_body(c, seq, n, f, false);
+    const long size = st ? 0 : ftell(f);
+    if (!st && fgetc(f) != EOF) st = OB_ERR_FORMAT; /* bytes past the end: not ours */
+    fclose(f);
+    if (st) {
+        free(tok);
+        if (st == OB_ERR_NOMEM) return ob_fail(err, err_len, st, "out of memory restoring sequence %d", seq);
+        return ob_fail(err, err_len, st, "%s is cut short or damaged", path);
+    }
+    c->seq_len[seq] = n;
+    *tokens = tok;
+    *n_tokens = n;
+    if (n_bytes) *n_bytes = (size_t)size;
+    return OB_OK;
 }
 
 /* Runs one chunk of at most n_batch tokens. With sparams (host [OB_SAMPLE_NPARAM, n_out],

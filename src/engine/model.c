@@ -84,6 +84,7 @@ const ob_weight *ob_mv_new_weight_nd(ob_model_view *mv, const char *name, const 
     for (int d = 0; d < 4; d++) w->ne[d] = d < n_dims ? ne[d] : 1;
     w->data = buf;
     m->made[m->n_made++] = w;
+    ob_model_mem_add(m, (int64_t)bytes);
     return w;
 }
 
@@ -207,7 +208,10 @@ static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
     if (m->params.mem_budget && m->weight_bytes > m->params.mem_budget)
         return ob_fail(err, err_len, OB_ERR_NOMEM, "model: weights need %.1f MiB, over the memory budget of %.1f MiB",
                        m->weight_bytes / 1048576.0, m->params.mem_budget / 1048576.0);
-    if (m->backend->iface->host_memory) return OB_OK; /* borrow the mapping */
+    if (m->backend->iface->host_memory) { /* borrow the mapping: its tensors take memory all the same */
+        ob_model_mem_add(m, (int64_t)m->weight_bytes);
+        return OB_OK;
+    }
     m->weight_buf = m->backend->iface->alloc(m->backend, total);
     if (!m->weight_buf)
         return ob_fail(err, err_len, OB_ERR_NOMEM, "model: cannot allocate %.1f MiB of weights on %s",
@@ -223,6 +227,7 @@ static ob_status load_weights(ob_model *m, char *err, size_t err_len) {
         if (st) return ob_fail(err, err_len, st, "model: uploading '%s' failed", w->name);
         off += (t->size + 255) & ~(size_t)255;
     }
+    ob_model_mem_add(m, (int64_t)total);
     return OB_OK;
 }
 
@@ -294,6 +299,22 @@ void ob_model_get_info(const ob_model *m, ob_model_info *o) {
     o->head_dim = m->hp.head_dim;
     o->n_ctx_train = m->hp.n_ctx_train;
     o->backend = m->backend->iface->name;
+}
+
+void ob_model_mem_add(ob_model *m, int64_t delta) {
+    uint64_t now = __atomic_add_fetch(&m->mem_now, (uint64_t)delta, __ATOMIC_RELAXED);
+    uint64_t peak = __atomic_load_n(&m->mem_peak, __ATOMIC_RELAXED);
+    while (now > peak && !__atomic_compare_exchange_n(&m->mem_peak, &peak, now, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+void ob_model_memory(const ob_model *m, uint64_t *now, uint64_t *peak) {
+    if (now) *now = __atomic_load_n(&m->mem_now, __ATOMIC_RELAXED);
+    if (peak) *peak = __atomic_load_n(&m->mem_peak, __ATOMIC_RELAXED);
+}
+
+void ob_model_memory_reset_peak(ob_model *m) {
+    __atomic_store_n(&m->mem_peak, __atomic_load_n(&m->mem_now, __ATOMIC_RELAXED), __ATOMIC_RELAXED);
 }
 
 bool ob_model_has_recurrent_state(const ob_model *m) {

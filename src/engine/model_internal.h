@@ -28,7 +28,13 @@ struct ob_model {
     uint64_t weight_bytes;
     int64_t n_params;
     ob_model_params params;
+    /* device bytes held for the model now and at most (ob_model_memory); contexts may come
+     * and go on several threads, so both are updated atomically */
+    uint64_t mem_now, mem_peak;
 };
+
+/* Adds delta (negative: freed) to the model's device bytes, raising the peak. */
+void ob_model_mem_add(ob_model *m, int64_t delta);
 
 struct ob_model_view {
     ob_model *m;

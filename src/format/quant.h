@@ -111,7 +111,9 @@ typedef struct { uint8_t qs[64]; uint16_t d; } ob_block_tq2_0;
 typedef struct { uint16_t d; uint8_t qs[16]; } ob_block_q1_0;                    /* 128 */
 typedef struct { uint8_t e; uint8_t qs[16]; } ob_block_mxfp4;                    /* 32 */
 
-/* The IQ4_NL / IQ4_XS non-linear 16-level table, and MXFP4's E2M1 values (doubled). */
+/* The IQ4_NL / IQ4_XS non-linear 16-level table, and MXFP4's E2M1 values (doubled). The
+ * table's values as a list, for device code that needs them as constants of its own. */
+#define OB_IQ4NL_VALUES -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
 extern const int8_t ob_iq4nl_values[16];
 extern const int8_t ob_mxfp4_values[16];
 /* MXFP4's block scale 2^(e-128) (its table values above are doubled), as float bits; e < 2

@@ -18,9 +18,7 @@ _Static_assert(sizeof(ob_block_tq2_0) == 66, "tq2_0 layout");
 _Static_assert(sizeof(ob_block_q1_0) == 18, "q1_0 layout");
 _Static_assert(sizeof(ob_block_mxfp4) == 17, "mxfp4 layout");
 
-const int8_t ob_iq4nl_values[16] = {
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-};
+const int8_t ob_iq4nl_values[16] = {OB_IQ4NL_VALUES};
 /* E2M1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6} doubled to integers; bit 3 is the sign.
  * The block scale is correspondingly halved (see ob_e8m0_half). */
 const int8_t ob_mxfp4_values[16] = {

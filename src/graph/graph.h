@@ -29,7 +29,8 @@ typedef enum ob_op {
                          elements are then multiplied by f[2] (YaRN's attention factor, 1 for
                          none). Elements past n_rot are copied unscaled. YaRN's per-pair
                          ramp is folded into src2 by the host (arch/rope.c) */
-    OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (F32/F16/Q8_0 [row, cells]) at
+    OB_OP_KV_STORE,   /* writes src0 F32 [row, T] into cache src1 (a cache type [row, cells]:
+                         op_table.c's kv_type) at
                          cell seq*i[0] + pos; src2 pos I32 [T]; src3 seq I32 [T];
                          src4 NULL or another KV_STORE's token (ordering only).
                          dst is a 1-element F32 token that orders later reads. A token

@@ -4,8 +4,16 @@
 static bool is_f32(const ob_tensor *t) { return t && t->type == OB_TYPE_F32; }
 static bool is_i32(const ob_tensor *t) { return t && t->type == OB_TYPE_I32; }
 
-/* The cache types of KV_STORE and ATTENTION (graph.h). */
-static bool kv_type(ob_type t) { return t == OB_TYPE_F32 || t == OB_TYPE_F16 || t == OB_TYPE_Q8_0; }
+/* The cache types of KV_STORE and ATTENTION (graph.h): llama-server's -ctk / -ctv types. */
+static bool kv_type(ob_type t) {
+    switch (t) {
+    case OB_TYPE_F32: case OB_TYPE_F16: case OB_TYPE_BF16: case OB_TYPE_Q8_0: case OB_TYPE_Q4_0:
+    case OB_TYPE_Q4_1: case OB_TYPE_Q5_0: case OB_TYPE_Q5_1: case OB_TYPE_IQ4_NL:
+        return true;
+    default:
+        return false;
+    }
+}
 
 /* A row of n elements of t holds whole blocks (false for an unknown type). Not n > 0: the
  * CUDA backend takes plain rows of any length, so a backend that wants rows adds that. */
@@ -98,8 +106,7 @@ static bool attention_ok(const ob_tensor *n) {
     if (kc->ne[0] != hd * n_kv || vc->ne[0] % n_kv != 0 || dv < 1 || dv > sv || ob_nrows(kc) != ob_nrows(vc))
         return false;
     /* Per-head slices of a quantized cache row must start and end on a block boundary. */
-    if (kc->type == OB_TYPE_Q8_0 && hd % 32 != 0) return false;
-    if (vc->type == OB_TYPE_Q8_0 && (sv % 32 != 0 || dv % 32 != 0)) return false;
+    if (!whole_blocks(kc->type, hd) || !whole_blocks(vc->type, sv) || !whole_blocks(vc->type, dv)) return false;
     /* sinks (gpt-oss): one logit per query head */
     if (n->src[6] && (!is_f32(n->src[6]) || ob_nelements(n->src[6]) != H)) return false;
     return ob_nelements(pos) == T && ob_nelements(seq) == T && ob_nrows(n) == T;

@@ -46,6 +46,7 @@ bool ob_srv_embd_wanted(const ob_srv_config *cfg, const ob_model *m) {
 
 bool ob_srv_embd_ranks(const ob_srv_embd *e) { return e->rank; }
 int ob_srv_embd_n_ctx(const ob_srv_embd *e) { return e->n_ctx; }
+const ob_context *ob_srv_embd_context(const ob_srv_embd *e) { return e->c; }
 bool ob_srv_embd_failed(ob_srv_embd *e) { return __atomic_load_n(&e->failed, __ATOMIC_ACQUIRE); }
 
 void ob_srv_embd_get_stats(ob_srv_embd *e, ob_srv_embd_stats *out) {

@@ -232,6 +232,10 @@ bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g
         }
     }
     g->n_predict = (int)ll;
+    /* llama-server's slot pinning (-1: any slot; the scheduler checks the range) */
+    ll = -1;
+    if (!ob_srv_get_int(o, "id_slot", -1, 1 << 20, &ll, r)) return false;
+    g->id_slot = (int)ll;
     d = g->sp.temperature;
     if (!ob_srv_get_num(o, "temperature", 0, 100, &d, r)) return false;
     g->sp.temperature = (float)d;
@@ -540,6 +544,8 @@ ob_task_params ob_gen_task_params(const ob_gen_req *g, const int32_t *prompt, in
         p.grammar_special = g->tcg.special;
     }
     p.think_open = g->think_open;
+    p.pin_slot = g->id_slot >= 0;
+    p.id_slot = g->id_slot;
     return p;
 }
 

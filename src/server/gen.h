@@ -23,6 +23,7 @@ typedef struct ob_gen_req {
     int n_predict;                       /* -1: no limit */
     int n;                               /* choices */
     int n_probs;
+    int id_slot;                         /* llama-server's slot pinning; -1: any */
     bool logprobs, stream, include_usage, ignore_eos, echo;
     bool post_sampling_probs;            /* llama-server: probabilities after the sampling chain */
     bool return_tokens, timings_per_token, verbose;

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <microhttpd.h>
+
 #include "core/common.h"
 #include "server/gen.h"
 #include "tokenizer/tokenizer.h"
@@ -362,6 +364,76 @@ static void apply_template(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     json_decref(body);
 }
 
+/* A file name under --slot-save-path: one plain component (no separators, no "..", no
+ * control bytes, no leading or trailing space, not ending in a dot). */
+static bool slot_filename_ok(const char *f) {
+    size_t n = f ? strlen(f) : 0;
+    if (n == 0 || n > 255 || f[0] == ' ' || f[n - 1] == ' ' || f[n - 1] == '.') return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)f[i];
+        if (ch < 0x20 || ch == 0x7f || ch == '/' || ch == '\\' || ch == ':') return false;
+    }
+    return true;
+}
+
+/* POST /slots/{id}?action=save|restore|erase (llama-server's, under --slot-save-path). */
+static void slot_action(ob_server_state *s, const ob_req *rq, ob_resp *r, const char *id_text) {
+    if (strcmp(rq->method, "POST")) {
+        ob_srv_error(r, 405, NULL, "use POST");
+        return;
+    }
+    if (!s->cfg->slot_save_path) {
+        ob_srv_error(r, 501, "not_supported_error", "This server does not support slots action. Start it with `--slot-save-path`");
+        return;
+    }
+    char *end = NULL;
+    long id = strtol(id_text, &end, 10);
+    if (!*id_text || *end || id < 0 || id > 1 << 20) {
+        ob_srv_error(r, 400, NULL, "Invalid slot ID");
+        return;
+    }
+    const char *action = rq->conn ? MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, "action") : NULL;
+    ob_slot_action a = !action ? (ob_slot_action)-1 : !strcmp(action, "save") ? OB_SLOT_SAVE
+                       : !strcmp(action, "restore") ? OB_SLOT_RESTORE : !strcmp(action, "erase") ? OB_SLOT_ERASE
+                                                                                                   : (ob_slot_action)-1;
+    if ((int)a < 0) {
+        ob_srv_error(r, 400, NULL, "Invalid action");
+        return;
+    }
+    if (!ob_gen_ready(s, r)) return;
+    const char *fname = NULL;
+    json_t *body = NULL;
+    char path[4096] = "";
+    if (a != OB_SLOT_ERASE) {
+        if (!(body = ob_srv_parse_body(rq, r))) return;
+        fname = json_string_value(json_object_get(body, "filename"));
+        if (!slot_filename_ok(fname)) {
+            json_decref(body);
+            ob_srv_error(r, 400, NULL, "Invalid filename");
+            return;
+        }
+        if (snprintf(path, sizeof(path), "%s/%s", s->cfg->slot_save_path, fname) >= (int)sizeof(path)) {
+            json_decref(body);
+            ob_srv_error(r, 400, NULL, "Invalid filename");
+            return;
+        }
+    }
+    ob_slot_result res;
+    char err[512] = "";
+    const int code = ob_sched_slot_action(s->sched, (int)id, a, path, 60000, &res, err, sizeof(err));
+    if (code != 200) {
+        ob_srv_error(r, code, code == 501 ? "not_supported_error" : code == 503 ? "unavailable_error" : NULL, "%s", err);
+    } else if (a == OB_SLOT_ERASE) {
+        ob_srv_json(r, 200, json_pack("{s:i,s:i}", "id_slot", (int)id, "n_erased", res.n_tokens));
+    } else {
+        const bool save = a == OB_SLOT_SAVE;
+        ob_srv_json(r, 200, json_pack("{s:i,s:s,s:i,s:I,s:{s:f}}", "id_slot", (int)id, "filename", fname,
+                                      save ? "n_saved" : "n_restored", res.n_tokens, save ? "n_written" : "n_read",
+                                      (json_int_t)res.n_bytes, "timings", save ? "save_ms" : "restore_ms", res.ms));
+    }
+    json_decref(body);
+}
+
 static void props(ob_server_state *s, ob_resp *r) {
     const char *tmpl = s->cfg->chat_template ? s->cfg->chat_template : s->chat_template;
     /* the server's defaults (--temp, --seed, -n, ...) in generation_settings' shape */
@@ -385,6 +457,9 @@ static void props(ob_server_state *s, ob_resp *r) {
                           "modalities", "vision", 0, "audio", 0, "is_sleeping",
                           __atomic_load_n(&s->sleeping, __ATOMIC_ACQUIRE) != 0);
     json_object_set_new(j, "chat_template", tmpl ? ob_srv_jstr(tmpl, strlen(tmpl)) : json_string(""));
+    /* the KV cache types in use (-ctk / -ctv; an embeddings context keeps f32) */
+    json_object_set_new(j, "cache_type_k", json_string(ob_kv_type_name(s->embd ? OB_KV_F32 : s->cfg->type_k)));
+    json_object_set_new(j, "cache_type_v", json_string(ob_kv_type_name(s->embd ? OB_KV_F32 : s->cfg->type_v)));
     json_object_set_new(j, "embedding", json_boolean(s->embd != NULL));
     json_object_set_new(j, "reranking", json_boolean(s->embd && ob_srv_embd_ranks(s->embd)));
     ob_srv_json(r, 200, j);
@@ -401,6 +476,10 @@ bool ob_srv_route_llama(ob_server_state *s, const ob_req *rq, ob_resp *r) {
         int st = __atomic_load_n(&s->ready, __ATOMIC_ACQUIRE);
         if (st == 1) ob_srv_json(r, 200, json_pack("{s:s}", "status", "ok"));
         else ob_srv_error(r, 503, NULL, st == 0 ? "Loading model" : "the server is shutting down");
+        return true;
+    }
+    if (!strncmp(p, "/slots/", 7)) {
+        if (ob_oai_ready(s, r)) slot_action(s, rq, r, p + 7);
         return true;
     }
     static const char *const gets[] = {"/props", "/slots", "/metrics"};

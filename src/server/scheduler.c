@@ -34,6 +34,7 @@ struct ob_task {
     int err_status, stop_idx;
     char err[256];
     int n_cached, n_gen, slot;
+    int want_slot;       /* the request's id_slot (-1: any) */
     int n_drafted, n_accepted;
     double t_start, t_prompt_done, t_end;
     pthread_cond_t cond;
@@ -85,6 +86,9 @@ struct ob_sched {
     int n_queued;
     pthread_t th;
     bool thread_started, stop, failed, joined;
+    /* a step's ob_decode runs without mu: slot actions wait until it is back (step_done) */
+    bool decoding;
+    pthread_cond_t step_done;
     int32_t *b_tok, *b_pos, *b_seq;   /* [n_batch] */
     int8_t *b_want;
     /* A step whose every logits row can be sampled in the graph (no logprobs, no drafts,
@@ -328,11 +332,13 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
 /* Moves queued tasks into free slots, preferring the slot whose KV already holds the
  * longest prefix of the prompt. Holds s->mu. */
 static void assign_tasks(ob_sched *s) {
-    while (s->q_head) {
-        ob_task *t = s->q_head;
+    ob_task *prev = NULL;
+    for (ob_task *t = s->q_head, *nx; t; t = nx) {
+        nx = t->next;
         if (t->cancelled) {
-            s->q_head = t->next;
-            if (!s->q_head) s->q_tail = NULL;
+            if (prev) prev->next = nx;
+            else s->q_head = nx;
+            if (s->q_tail == t) s->q_tail = prev;
             s->n_queued--;
             task_finish(s, t, OB_FINISH_NONE, 0, NULL);
             continue;
@@ -340,16 +346,22 @@ static void assign_tasks(ob_sched *s) {
         int best = -1, best_lcp = -1;
         for (int i = 0; i < s->n_slots; i++) {
             ob_slot *sl = &s->slots[i];
-            if (sl->task) continue;
+            if (sl->task || (t->want_slot >= 0 && i != t->want_slot)) continue;
             int l = common_prefix(sl->cache, sl->n_cache, t->prompt, t->n_prompt);
             if (l > best_lcp || (l == best_lcp && sl->t_used < s->slots[best].t_used)) {
                 best = i;
                 best_lcp = l;
             }
         }
-        if (best < 0) return;
-        s->q_head = t->next;
-        if (!s->q_head) s->q_tail = NULL;
+        if (best < 0) {
+            /* every slot busy, or the one it asked for: a later task may still fit */
+            prev = t;
+            continue;
+        }
+        if (prev) prev->next = nx;
+        else s->q_head = nx;
+        if (s->q_tail == t) s->q_tail = prev;
+        t->next = NULL;
         s->n_queued--;
         ob_slot *sl = &s->slots[best];
         /* the last prompt token is always decoded again: its logits start the reply */
@@ -709,6 +721,7 @@ static void *sched_main(void *arg) {
         /* The samplers stay with their slots' tasks while the lock is released: only this
          * thread finishes a task that holds a slot. */
         s->b_sampled = plan_device_sampling(s, n);
+        s->decoding = true;
         pthread_mutex_unlock(&s->mu);
         ob_batch b = {.n_tokens = n, .token = s->b_tok, .pos = s->b_pos, .seq = s->b_seq,
                       .want_logits = s->b_want};
@@ -716,6 +729,8 @@ static void *sched_main(void *arg) {
         ob_status st = s->b_sampled ? ob_decode_sample(s->ctx, &b, s->b_smp, s->b_out, err, sizeof err)
                                     : ob_decode(s->ctx, &b, err, sizeof err);
         pthread_mutex_lock(&s->mu);
+        s->decoding = false;
+        pthread_cond_broadcast(&s->step_done);
         s->st.n_decode_calls++;
         s->st.n_decode_tokens += (uint64_t)n;
         if (st == OB_ERR_DEVICE) {
@@ -796,10 +811,12 @@ ob_status ob_sched_new(ob_model *m, ob_context *ctx, ob_spec *spec, int n_slots,
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gv_mu, NULL);
     pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->step_done, NULL);
     if (pthread_create(&s->th, NULL, sched_main, s) != 0) {
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->gv_mu);
         pthread_cond_destroy(&s->wake);
+        pthread_cond_destroy(&s->step_done);
         ob_sched_free(s);
         return ob_fail(err, err_len, OB_ERR_NOMEM, "scheduler: cannot start thread");
     }
@@ -814,6 +831,7 @@ void ob_sched_stop(ob_sched *s) {
     bool joined = s->joined;
     s->stop = true;
     pthread_cond_signal(&s->wake);
+    pthread_cond_broadcast(&s->step_done);
     pthread_mutex_unlock(&s->mu);
     if (!joined) pthread_join(s->th, NULL);
     pthread_mutex_lock(&s->mu);
@@ -829,6 +847,7 @@ void ob_sched_free(ob_sched *s) {
         pthread_mutex_destroy(&s->mu);
         pthread_mutex_destroy(&s->gv_mu);
         pthread_cond_destroy(&s->wake);
+        pthread_cond_destroy(&s->step_done);
     }
     ob_grammar_vocab_free(s->gvocab);
     ob_grammar_vocab_free(s->gvocab_special);
@@ -896,6 +915,10 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
         *st = ob_fail(err, err_len, OB_ERR_ARG, "the prompt is empty");
         return NULL;
     }
+    if (p->pin_slot && (p->id_slot < 0 || p->id_slot >= s->n_slots)) {
+        *st = ob_fail(err, err_len, OB_ERR_ARG, "id_slot %d is not a slot (0 .. %d)", p->id_slot, s->n_slots - 1);
+        return NULL;
+    }
     if (p->n_prompt >= s->n_ctx_slot) {
         *st = ob_fail(err, err_len, OB_ERR_CONTEXT,
                       "the request exceeds the available context size (%d prompt tokens, context %d per slot)",
@@ -907,6 +930,7 @@ ob_task *ob_sched_submit(ob_sched *s, const ob_task_params *p, ob_status *st, ch
     pthread_cond_init(&t->cond, NULL);
     t->stop_idx = -1;
     t->slot = -1;
+    t->want_slot = p->pin_slot ? p->id_slot : -1;
     t->n_prompt = p->n_prompt;
     t->n_predict = p->n_predict;
     t->n_probs = OB_MAX(0, OB_MIN(p->n_probs, OB_SRV_MAX_TOP));
@@ -1119,4 +1143,73 @@ json_t *ob_sched_slots_json(ob_sched *s) {
     }
     pthread_mutex_unlock(&s->mu);
     return a;
+}
+
+/* ---- /slots/{id}?action=save|restore|erase ---------------------------------------------- */
+
+int ob_sched_slot_action(ob_sched *s, int id, ob_slot_action a, const char *path, int wait_ms, ob_slot_result *res,
+                         char *err, size_t err_len) {
+    memset(res, 0, sizeof(*res));
+    if (id < 0 || id >= s->n_slots) {
+        snprintf(err, err_len, "Invalid slot ID: %d is not a slot (0 .. %d)", id, s->n_slots - 1);
+        return 400;
+    }
+    if (s->spec && a == OB_SLOT_RESTORE) {
+        /* the draft's sequence would no longer follow the slot's */
+        snprintf(err, err_len, "slot restore is not supported with a draft model");
+        return 501;
+    }
+    const double t0 = ob_time_s();
+    pthread_mutex_lock(&s->mu);
+    /* between steps, on an idle slot: the context is this thread's while mu is held and
+     * no decode is in flight */
+    for (;;) {
+        if (s->stop || s->failed) {
+            pthread_mutex_unlock(&s->mu);
+            snprintf(err, err_len, "the server is shutting down");
+            return 503;
+        }
+        if (!s->decoding && !s->slots[id].task) break;
+        const double left_ms = wait_ms - 1e3 * (ob_time_s() - t0);
+        if (left_ms <= 0) {
+            pthread_mutex_unlock(&s->mu);
+            snprintf(err, err_len, "slot %d is busy", id);
+            return 503;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        const long ms = (long)OB_MIN(left_ms, 100.0);
+        ts.tv_nsec += (ms % 1000) * 1000000L;
+        ts.tv_sec += ms / 1000 + ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&s->step_done, &s->mu, &ts);
+    }
+    ob_slot *sl = &s->slots[id];
+    const double t1 = ob_time_s();
+    int code = 200;
+    if (a == OB_SLOT_ERASE) {
+        res->n_tokens = sl->n_cache;
+        ob_seq_truncate(s->ctx, id, 0);
+        sl->n_cache = 0;
+    } else if (a == OB_SLOT_SAVE) {
+        ob_status st = ob_seq_save_file(s->ctx, id, sl->cache, sl->n_cache, path, &res->n_bytes, err, err_len);
+        res->n_tokens = sl->n_cache;
+        code = st == OB_OK ? 200 : st == OB_ERR_IO ? 500 : 400;
+    } else {
+        int32_t *tok = NULL;
+        int n = 0;
+        ob_status st = ob_seq_load_file(s->ctx, id, path, &tok, &n, &res->n_bytes, err, err_len);
+        /* a file refused before its cells were read leaves the slot as it was */
+        sl->n_cache = OB_MIN(sl->n_cache, ob_seq_len(s->ctx, id));
+        if (st == OB_OK) {
+            memcpy(sl->cache, tok, sizeof(int32_t) * (size_t)n);
+            sl->n_cache = n;
+            res->n_tokens = n;
+        }
+        free(tok);
+        code = st == OB_OK ? 200 : st == OB_ERR_NOMEM ? 500 : 400;
+    }
+    pthread_mutex_unlock(&s->mu);
+    res->ms = 1e3 * (ob_time_s() - t1);
+    return code;
 }

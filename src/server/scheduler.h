@@ -53,6 +53,8 @@ typedef struct ob_task_params {
     int n_grammar_starts;
     bool grammar_special;              /* control tokens may match the grammar by their text */
     bool think_open;                   /* the reply starts inside a thought */
+    bool pin_slot;                     /* the request's id_slot: only that slot runs it */
+    int id_slot;
 } ob_task_params;
 
 /* Where a reader has got to in a task's output. */
@@ -121,5 +123,19 @@ void ob_sched_get_stats(ob_sched *s, ob_sched_stats *st);
 /* One line per slot for /slots: JSON array (new reference). */
 struct json_t;
 struct json_t *ob_sched_slots_json(ob_sched *s);
+
+/* llama-server's /slots/{id}?action=: a slot's cache and tokens to a file (SAVE), back from
+ * one (RESTORE: the slot then reuses them as a cached prefix), or forgotten (ERASE). Waits
+ * up to wait_ms for the slot to be idle between steps. Returns an HTTP status: 200, 400 (no
+ * such slot, a file that is not a saved slot of this model), 500 (I/O), 501, 503 (busy
+ * past wait_ms, shutting down), with err. */
+typedef enum ob_slot_action { OB_SLOT_SAVE, OB_SLOT_RESTORE, OB_SLOT_ERASE } ob_slot_action;
+typedef struct ob_slot_result {
+    int n_tokens;                      /* saved, restored or erased */
+    size_t n_bytes;                    /* the file's */
+    double ms;
+} ob_slot_result;
+int ob_sched_slot_action(ob_sched *s, int id, ob_slot_action a, const char *path, int wait_ms, ob_slot_result *res,
+                         char *err, size_t err_len);
 
 #endif

@@ -46,6 +46,7 @@ typedef struct ob_srv_config {
     bool seed_set;             /* -s N (N >= 0): requests without a seed use it; else random */
     int n_predict;             /* -n: default token limit (-1: none) */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
+    const char *slot_save_path; /* --slot-save-path: the folder of /slots/{id}?action=save|restore files */
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
     const char *tags;          /* --tags: comma list, informational (/v1/models) */
@@ -196,6 +197,7 @@ ob_status ob_srv_embd_new(ob_model *m, const ob_srv_config *cfg, ob_srv_embd **o
 void ob_srv_embd_free(ob_srv_embd *e);
 bool ob_srv_embd_ranks(const ob_srv_embd *e);
 int ob_srv_embd_n_ctx(const ob_srv_embd *e);  /* longest input, tokens */
+const ob_context *ob_srv_embd_context(const ob_srv_embd *e); /* its context (`1bit census`: placement) */
 /* True once ob_decode reported a device fault; the server must then exit non-zero. */
 bool ob_srv_embd_failed(ob_srv_embd *e);
 /* Totals since start, for /metrics and Lemonade's /stats. */

@@ -107,3 +107,21 @@ def test_llama_server_switches_accepted():
         assert requests.get(srv.url + "/health", timeout=10).status_code == 200
     finally:
         srv.stop()
+
+
+def test_cache_types():
+    """-ctk / -ctv take llama-server's cache types, each its own; /props names them, and an
+    unknown one stops the start with one line naming it."""
+    srv = Server(["-ctk", "q4_0", "-ctv", "IQ4_NL", "--temp", "0", "-n", "4"])
+    try:
+        p = requests.get(srv.url + "/props", timeout=10).json()
+        assert p["cache_type_k"] == "q4_0" and p["cache_type_v"] == "iq4_nl"
+        assert completion(srv)["tokens_predicted"] == 4
+    finally:
+        srv.stop()
+    import subprocess
+    from serverutil import BIN, default_model
+    for flag in ("-ctk", "--cache-type-v", "-ctkd"):
+        r = subprocess.run([BIN, "serve", "-m", default_model(), flag, "q3_0"], capture_output=True, text=True, timeout=60)
+        lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+        assert r.returncode != 0 and len(lines) == 1 and "q3_0" in lines[0] and flag in lines[0], r.stderr

@@ -1,6 +1,8 @@
 /* The sequence ops: ROPE (both modes, partial rotation, frequency factors and mscale, far
  * positions), KV_STORE (every cache type, rows off the 32-element chunk, tokens outside
- * the cache), ATTENTION (every cache type pair, GQA, windows, soft-cap, ALiBi, causal and
+ * the cache; the quantized types' blocks as the reference quantizer writes them, from rows
+ * made to reach their corner cases), ATTENTION (every cache type pair, GQA, windows,
+ * soft-cap, ALiBi, causal and
  * whole-sequence, decode deep in a cache and prefill over several sequences, head sizes
  * from 4 to 256; unseen F32 cells hold NaN, so reading one fails), POOL and SAMPLE. */
 #include "ops_cases.h"
@@ -78,11 +80,49 @@ typedef struct kv_row {
     ob_type t;
     int64_t row;
     int outside; /* 1: token 4 past its sequence's cells; 2: in a sequence past the cache */
+    bool stress; /* x's 32-element blocks of the kinds kv_stress makes */
 } kv_row;
 
+/* The block types and BF16 store the reference quantizer's bytes on every backend
+ * (kvq.glsl, kvq.cuh): compared exactly. */
 static void kv_tol(ops_build *b, ob_type t) {
-    ops_tol_on(b, OPS_BIT(OPS_VK), t == OB_TYPE_Q8_0 ? OPS_TOL(0.03, 1e-6) : OPS_TOL(1e-7, 1e-6));
+    if (t != OB_TYPE_F32 && t != OB_TYPE_F16) {
+        ops_tol_on(b, OPS_GPU, OPS_EXACT);
+        return;
+    }
+    ops_tol_on(b, OPS_BIT(OPS_VK), OPS_TOL(1e-7, 1e-6));
     ops_tol_on(b, OPS_BIT(OPS_CUDA), OPS_MREL(1e-6));
+}
+
+/* n floats whose 32-element blocks take turns at a quantizer's corner cases: normal draws,
+ * tiny ones, zeros, a constant (Q4_1 / Q5_1's zero range), values on a grid of eighths
+ * (codes exactly between two steps), and draws with one far outlier. */
+static float *kv_stress(ops_build *b, int64_t n) {
+    float *x = ops_f32(b, n, 1.0f);
+    for (int64_t k = 0; k < n / 32; k++)
+        for (int64_t j = 0; j < 32; j++) {
+            float *v = x + 32 * k + j;
+            switch (k % 6) {
+            case 1: *v *= 1e-3f; break;
+            case 2: *v = 0.0f; break;
+            case 3: *v = 0.7f; break;
+            case 4: *v = floorf(*v * 8.0f) / 8.0f; break;
+            case 5: if (j == 11) *v = -100.0f; break;
+            default: break;
+            }
+        }
+    return x;
+}
+
+/* How far a stored value may read back from the input, as a share of its block's largest
+ * magnitude: a step of the type's grid (Q4_0's far end is an eighth of it away). */
+static float kv_step(ob_type t) {
+    switch (t) {
+    case OB_TYPE_Q4_0: case OB_TYPE_Q4_1: case OB_TYPE_IQ4_NL: return 0.14f;
+    case OB_TYPE_Q5_0: case OB_TYPE_Q5_1: return 0.07f;
+    case OB_TYPE_Q8_0: return 0.005f;
+    default: return 0.0f;
+    }
 }
 
 /* Independent of the reference: the stored row reads back as the input (to the cache
@@ -95,8 +135,10 @@ static void kv_ref(ops_build *b, const void *p) {
     ob_dequantize(r->t, (const char *)cache->data + rb * (size_t)(2 * 10 + 7), back, r->row);
     int bad = 0;
     for (int64_t i = 0; i < r->row; i++) {
-        const float want = ((const float *)x->data)[3 * r->row + i];
-        bad += !(fabsf(back[i] - want) <= 0.02f + 0.01f * fabsf(want));
+        const float *xr = (const float *)x->data + 3 * r->row, want = xr[i];
+        float amax = 0.0f;
+        for (int64_t j = i - i % 32; j < i - i % 32 + 32 && j < r->row; j++) amax = fmaxf(amax, fabsf(xr[j]));
+        bad += !(fabsf(back[i] - want) <= 0.02f + 0.01f * fabsf(want) + kv_step(r->t) * amax);
     }
     CHECKF(bad == 0, "%s: %d elements of the stored row read back off the input", b->name, bad);
     CHECKF(*(const float *)b->chk[0]->data == 0.0f, "%s: token %g", b->name, *(const float *)b->chk[0]->data);
@@ -120,7 +162,8 @@ static void kv_build(ops_build *b, const void *p) {
     ob_tensor *cache = ops_leaf(b, "cache", r->t, 2, nc, c0);
     b->user = ops_own(b, ob_nbytes(cache));
     memcpy(b->user, c0, ob_nbytes(cache));
-    ob_tensor *o = ob_kv_store(b->g, ops_leaf_f32(b, "x", 3, nx, 1.0f), cache, ops_leaf_i32(b, "pos", T, pos),
+    ob_tensor *xt = r->stress ? ops_leaf(b, "x", OB_TYPE_F32, 3, nx, kv_stress(b, r->row * T)) : ops_leaf_f32(b, "x", 3, nx, 1.0f);
+    ob_tensor *o = ob_kv_store(b->g, xt, cache, ops_leaf_i32(b, "pos", T, pos),
                                ops_leaf_i32(b, "seq", T, seq), (int)cps);
     /* the token orders later reads; its value (0 from the reference and the CPU) is left
      * open to the GPU backends (Vulkan's stays unwritten) */
@@ -210,6 +253,8 @@ static void attn_build(ops_build *b, const void *p) {
     if (r->store) {
         ops_check(b, KC, OPS_EXACT);
         kv_tol(b, r->kt);
+        ops_check(b, VC, OPS_EXACT);
+        kv_tol(b, r->vt);
     }
 }
 
@@ -287,7 +332,7 @@ static void sample_build(ops_build *b, const void *p) {
 /* ---- the tables ---------------------------------------------------------------------------- */
 
 static rope_row g_rope[64];
-static kv_row g_kv[32];
+static kv_row g_kv[48];
 static attn_row g_attn[1024];
 static pool_row g_pool[12];
 static int g_nrope, g_nkv, g_nattn, g_npool;
@@ -320,6 +365,42 @@ static const char *const g_vk_attn_knobs[] = {
     "ONEBIT_VK_ATTN_SPLIT=1", "ONEBIT_VK_ATTN_LAST=0 ONEBIT_VK_ATTN_CELLS=128",
     "ONEBIT_VK_ATTN_DEC=0 ONEBIT_VK_ATTN_CELLS=128", "ONEBIT_VK_ATTN_GW=4 ONEBIT_VK_ATTN_SOLO=0",
 };
+
+/* The cache types beside F32 / F16 / Q8_0 (llama-server's -ctk / -ctv): the generic paths
+ * (CPU's converted rows, Vulkan's attention.comp, CUDA's k_attn and k_attn_pf). */
+static const char *const g_ct_knobs[] = {
+    "ONEBIT_VK_ATTN_CELLS=128", "ONEBIT_VK_ATTN_LAST=0 ONEBIT_VK_ATTN_CELLS=128", "ONEBIT_VK_ATTN_SPLIT=1",
+    "ONEBIT_CUDA_ATTN_U=0", "ONEBIT_CUDA_ATTN_SPLIT=1", "ONEBIT_CUDA_FUSE=0",
+};
+
+/* Each type as keys beside F16 values, as values beside F16 keys, and as both, every token
+ * stored first (the caches checked too): one token deep in a 400-cell cache (Vulkan's tiles
+ * of 128 and splits, CUDA's splits: every knob of g_ct_knobs, and batch-invariant mode), 6
+ * tokens of 3 sequences across cell 128, 40 tokens of one across cell 64 (CUDA's k_attn_pf),
+ * and 9 tokens of 2 sequences whole-sequence with a window and a soft-cap; head sizes of 1,
+ * 2 and 3 blocks (BF16 also 12 and 20: any width of 4). */
+static void add_cache_types(ops_list *l) {
+    static const ob_type ct[] = {OB_TYPE_BF16, OB_TYPE_Q4_0, OB_TYPE_Q4_1, OB_TYPE_Q5_0, OB_TYPE_Q5_1, OB_TYPE_IQ4_NL};
+    const ob_type F16 = OB_TYPE_F16;
+    for (size_t i = 0; i < OB_ARRAY_LEN(ct); i++)
+        for (int side = 0; side < 3; side++) {
+            const ob_type kt = side == 1 ? F16 : ct[i], vt = side == 0 ? F16 : ct[i];
+            const int hd = side == 0 ? 64 : side == 1 ? 96 : 32;
+            const attn_row dec = {kt, vt, hd, 4, 2, 1, 1, 400, AT_TAIL, 317, true, 0, 0, 0, true};
+            add_attn(l, dec, NULL);
+            for (size_t k = 0; k < OB_ARRAY_LEN(g_ct_knobs); k++) add_attn(l, dec, g_ct_knobs[k]);
+            add_attn(l, (attn_row){kt, vt, hd, 4, 2, 6, 3, 300, AT_TAIL, 126, true, 0, 0, 0, true}, NULL);
+            add_attn(l, (attn_row){kt, vt, hd, 4, 2, 6, 3, 300, AT_TAIL, 126, true, 0, 0, 0, true}, NULL)->det = true;
+            add_attn(l, (attn_row){kt, vt, hd, 6, 2, 40, 1, 128, AT_TAIL, 60, true, 0, 0, 0, true}, NULL);
+            add_attn(l, (attn_row){kt, vt, hd, 4, 4, 9, 2, 64, AT_TAIL, -1, false, 3, 30, 0, true}, NULL);
+        }
+    for (int hd = 12; hd <= 20; hd += 8)
+        for (int side = 0; side < 2; side++) {
+            const ob_type kt = side ? F16 : OB_TYPE_BF16, vt = side ? OB_TYPE_BF16 : F16;
+            add_attn(l, (attn_row){kt, vt, hd, 4, 2, 1, 1, 300, AT_TAIL, 200, true, 0, 0, 0, true}, NULL);
+            add_attn(l, (attn_row){kt, vt, hd, 4, 2, 12, 2, 64, AT_TAIL, -1, false, 0, 0, 0, true}, NULL);
+        }
+}
 
 static void add_attention(ops_list *l) {
     static const ob_type kv[] = {OB_TYPE_F32, OB_TYPE_F16, OB_TYPE_Q8_0};
@@ -413,6 +494,7 @@ static void add_attention(ops_list *l) {
         {Q8, F16, 64, 6, 2, 100, 2, 256, AT_TAIL, 40, true, 0, 0, 0, true},   /* 3 heads per kv head */
     };
     for (size_t i = 0; i < OB_ARRAY_LEN(tail); i++) add_attn(l, tail[i], NULL);
+    add_cache_types(l);
     /* qwen3-8b's prefill shape: CUDA's tensor-core kernel; ~2 G multiply-adds of CPU reference
      * (and a minute of lavapipe) */
     add_attn(l, (attn_row){F16, F16, 128, 32, 8, 512, 1, 512, AT_TAIL, 0, true, 0, 0, 0, true}, NULL)->only = OPS_BIT(OPS_CUDA);
@@ -446,10 +528,25 @@ void ops_add_attention(ops_list *l) {
     for (size_t i = 0; i < OB_ARRAY_LEN(kt); i++)
         for (int out = 0; out < 3; out++) {
             if (out && i >= 3) continue;
-            g_kv[g_nkv] = (kv_row){kt[i], i < 3 ? 128 : i < 5 ? 72 : 70, out};
+            g_kv[g_nkv] = (kv_row){kt[i], i < 3 ? 128 : i < 5 ? 72 : 70, out, false};
             ops_case *c = ops_add(l, kv_build, &g_kv[g_nkv++], "KV_STORE %s row %lld%s", ob_type_name(kt[i]),
                                   (long long)(i < 3 ? 128 : i < 5 ? 72 : 70),
                                   out == 1 ? " token past its cells" : out == 2 ? " token past the cache" : "");
+            if (out) {
+                c->err_on = OPS_BIT(OPS_CPU);
+                c->err_status = OB_ERR_CONTEXT;
+            }
+        }
+    /* ... every cache type from rows of corner cases (kv_stress) at 160 (five blocks), BF16
+     * also at 72 and 70; a token past its sequence's cells */
+    static const ob_type st[] = {OB_TYPE_Q8_0, OB_TYPE_Q4_0, OB_TYPE_Q4_1, OB_TYPE_Q5_0, OB_TYPE_Q5_1, OB_TYPE_IQ4_NL,
+                                 OB_TYPE_BF16, OB_TYPE_BF16, OB_TYPE_BF16};
+    for (size_t i = 0; i < OB_ARRAY_LEN(st); i++)
+        for (int out = 0; out < 2; out++) {
+            const int64_t row = i < 7 ? 160 : i == 7 ? 72 : 70;
+            g_kv[g_nkv] = (kv_row){st[i], row, out, true};
+            ops_case *c = ops_add(l, kv_build, &g_kv[g_nkv++], "KV_STORE %s row %lld corner cases%s", ob_type_name(st[i]),
+                                  (long long)row, out ? " token past its cells" : "");
             if (out) {
                 c->err_on = OPS_BIT(OPS_CPU);
                 c->err_status = OB_ERR_CONTEXT;

@@ -10,8 +10,13 @@
  * The chunked form of the delta rule (ob_cpu_ref_delta_net_chunked, the GPUs' prefill
  * algorithm) is held to the token-by-token reference on every DELTA_NET case at chunks of 1,
  * 3, 16 and 64 positions (ref_check), and a prefill split at chunk boundaries must give
- * its outputs and end state bit for bit (the ALIGNED cases). The GPU backends have no
- * kernels for these ops yet (may_refuse). */
+ * its outputs and end state bit for bit (the ALIGNED cases).
+ *
+ * The GPU kernels (CUDA op_ssm_conv.cu / op_delta_net.cu, Vulkan ssm_conv.comp /
+ * delta_net.comp) run every case: the rows past the first tables reach their register and
+ * column blocks' edges, the largest head they take and a sequence without a state row (zeros
+ * there and in the reference; the CPU backend refuses the graph). A head past their size is
+ * refused (may_refuse). */
 #include "ops_cases.h"
 #include "backend/cpu/cpu.h"
 #include <math.h>
@@ -26,8 +31,10 @@ enum {
     RC_SPLIT = 2,   /* the RC_PLAIN batch cut into three nodes at uneven points */
     RC_STEPS = 3,   /* three nodes of one token of one sequence each */
     RC_ALIGNED = 4, /* one sequence from position 8, cut at positions 16 and 48 (chunk boundaries) */
+    RC_NOSTATE = 5, /* RC_PLAIN with the last sequence past the state's rows: its tokens get zeros
+                       (the GPUs, the reference) or the graph is refused (the CPU backend) */
 };
-static const char *const g_mode_name[] = {"prefill", "decode", "split", "steps", "aligned"};
+static const char *const g_mode_name[] = {"prefill", "decode", "split", "steps", "aligned", "no-state"};
 
 #define RC_MAX_T 96
 
@@ -94,7 +101,8 @@ static void conv_build(ops_build *b, const void *p) {
     const conv_row *r = p;
     rc_batch bt;
     rc_layout(&bt, r->mode, r->T, r->n_seq);
-    const int64_t C = r->C, K = r->K, ns[2] = {(K - 1) * C, r->n_seq + 1}, nw[2] = {K, C};
+    const int64_t C = r->C, K = r->K, nw[2] = {K, C};
+    const int64_t ns[2] = {(K - 1) * C, r->mode == RC_NOSTATE ? r->n_seq - 1 : r->n_seq + 1};
     ob_tensor *state = ops_leaf_f32(b, "state", 2, ns, 1.0f); /* sequence 0's is garbage: it starts at 0 */
     ob_tensor *taps = ops_leaf_f32(b, "taps", 2, nw, 0.5f);
     const float *x = ops_f32(b, C * bt.T, 1.0f);
@@ -213,7 +221,7 @@ static void dn_build(ops_build *b, const void *p) {
     rc_batch bt;
     rc_layout(&bt, r->mode, r->T, r->n_seq);
     const int64_t dk = r->dk, dv = r->dv, Hk = r->Hk, H = r->H, W = 2 * Hk * dk + H * dv;
-    const int64_t n_state = r->mode == RC_DECODE ? r->n_seq + 2 : r->n_seq + 1;
+    const int64_t n_state = r->mode == RC_DECODE ? r->n_seq + 2 : r->mode == RC_NOSTATE ? r->n_seq - 1 : r->n_seq + 1;
     const int64_t ns[2] = {dk * dv * H, n_state};
     ob_tensor *state = ops_leaf_f32(b, "state", 2, ns, 0.3f);
     /* without the L2 norm the keys stay small, so the recurrence stays contractive */
@@ -247,6 +255,10 @@ static const conv_row g_conv[] = {
     {64, 4, 40, 3, RC_PLAIN, true},   {130, 3, 33, 2, RC_PLAIN, false}, {1000, 2, 9, 2, RC_PLAIN, true},
     {6144, 4, 1, 4, RC_DECODE, true}, {130, 4, 1, 3, RC_DECODE, false}, {64, 3, 40, 2, RC_SPLIT, false},
     {200, 4, 40, 3, RC_SPLIT, true},  {96, 4, 0, 1, RC_STEPS, true},    {3, 3, 0, 1, RC_ALIGNED, false},
+    /* LFM2's decode shape; 8 taps over an odd channel count; one token of each of two
+     * sequences as a prefill; a sequence without a state row */
+    {2048, 3, 4, 4, RC_DECODE, false}, {37, 8, 29, 3, RC_PLAIN, true},  {300, 5, 2, 2, RC_PLAIN, false},
+    {77, 4, 20, 3, RC_NOSTATE, true},
 };
 
 static const dn_row g_dn[] = {
@@ -256,19 +268,37 @@ static const dn_row g_dn[] = {
     {16, 16, 2, 4, 40, 2, RC_SPLIT, true},   {24, 8, 2, 2, 31, 3, RC_SPLIT, true},
     {16, 16, 2, 4, 0, 1, RC_STEPS, true},    {128, 128, 1, 2, 0, 1, RC_STEPS, true},
     {16, 16, 2, 4, 0, 1, RC_ALIGNED, true},  {64, 72, 1, 2, 0, 1, RC_ALIGNED, false},
+    /* the GPU kernels' paths: the largest head they take (256), rows and columns that fill
+     * their register and column blocks partly (dk 40, 100; dv 36, 130), many value heads
+     * over few key heads, a sequence without a state row */
+    {256, 256, 1, 2, 20, 1, RC_PLAIN, true}, {256, 64, 2, 2, 1, 4, RC_DECODE, true},
+    {40, 36, 2, 6, 23, 2, RC_PLAIN, true},   {100, 130, 1, 3, 9, 3, RC_PLAIN, false},
+    {8, 8, 2, 16, 1, 5, RC_DECODE, true},    {16, 16, 2, 4, 30, 3, RC_NOSTATE, true},
+    {320, 16, 1, 1, 5, 1, RC_PLAIN, true}, /* past the GPUs' head size: refused there */
 };
+
+/* The head size the GPU kernels take (op_delta_net.cu, delta_net.comp). */
+#define RC_GPU_MAX_DK 256
+
+/* The CPU backend refuses a token whose sequence has no state row (graph.h). */
+static void rc_mark(ops_case *c, int mode) {
+    if (mode != RC_NOSTATE) return;
+    c->err_on = OPS_BIT(OPS_CPU);
+    c->err_status = OB_ERR_CONTEXT;
+}
 
 void ops_add_recurrent(ops_list *l) {
     for (size_t i = 0; i < OB_ARRAY_LEN(g_conv); i++) {
         const conv_row *r = &g_conv[i];
         ops_case *c = ops_add(l, conv_build, r, "SSM_CONV C=%lld K=%lld %s T=%lld seqs=%d%s", (long long)r->C,
                               (long long)r->K, g_mode_name[r->mode], (long long)r->T, r->n_seq, r->silu ? " silu" : "");
-        c->may_refuse = OPS_GPU;
+        rc_mark(c, r->mode);
     }
     for (size_t i = 0; i < OB_ARRAY_LEN(g_dn); i++) {
         const dn_row *r = &g_dn[i];
-        ops_case *c = ops_add(l, dn_build, r, "DELTA_NET dk=%d dv=%d heads %d/%d %s T=%lld seqs=%d%s", r->dk, r->dv, r->Hk,
-                              r->H, g_mode_name[r->mode], (long long)r->T, r->n_seq, r->l2 ? " l2" : "");
-        c->may_refuse = OPS_GPU;
+        ops_case *c = ops_add(l, dn_build, r, "DELTA_NET dk=%d dv=%d heads %d/%d %s T=%lld seqs=%d%s", r->dk, r->dv,
+                              r->Hk, r->H, g_mode_name[r->mode], (long long)r->T, r->n_seq, r->l2 ? " l2" : "");
+        rc_mark(c, r->mode);
+        if (r->dk > RC_GPU_MAX_DK) c->may_refuse = OPS_GPU;
     }
 }

@@ -15,7 +15,8 @@
  * Errors are printed by position range; a backend this build has but this machine lacks,
  * or one without kernels for a fixture's ops, is reported SKIPPED.
  *
- * Usage: test_models [name ...]: only the fixtures named (every one without). */
+ * Usage: test_models [name ...]: only the fixtures named (every one without);
+ * test_models cache-types: only the check of every KV cache type (check_cache_types). */
 #include "testutil.h"
 #include "onebit.h"
 #include "convert/convert.h"
@@ -61,7 +62,9 @@ static void run_arch(const char *arch, ob_kv_type kv, int n_batch, double tol, b
     size_t len = 0;
     float *ref = ob_test_read_file(path, &len);
     CHECK(ref && len == sizeof(float) * (size_t)np * (size_t)vocab);
-    snprintf(path, sizeof(path), FIX "%s.gguf", arch);
+    /* a reference of another context over a fixture's model names its file ("model") */
+    const char *model_stem = json_string_value(json_object_get(meta, "model"));
+    snprintf(path, sizeof(path), FIX "%s.gguf", model_stem ? model_stem : arch);
     ob_model_params mp = ob_model_default_params();
     mp.n_threads = 2;
     ob_model *m = NULL;
@@ -204,9 +207,11 @@ static const int g_ranges[][2] = {{0, 16}, {16, 128}, {128, 512}, {512, 1536}, {
 #define N_RANGES ((int)(sizeof(g_ranges) / sizeof(g_ranges[0])))
 
 /* The long reference `ref` (json + logits: rows for the prompt then for each greedy token
- * fed back) against the model file at path on device d: prefill in chunks of 512, then one
- * token a step. may_refuse: a GPU backend without kernels for some of the model's ops (its
- * strict placement refuses the context) is reported SKIPPED, not failed. */
+ * fed back; with "rows" in the json, only the positions it lists, ascending) against the model
+ * file at path on device d: prefill in chunks of 512, then one token a step. The argmax of the
+ * last prompt row and of each greedy row but the last must be the next greedy token.
+ * may_refuse: a GPU backend without kernels for some of the model's ops (its strict placement
+ * refuses the context) is reported SKIPPED, not failed. */
 static void run_long(const char *ref, const char *path, const dev *d, const char *what, bool may_refuse) {
     char p[256], err[512];
     snprintf(p, sizeof(p), FIX "%s.json", ref);
@@ -217,16 +222,24 @@ static void run_long(const char *ref, const char *path, const dev *d, const char
     int V = (int)json_integer_value(json_object_get(meta, "vocab"));
     json_t *jp = json_object_get(meta, "prompt"), *jg = json_object_get(meta, "greedy");
     int np = (int)json_array_size(jp), ng = (int)json_array_size(jg), n = np + ng;
+    json_t *jrows = json_object_get(meta, "rows");
+    int n_rows = jrows ? (int)json_array_size(jrows) : n;
     snprintf(p, sizeof(p), FIX "%s.logits.f32", ref);
     size_t len = 0;
     float *want = ob_test_read_file(p, &len);
-    CHECKF(want && len == sizeof(float) * (size_t)n * (size_t)V && np >= 2048, "%s: %zu bytes for %d rows", p, len, n);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * 3);
-    if (!want || len != sizeof(float) * (size_t)n * (size_t)V || !tok) {
+    CHECKF(want && len == sizeof(float) * (size_t)n_rows * (size_t)V && np >= 2048, "%s: %zu bytes for %d rows", p, len,
+           n_rows);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * 4);
+    if (!want || len != sizeof(float) * (size_t)n_rows * (size_t)V || !tok) {
         free(want), free(tok), json_decref(meta);
         return;
     }
-    int32_t *pos = tok + n, *seq = pos + n;
+    int32_t *pos = tok + n, *seq = pos + n, *row_of = seq + n; /* row_of: the stored row of a position, or -1 */
+    for (int i = 0; i < n; i++) row_of[i] = jrows ? -1 : i;
+    for (int r = 0; jrows && r < n_rows; r++) {
+        json_int_t at = json_integer_value(json_array_get(jrows, (size_t)r));
+        if (at >= 0 && at < n) row_of[at] = r;
+    }
     for (int i = 0; i < n; i++) {
         tok[i] = (int32_t)json_integer_value(json_array_get(i < np ? jp : jg, (size_t)(i < np ? i : i - np)));
         pos[i] = i;
@@ -247,7 +260,7 @@ static void run_long(const char *ref, const char *path, const dev *d, const char
     cp.type_k = cp.type_v = OB_KV_F32;
     ob_context *c = NULL;
     double rerr[N_RANGES] = {0};
-    int top1[N_RANGES] = {0}, rows[N_RANGES] = {0};
+    int top1[N_RANGES] = {0}, rows[N_RANGES] = {0}, greedy_bad = -1;
     ob_status st = ob_context_new(m, &cp, &c, err, sizeof(err));
     if (st == OB_ERR_UNSUPPORTED && may_refuse && d->kind != OB_DEVICE_CPU && !strncmp(err, "placement:", 10)) {
         printf("%-28s %-7s SKIPPED (%s)\n", what, d->name, err);
@@ -264,16 +277,21 @@ static void run_long(const char *ref, const char *path, const dev *d, const char
         st = ob_decode(c, &b, err, sizeof(err));
         CHECKF(st == OB_OK, "%s at %d: %s", what, at, err);
         for (int j = 0; j < k && !st; j++) {
-            const float *got = ob_get_logits(c, j), *ref_row = want + (size_t)(at + j) * V;
+            const int i = at + j;
+            const float *got = ob_get_logits(c, j);
+            int bg = 0;
+            for (int v = 1; v < V; v++)
+                if (got[v] > got[bg]) bg = v;
+            if (i >= np - 1 && i < n - 1 && bg != tok[i + 1] && greedy_bad < 0) greedy_bad = i - (np - 1);
+            if (row_of[i] < 0) continue;
+            const float *ref_row = want + (size_t)row_of[i] * V;
             double e = row_rel_err(got, ref_row, V);
             int r = 0;
-            while (r + 1 < N_RANGES && at + j >= g_ranges[r][1]) r++;
+            while (r + 1 < N_RANGES && i >= g_ranges[r][1]) r++;
             if (e > rerr[r] || e != e) rerr[r] = e != e ? INFINITY : e;
-            int bg = 0, br = 0;
-            for (int v = 1; v < V; v++) {
-                if (got[v] > got[bg]) bg = v;
+            int br = 0;
+            for (int v = 1; v < V; v++)
                 if (ref_row[v] > ref_row[br]) br = v;
-            }
             top1[r] += bg == br;
             rows[r]++;
         }
@@ -287,6 +305,7 @@ static void run_long(const char *ref, const char *path, const dev *d, const char
         for (int r = 0; r < N_RANGES; r++)
             CHECKF(rerr[r] <= 1e-4, "%s on %s: positions [%d,%d): logits rel err %.3g > 1e-4", what, d->name,
                    g_ranges[r][0], g_ranges[r][1], rerr[r]);
+        CHECKF(greedy_bad < 0, "%s on %s: greedy token %d differs from transformers'", what, d->name, greedy_bad);
     }
     free(wantl);
     ob_context_free(c);
@@ -360,17 +379,20 @@ static void run_legacy_kv_b(const dev *d) {
     ob_gguf_close(g);
 }
 
-/* A hybrid model's recurrent state when a sequence is cut (CPU, where a token's logits are
- * the same bits in any batch): a prefill that stops at a checkpoint gives the logits of one
+/* A hybrid model's recurrent state when a sequence is cut, on device d (a GPU in batch-invariant
+ * mode, so a token's logits are the same bits in any batch as on the CPU; its checkpoints are
+ * the backend's downloads and uploads of the state rows): a prefill that stops at a checkpoint gives the logits of one
  * without; a cut back to 30 resumes from the checkpoint at 24 and gives the same logits again;
  * a cut to 20, before every checkpoint, starts the sequence again (length 0); without
  * checkpoints every cut does. */
-static void check_recurrent_cut(const char *arch) {
+static void check_recurrent_cut(const char *arch, const dev *d) {
     char path[256], err[512];
     snprintf(path, sizeof(path), FIX "%s.gguf", arch);
     ob_model_params mp = ob_model_default_params();
-    mp.device = OB_DEVICE_CPU;
+    mp.device = d->kind;
     mp.n_threads = 2;
+    /* a GPU's prefills of 24 and of 40 tokens agree bitwise only in batch-invariant mode */
+    mp.deterministic = d->kind != OB_DEVICE_CPU;
     ob_model *m = NULL;
     if (ob_model_load(path, &mp, &m, err, sizeof(err))) { CHECKF(0, "%s", err); return; }
     CHECK(ob_model_has_recurrent_state(m));
@@ -408,7 +430,8 @@ static void check_recurrent_cut(const char *arch) {
         CHECKF(bad == 0, "%s: %d rows decoded again after the cut differ", arch, bad);
         ob_seq_truncate(c, 0, 20);
         CHECKF(ob_seq_len(c, 0) == 0, "%s: cut before every checkpoint, the sequence holds %d", arch, ob_seq_len(c, 0));
-        printf("recurrent cut %s, %d checkpoints: resumed at %d, %d rows after it bitwise equal\n", arch, ck, at, T - at);
+        printf("recurrent cut %s on %s, %d checkpoints: resumed at %d, %d rows after it bitwise equal\n", arch, d->name, ck,
+               at, T - at);
         ob_context_free(c);
     }
     free(ref);
@@ -464,6 +487,11 @@ static void check_hybrid_refusals(void) {
     refuse_mutated("lfm2", "lfm2.attention.head_count_kv", 0, kv3, 4, "lfm2.attention.head_count_kv");
     refuse_mutated("lfm2", "lfm2.attention.head_count_kv", 0, kv_conv, 4, "blk.1.attn_q.weight");
 }
+
+/* make_dense.py's fixtures (issue #35): phi3 (fused qkv and gate/up, partial rope, LongRoPE),
+ * smollm3 (unroped layers), minicpm (scaled embeddings, residuals and logits; LongRoPE); each
+ * also as <name>.short, a 64-token context within the original one (LongRoPE's short factors). */
+static const char *const g_dense[] = {"phi3", "smollm3", "minicpm"};
 
 static void run_long_all(const dev *devs, int n_dev) {
     static const char *const plain[] = {"llama", "qwen2", "qwen3", "gemma3"};
@@ -529,6 +557,116 @@ static void run_long_all(const dev *devs, int n_dev) {
             snprintf(what, sizeof(what), "%s (llama.cpp's file)", hybrid[i]);
             run_long(hybrid[i], path, &devs[k], what, true);
         }
+    /* Dense families (issue #35), llama.cpp's file: every backend must run them */
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_dense); i++)
+        for (int k = 0; k < n_dev && wanted(g_dense[i]); k++) {
+            if (!have[k]) continue;
+            snprintf(path, sizeof(path), FIX "%s.gguf", g_dense[i]);
+            snprintf(what, sizeof(what), "%s (llama.cpp's file)", g_dense[i]);
+            run_long(g_dense[i], path, &devs[k], what, false);
+        }
+}
+
+/* The logits of arch's prompt on device d with caches of types kt / kv: a prefill of all but
+ * its last 4 tokens, then those one at a time (prefill and decode kernels both read the
+ * cache). Rows [np, V] into out; false (reported) when the context is refused. */
+static bool cache_run(ob_model *m, const int32_t *tok, int np, int V, ob_kv_type kt, ob_kv_type vt, float *out) {
+    char err[512];
+    ob_context_params cp = ob_context_default_params();
+    cp.n_ctx = 128;
+    cp.type_k = kt;
+    cp.type_v = vt;
+    ob_context *c = NULL;
+    if (ob_context_new(m, &cp, &c, err, sizeof(err))) {
+        CHECKF(0, "cache types %s/%s: %s", ob_kv_type_name(kt), ob_kv_type_name(vt), err);
+        return false;
+    }
+    int32_t pos[256], seq[256];
+    int8_t want[256];
+    for (int i = 0; i < np; i++) pos[i] = i, seq[i] = 0, want[i] = 1;
+    bool ok = true;
+    for (int at = 0; at < np && ok;) {
+        const int k = at == 0 ? np - 4 : 1;
+        ob_batch b = {k, (int32_t *)tok + at, pos + at, seq + at, want + at};
+        ok = ob_decode(c, &b, err, sizeof(err)) == OB_OK;
+        CHECKF(ok, "cache types %s/%s at %d: %s", ob_kv_type_name(kt), ob_kv_type_name(vt), at, err);
+        for (int j = 0; j < k && ok; j++) memcpy(out + (size_t)(at + j) * V, ob_get_logits(c, j), sizeof(float) * (size_t)V);
+        at += k;
+    }
+    ob_context_free(c);
+    return ok;
+}
+
+/* The largest row_rel_err of np rows of V logits. */
+static double rows_rel_err(const float *got, const float *ref, int np, int V) {
+    double worst = 0;
+    for (int r = 0; r < np; r++) {
+        const double e = row_rel_err(got + (size_t)r * V, ref + (size_t)r * V, V);
+        if (e > worst || e != e) worst = e != e ? INFINITY : e;
+    }
+    return worst;
+}
+
+/* llama-server's cache types (-ctk / -ctv) end to end: arch's fixture on device d with each
+ * type as keys beside f16 values and as values beside f16 keys. Every row of the prompt's
+ * logits lies within a bound of the f16-cache run's on d (what the type's rounding does to a
+ * random tiny model: about half the bound on the CPU and lavapipe), and on a GPU within 1e-2
+ * of the CPU's run of the same types (the caches hold the reference quantizer's bytes; a
+ * code may still flip where the GPU's k or v differs from the CPU's in the last bits). */
+static void check_cache_types(const char *arch, const dev *d) {
+    static const struct { ob_kv_type t; double tol; } types[] = {
+        {OB_KV_F32, 5e-3}, {OB_KV_BF16, 2e-2}, {OB_KV_Q8_0, 5e-2}, {OB_KV_Q5_0, 0.3}, {OB_KV_Q5_1, 0.3},
+        {OB_KV_Q4_0, 0.5}, {OB_KV_Q4_1, 0.5}, {OB_KV_IQ4_NL, 0.5},
+    };
+    char path[256], err[512];
+    snprintf(path, sizeof(path), FIX "%s.json", arch);
+    json_error_t je;
+    json_t *meta = json_load_file(path, 0, &je);
+    CHECKF(meta != NULL, "%s: %s", path, je.text);
+    if (!meta) return;
+    const int V = (int)json_integer_value(json_object_get(meta, "vocab"));
+    json_t *jp = json_object_get(meta, "prompt");
+    const int np = (int)json_array_size(jp);
+    int32_t tok[256];
+    for (int i = 0; i < np && i < 256; i++) tok[i] = (int32_t)json_integer_value(json_array_get(jp, (size_t)i));
+    snprintf(path, sizeof(path), FIX "%s.gguf", arch);
+    ob_model_params mp = ob_model_default_params();
+    mp.device = d->kind;
+    mp.n_threads = 2;
+    ob_model_params mc = mp;
+    mc.device = OB_DEVICE_CPU;
+    ob_model *m = NULL, *mcpu = NULL;
+    const size_t n = (size_t)np * (size_t)V;
+    float *ref = malloc(sizeof(float) * n), *got = malloc(sizeof(float) * n), *cpu = malloc(sizeof(float) * n);
+    CHECKF(np > 8 && np <= 256, "%s: prompt of %d tokens", arch, np);
+    const bool gpu = d->kind != OB_DEVICE_CPU;
+    if (np > 8 && np <= 256 && ref && got && cpu && !ob_model_load(path, &mp, &m, err, sizeof(err)) &&
+        (!gpu || !ob_model_load(path, &mc, &mcpu, err, sizeof(err))) && cache_run(m, tok, np, V, OB_KV_F16, OB_KV_F16, ref)) {
+        for (size_t i = 0; i < OB_ARRAY_LEN(types); i++)
+            for (int side = 0; side < 2; side++) {
+                const ob_kv_type kt = side ? OB_KV_F16 : types[i].t, vt = side ? types[i].t : OB_KV_F16;
+                if (!cache_run(m, tok, np, V, kt, vt, got)) continue;
+                const double e = rows_rel_err(got, ref, np, V);
+                CHECKF(e <= types[i].tol, "%s on %s, cache %s/%s: logits %.3g off the f16 cache's (> %.1g)", arch, d->name,
+                       ob_kv_type_name(kt), ob_kv_type_name(vt), e, types[i].tol);
+                double ec = 0;
+                if (gpu && cache_run(mcpu, tok, np, V, kt, vt, cpu)) {
+                    ec = rows_rel_err(got, cpu, np, V);
+                    CHECKF(ec <= 1e-2, "%s on %s, cache %s/%s: logits %.3g off the CPU's (> 1e-2)", arch, d->name,
+                           ob_kv_type_name(kt), ob_kv_type_name(vt), ec);
+                }
+                printf("%s on %s, cache %s/%s: max rel err %.3g against f16, %.3g against the CPU\n", arch, d->name,
+                       ob_kv_type_name(kt), ob_kv_type_name(vt), e, ec);
+            }
+    } else if (!m || (gpu && !mcpu)) {
+        CHECKF(0, "%s on %s: %s", arch, d->name, err);
+    }
+    ob_model_free(m);
+    ob_model_free(mcpu);
+    free(ref);
+    free(got);
+    free(cpu);
+    json_decref(meta);
 }
 
 int main(int argc, char **argv) {
@@ -545,14 +683,28 @@ int main(int argc, char **argv) {
         {OB_DEVICE_VULKAN, "vulkan"},
 #endif
     };
-    run_long_all(devs, (int)(sizeof(devs) / sizeof(devs[0])));
     const char *arches[] = {"llama", "qwen2", "qwen3", "gemma3"};
+    if (argc == 2 && !strcmp(argv[1], "cache-types")) {
+        for (int k = 0; k < (int)(sizeof(devs) / sizeof(devs[0])); k++)
+            if (dev_present(&devs[k]))
+                for (int i = 0; i < 4; i += 2) check_cache_types(arches[i], &devs[k]);
+        return ob_test_done("test_models");
+    }
+    run_long_all(devs, (int)(sizeof(devs) / sizeof(devs[0])));
     for (int i = 0; i < 4; i++) {
         if (!wanted(arches[i])) continue;
         run_arch(arches[i], OB_KV_F32, 512, 1e-4, true);
         run_arch(arches[i], OB_KV_F32, 7, 1e-4, false);   /* chunked prefill */
         run_arch(arches[i], OB_KV_F16, 512, 5e-3, false);
         run_arch(arches[i], OB_KV_Q8_0, 512, 3e-2, false);
+    }
+    for (size_t i = 0; i < OB_ARRAY_LEN(g_dense); i++) {
+        char ref[64];
+        if (!wanted(g_dense[i])) continue;
+        snprintf(ref, sizeof(ref), "%s.short", g_dense[i]);
+        run_arch(ref, OB_KV_F32, 512, 1e-4, true);
+        run_arch(ref, OB_KV_F32, 7, 1e-4, false);
+        run_arch(ref, OB_KV_F16, 512, 5e-3, false);
     }
     for (int k = 0; k < (int)(sizeof(devs) / sizeof(devs[0])); k++) {
         if (!dev_present(&devs[k])) continue; /* dev_present said SKIPPED */
@@ -564,10 +716,18 @@ int main(int argc, char **argv) {
         static const char *const more[] = {"qwen3moe", "glm4moelite", "gptoss", "qwen35", "lfm2"};
         for (size_t i = 0; i < OB_ARRAY_LEN(more); i++)
             if (wanted(more[i])) check_batch_invariance(more[i], devs[k].kind, devs[k].name, det, true);
+        for (size_t i = 0; i < OB_ARRAY_LEN(g_dense); i++)
+            if (wanted(g_dense[i])) check_batch_invariance(g_dense[i], devs[k].kind, devs[k].name, det, false);
         if (devs[k].kind == OB_DEVICE_CPU && wanted("glm4moelite")) run_legacy_kv_b(&devs[k]);
+        for (int i = 0; i < 4; i++)
+            if (wanted(arches[i]) && i % 2 == 0) check_cache_types(arches[i], &devs[k]);
     }
-    for (int i = 0; i < 2; i++)
-        if (wanted(i ? "lfm2" : "qwen35")) check_recurrent_cut(i ? "lfm2" : "qwen35");
+    /* (on each device: a GPU's checkpoints are its downloads and uploads of the state rows) */
+    for (int k = 0; k < (int)(sizeof(devs) / sizeof(devs[0])) && (wanted("qwen35") || wanted("lfm2")); k++) {
+        if (!dev_present(&devs[k])) continue;
+        for (int i = 0; i < 2; i++)
+            if (wanted(i ? "lfm2" : "qwen35")) check_recurrent_cut(i ? "lfm2" : "qwen35", &devs[k]);
+    }
     if (wanted("qwen35") && wanted("lfm2")) check_hybrid_refusals();
     /* Unknown architectures and missing files are refused with a clear message. */
     char err[512] = {0};

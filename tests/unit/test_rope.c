@@ -1,6 +1,6 @@
 /* RoPE as files carry it: what the loader makes of each variant's keys and tensors, the
- * run-time overrides, and the refusals (an unknown scaling type, LongRoPE before phi3, a
- * tensor the architecture does not read). The logits of each variant against transformers
+ * run-time overrides, and the refusals (an unknown scaling type, LongRoPE in a family that
+ * does not read its tables, a tensor the architecture does not read). The logits of each variant against transformers
  * are test_models' job; this checks the resolved op parameters against formulas written
  * here in transformers' own form (inv_freq mixed by a linear ramp), not ggml's. */
 #include "testutil.h"
@@ -191,6 +191,28 @@ int main(void) {
             check_yarn(m, 8.0, 2048, 32, 1, 0.1 * log(8.0) + 1);
             CHECKF(m->hp.n_ctx_limit == 16384, "n_ctx_limit %d", m->hp.n_ctx_limit);
         }
+        ob_model_free(m);
+    }
+
+    /* LongRoPE (phi3): the short table, the long one past the fixture's original context, and
+     * the file's attention factor (transformers' default for the fixture's stretch); a table in
+     * a family that does not read them is refused like any unread tensor */
+    m = load(FIX "phi3.gguf", NULL, err, sizeof(err));
+    CHECKF(m != NULL, "phi3: %s", err);
+    if (m) {
+        const ob_rope_cfg *r = &m->hp.rope;
+        CHECK(r->factors && r->factors_long && !strcmp(r->factors->name, "rope_factors_short.weight") &&
+              !strcmp(r->factors_long->name, "rope_factors_long.weight") && r->n_ctx_orig == 1024);
+        CHECK(ob_rope_factors(r, 1024) == r->factors && ob_rope_factors(r, 1025) == r->factors_long);
+        CHECKF(fabs(r->mscale - sqrt(1 + log(4.0) / log(1024.0))) < 1e-6 && r->freq_scale == 1.0f, "phi3 mscale %.7g",
+               r->mscale);
+        ob_model_free(m);
+    }
+    if (rewrite(FIX "qwen3.gguf", tmp, NULL, 0, "rope_factors_long.weight")) {
+        err[0] = 0;
+        m = load(tmp, NULL, err, sizeof(err));
+        CHECKF(m == NULL && strstr(err, "rope_factors_long.weight"), "qwen3 with a LongRoPE table: %s", err);
+        printf("qwen3 with a LongRoPE table: %s\n", err);
         ob_model_free(m);
     }
     unlink(tmp);

@@ -1,4 +1,4 @@
-/* KV_STORE (F32 rows into an F32/F16/Q8_0 cache) and ATTENTION (flash style: one pass of
+/* KV_STORE (F32 rows into a cache of any cache type, op_table.c's kv_type) and ATTENTION (flash style: one pass of
  * online softmax per query over blocks of cells, f32 accumulation).
  *
  * Attention work is split into tasks (tile of up to OB_ATTN_TILE batch tokens, kv head,
@@ -39,6 +39,7 @@ void ob_cpu_op_kv_store(ob_tensor *dst, const ob_cpu_op_ctx *c) {
     const int32_t *pos = dst->src[2]->data, *seq = dst->src[3]->data;
     int64_t row = cache->ne[0], T = ob_nelements(x) / row, cps = dst->ip[0], t0, t1;
     size_t rb = ob_row_size(cache->type, row);
+    const ob_from_float_fn from_float = ob_type_traits_get(cache->type)->from_float;
     void (*f16_row)(const float *, uint16_t *, int64_t) = f16_row_ref;
 #if defined(__x86_64__)
     if (ob_cpu_simd_level() >= 1) f16_row = f16_row_f16c; /* every AVX2 CPU has F16C */
@@ -49,7 +50,7 @@ void ob_cpu_op_kv_store(ob_tensor *dst, const ob_cpu_op_ctx *c) {
         char *d = (char *)cache->data + (size_t)((int64_t)seq[t] * cps + pos[t]) * rb;
         if (cache->type == OB_TYPE_F32) memcpy(d, src, rb);
         else if (cache->type == OB_TYPE_F16) f16_row(src, (uint16_t *)d, row);
-        else ob_quant_row_q8_0(src, d, row);
+        else from_float(src, d, row); /* the reference quantizer: the bytes a GGUF holds */
     }
     if (c->ith == 0) *(float *)dst->data = 0.0f;
 }
@@ -76,14 +77,15 @@ static void acc_rows_ref(float *acc, const float *p, const float *const *rows, i
     for (int64_t c = 0; c < nb; c++) axpy_ref(acc, p[c], rows[c], n);
 }
 
-/* n values of a cache row slice -> float. F32 rows are used in place (returns src). */
+/* n values of a cache row slice (starting on a block) -> float. F32 rows are used in place
+ * (returns src). */
 static const float *kv_row_ref(ob_type t, const void *src, float *buf, int64_t n) {
     if (t == OB_TYPE_F32) return src;
     if (t == OB_TYPE_F16) {
         const uint16_t *h = src;
         for (int64_t i = 0; i < n; i++) buf[i] = ob_f16_to_f32(h[i]);
     } else {
-        ob_dequant_row_q8_0(src, buf, n);
+        ob_type_traits_get(t)->to_float(src, buf, n);
     }
     return buf;
 }
@@ -184,6 +186,7 @@ __attribute__((target("avx2,fma,f16c"))) static const float *kv_row_avx2(ob_type
         for (; i < n; i++) buf[i] = ob_f16_to_f32(h[i]);
         return buf;
     }
+    if (t != OB_TYPE_Q8_0) return kv_row_ref(t, src, buf, n); /* the other cache types: their reference */
     const ob_block_q8_0 *b = src;
     for (int64_t k = 0; k < n / 32; k++) {
         __m256 d = _mm256_set1_ps(ob_f16_to_f32(b[k].d));

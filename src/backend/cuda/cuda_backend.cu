@@ -80,6 +80,10 @@ static bool supports_node(const ob_tensor *n) {
     case OB_OP_CONCAT:
     case OB_OP_SLICE:
         return true;
+    case OB_OP_SSM_CONV: /* its grids: a thread per output element, per state element / (K-1) */
+        return ob_nelements(n) <= 0x7fffffff && ob_nelements(n->src[2]) <= 0x7fffffff;
+    case OB_OP_DELTA_NET:
+        return ob_cu_supports_delta_net(n);
     default:
         return false;
     }
@@ -247,6 +251,8 @@ static bool launch_op(ob_cu_ctx *cx, ob_tensor *n) {
     case OB_OP_ADD_ID: return ob_cu_op_add_id(cx, n);
     case OB_OP_CONCAT:
     case OB_OP_SLICE: return ob_cu_op_concat(cx, n);
+    case OB_OP_SSM_CONV: return ob_cu_op_ssm_conv(cx, n);
+    case OB_OP_DELTA_NET: return ob_cu_op_delta_net(cx, n);
     default: return false;
     }
 }
@@ -348,7 +354,7 @@ static int64_t try_qkv(ob_cu_ctx *cx, ob_graph *g, int64_t i, bool *ok) {
     if (qr->src[1] != pos || kr->src[1] != pos || vs->src[2] != pos || vs->src[3] != ks->src[3] || vs->ip[0] != ks->ip[0]) return -1;
     if (ks->src[1]->ne[0] != hd * Hk || ob_nelements(kr) != hd * Hk * T || ob_nelements(vs->src[0]) != vs->src[1]->ne[0] * T)
         return -1;
-    if (ks->src[1]->type == OB_TYPE_Q8_0 && hd % 32 != 0) return -1;
+    if (ob_type_block_size(ks->src[1]->type) > 1 && hd % 32 != 0) return -1;
     if (ob_nrows(qx) > 0x7fffffff || ob_nrows(kx) > 0x7fffffff || hd > 1024) return -1;
     /* The norms' outputs are not written: only their ropes may read them (the planner's
      * last_use; a node nobody reads is a graph output). */

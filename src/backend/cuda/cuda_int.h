@@ -120,7 +120,7 @@ typedef struct ob_cu_ctx {
 /* Every .cu with kernels, one X each; each defines OB_CU_MARK_BIND(name) once. */
 #define OB_CU_MARK_TUS(X) \
     X(backend) X(attention) X(concat) X(elementwise) X(encoder) X(flash_attn) X(mmq) X(mmvq) X(mmvq_tma) X(moe) X(qkv) X(quant) \
-    X(sample) X(fault)
+    X(sample) X(fault) X(ssm_conv) X(delta_net)
 #define OB_CU_MARK_DECL(tu) cudaError_t ob_cu_marks_bind_##tu(const ob_cu_marks_dev *m);
 OB_CU_MARK_TUS(OB_CU_MARK_DECL)
 #undef OB_CU_MARK_DECL
@@ -333,6 +333,12 @@ bool ob_cu_op_add_id(ob_cu_ctx *cx, ob_tensor *n);
 
 /* CONCAT and SLICE (op_concat.cu): one thread per output element (any shape the op table takes). */
 bool ob_cu_op_concat(ob_cu_ctx *cx, ob_tensor *n);
+
+/* The recurrent layers' ops (graph.h, issue #33): SSM_CONV (op_ssm_conv.cu: any shape the op
+ * table takes) and DELTA_NET (op_delta_net.cu: dk up to 256). */
+bool ob_cu_op_ssm_conv(ob_cu_ctx *cx, ob_tensor *n);
+bool ob_cu_supports_delta_net(const ob_tensor *n);
+bool ob_cu_op_delta_net(ob_cu_ctx *cx, ob_tensor *n);
 
 /* POOL and ACT = TANH (op_encoder.cu). */
 bool ob_cu_supports_pool(const ob_tensor *n);

@@ -1,4 +1,6 @@
-/* KV_STORE and ATTENTION with the KV cache in F32, F16 or Q8_0 (K and V independently).
+/* KV_STORE and ATTENTION with the KV cache in any cache type (op_table.c's kv_type; K and V
+ * independently): F16 and Q8_0 have the fast paths below, every type the generic ones
+ * (k_attn, k_attn_pf through rowops.cuh's kv_at and kvq.cuh).
  *
  * Attention is flash-decoding style: the grid is (kv split, head, token); each block of
  * four warps runs an online softmax over its split's cells (one cell per warp at a time,
@@ -55,7 +57,7 @@
 
 /* ---- KV_STORE ---------------------------------------------------------------------------- */
 
-/* One thread per element (F32/F16) or per 32-element block (Q8_0) of job a, then of job b
+/* One thread per element (F32/F16/BF16) or per 32-element block (kvq_block_type) of job a, then of job b
  * (nj == 2: the K and V stores of a layer in one launch). */
 __global__ void k_kv_store(ob_kv_job a, ob_kv_job b, int nj, const int32_t *__restrict__ pos, const int32_t *__restrict__ seq,
                            int64_t T, int64_t cps) {
@@ -739,8 +741,13 @@ __global__ void __launch_bounds__(OB_ATTN_WARPS * OB_WARP) k_attn_h(ob_attn_args
 /* q . K row j (hd elements from hoff), q in shared memory (already scaled). */
 static __device__ __forceinline__ float q_dot_row(int type, const uint8_t *row, int64_t hoff, const float *sq, int hd) {
     float d = 0.0f;
-    if (hd % 8 != 0 && type != OB_TYPE_Q8_0) { /* small encoder heads (hd 12, 20, ...): element by element */
+    if ((hd % 8 != 0 && !kvq_block_type(type)) || type == OB_TYPE_BF16) {
+        /* small encoder heads (hd 12, 20, ...), and BF16: element by element */
         for (int e = 0; e < hd; e++) d += sq[e] * kv_at(type, row, hoff + e);
+    } else if (kvq_block_type(type) && type != OB_TYPE_Q8_0) { /* the other block types, hoff % 32 == 0 */
+        const int bb = kvq_bytes(type);
+        const uint8_t *b0 = row + (hoff / 32) * bb;
+        for (int blk = 0; blk < hd / 32; blk++) d += kvq_dot32(type, b0 + (size_t)bb * blk, sq + 32 * blk);
     } else if (type == OB_TYPE_F16) {
         /* 16-byte loads: each lane reads its own row, so every load instruction touches 32
          * different sectors; fewer, wider loads cut those L1 transactions 4x. */

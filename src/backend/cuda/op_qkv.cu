@@ -54,16 +54,16 @@ static __device__ __forceinline__ void qkv_row(const ob_qkv_part &p, int64_t r, 
         rope_pair(src, zr, pos, r, k, hd, p.n_head, p.rp);
 }
 
-/* Item e (element, or Q8_0 block) of k head kh of token t into the K cache from the
- * rotated head zr, as kv_store_one does it from the rope's output. */
+/* Item e (element, or block: kvq_block_type) of k head kh of token t into the K cache from
+ * the rotated head zr, as kv_store_one does it from the rope's output. */
 static __device__ __forceinline__ void kv_store_head(const ob_kv_job j, int64_t t, int64_t kh, int64_t hd, const float *zr, int64_t e,
                                                      const int32_t *__restrict__ pos, const int32_t *__restrict__ seq, int64_t cps) {
     const int64_t p = pos[t], s = seq[t];
     if (p < 0 || p >= cps || s < 0 || s * cps + cps > j.cells) return;
     uint8_t *d = j.cache + (size_t)(s * cps + p) * j.rb;
-    if (j.type == OB_TYPE_F32) ((float *)d)[kh * hd + e] = zr[e];
-    else if (j.type == OB_TYPE_F16) ((__half *)d)[kh * hd + e] = __float2half_rn(zr[e]);
-    else ob_cu_quant_q8_0(zr + 32 * e, d + 34 * (kh * hd / 32 + e));
+    /* the head's items start at element kh hd, block kh hd / 32 (hd holds whole blocks) */
+    if (kvq_block_type(j.type)) kv_put(j, d + (size_t)kvq_bytes(j.type) * (kh * hd / 32), zr, e);
+    else kv_put(j, d + (size_t)(j.type == OB_TYPE_F32 ? 4 : 2) * (kh * hd), zr, e);
 }
 
 __global__ void k_qkv(ob_qkv_args a) {
@@ -86,7 +86,7 @@ __global__ void k_qkv(ob_qkv_args a) {
         qkv_row(a.k, b, a.hd, a.pos, sh, sy, zr);
         __syncthreads(); /* the cache takes the rotated head the whole block wrote */
         const int64_t t = b / a.k.n_head, kh = b % a.k.n_head;
-        const int64_t per = a.kj.type == OB_TYPE_Q8_0 ? a.hd / 32 : a.hd; /* threads' items of this head */
+        const int64_t per = kvq_block_type(a.kj.type) ? a.hd / 32 : a.hd; /* threads' items of this head */
         for (int64_t e = threadIdx.x; e < per; e += blockDim.x) kv_store_head(a.kj, t, kh, a.hd, zr, e, a.pos, a.seq, a.cps);
         return;
     }

@@ -5,6 +5,7 @@
 #define OB_BACKEND_CUDA_ROWOPS_CUH
 
 #include "backend/cuda/cuda_int.h"
+#include "backend/cuda/kvq.cuh"
 #include <math.h>
 
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it. */
@@ -74,12 +75,12 @@ static __device__ __forceinline__ void rope_pair(const float *xr, float *yr, con
     rope_apply(xr, yr, k, hd, rp.n_rot, rp.neox, sn, cs);
 }
 
+/* Element e of a cache row of any cache type (op_table.c's kv_type). */
 static __device__ __forceinline__ float kv_at(int type, const uint8_t *row, int64_t e) {
     if (type == OB_TYPE_F32) return ((const float *)row)[e];
     if (type == OB_TYPE_F16) return __half2float(((const __half *)row)[e]);
-    const uint8_t *b = row + (e / 32) * 34;
-    const float d = __half2float(__ushort_as_half((uint16_t)(b[0] | b[1] << 8)));
-    return (float)(int8_t)b[2 + e % 32] * d;
+    if (type == OB_TYPE_BF16) return __uint_as_float((uint32_t)((const uint16_t *)row)[e] << 16);
+    return kvq_at(type, row + (e / 32) * kvq_bytes(type), (int)(e % 32));
 }
 
 /* One cache write: x F32 [row, T] into cache rows of `type` (rb bytes each). */
@@ -88,7 +89,7 @@ typedef struct ob_kv_job {
     uint8_t *cache;
     float *tok;
     int type;
-    int64_t row, per, cells; /* per: threads per token (elements, or Q8_0 blocks) */
+    int64_t row, per, cells; /* per: threads per token (elements, or blocks: kvq_block_type) */
     size_t rb;
 } ob_kv_job;
 
@@ -101,10 +102,18 @@ static inline ob_kv_job kv_job(const ob_tensor *n) {
     j.tok = (float *)n->data;
     j.type = (int)cache->type;
     j.row = cache->ne[0];
-    j.per = cache->type == OB_TYPE_Q8_0 ? j.row / 32 : j.row;
+    j.per = kvq_block_type(cache->type) ? j.row / 32 : j.row;
     j.cells = ob_nrows(cache);
     j.rb = ob_row_size(cache->type, j.row);
     return j;
+}
+
+/* Element or 32-element block k of token t into a cache of type j.type. */
+static __device__ __forceinline__ void kv_put(const ob_kv_job &j, uint8_t *d, const float *xr, int64_t k) {
+    if (j.type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
+    else if (j.type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
+    else if (j.type == OB_TYPE_BF16) ((uint16_t *)d)[k] = kvq_bf16_bits(xr[k]);
+    else kvq_store(j.type, xr + 32 * k, d + (size_t)kvq_bytes(j.type) * k);
 }
 
 /* Element or 32-element block k of token t. Tokens whose cell is outside the cache are
@@ -114,10 +123,7 @@ static __device__ __forceinline__ void kv_store_one(const ob_kv_job j, int64_t t
     const int64_t p = pos[t], s = seq[t];
     if (p < 0 || p >= cps || s < 0 || s * cps + cps > j.cells) return;
     uint8_t *d = j.cache + (size_t)(s * cps + p) * j.rb;
-    const float *xr = j.x + t * j.row;
-    if (j.type == OB_TYPE_F32) ((float *)d)[k] = xr[k];
-    else if (j.type == OB_TYPE_F16) ((__half *)d)[k] = __float2half_rn(xr[k]);
-    else ob_cu_quant_q8_0(xr + 32 * k, d + 34 * k);
+    kv_put(j, d, j.x + t * j.row, k);
 }
 
 /* RMS_NORM of row r (hd elements, w optional) into y, then ROPE of that row into z, by

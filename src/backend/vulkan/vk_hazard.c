@@ -14,6 +14,7 @@
  * between) fails the graph with a line naming both. Lavapipe runs dispatches one after
  * another, so a missing barrier shows there only through the audit. */
 #include "backend/vulkan/vk_internal.h"
+#include "graph/op_table.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,7 +92,8 @@ void ob_vk_hz_node(ob_vk *vk, const ob_tensor *n, const ob_tensor *add, const ob
          * ranges order the attention after its stores) */
         if (!s || !s->data || s == n || s->op == OB_OP_KV_STORE) continue;
         uint64_t lo = (uint64_t)(uintptr_t)s->data;
-        if (by->op == OB_OP_KV_STORE && i % OB_MAX_SRC == 1) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
+        /* a source written in place (the op table's: KV_STORE's cache, the recurrent state) */
+        if (ob_op_writes_src(by, i % OB_MAX_SRC)) wr[nwr++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
         else rd[nrd++] = (ob_vk_range){lo, lo + ob_nbytes(s), false};
     }
     /* n's output, but not a KV_STORE's token (kv_store.comp never writes it); dead when

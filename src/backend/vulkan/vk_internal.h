@@ -71,6 +71,8 @@ typedef enum ob_vk_shader {
     OB_VK_SH_MOE_SUM,      /* MOE_SUM: an invocation per output element */
     OB_VK_SH_ADD_ID,       /* ADD_ID: an invocation per output element (vk_moe.c) */
     OB_VK_SH_CONCAT,       /* CONCAT and SLICE: an invocation per output element */
+    OB_VK_SH_SSM_CONV,     /* SSM_CONV: outputs, then the state's rows (vk_recurrent.c) */
+    OB_VK_SH_DELTA_NET,    /* DELTA_NET: a workgroup per (state row, head, 8 columns) */
     OB_VK_SH_FAULT,        /* test-only: a dispatch that never finishes (ONEBIT_TEST_FAULT;
                               module only then) */
     OB_VK_SH_COUNT,
@@ -557,6 +559,10 @@ bool ob_vk_matvec_fast_ok(const ob_vk *vk, const ob_tensor *w, const ob_tensor *
  * it (pc: ob_vk_record_node's push constants, the node's addresses set). */
 bool ob_vk_moe_supports(const ob_vk *vk, const ob_tensor *n);
 ob_status ob_vk_record_moe(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len);
+
+/* vk_recurrent.c: SSM_CONV and DELTA_NET (the hybrid models' recurrent layers). */
+bool ob_vk_recurrent_supports(const ob_vk *vk, const ob_tensor *n);
+ob_status ob_vk_record_recurrent(ob_vk *vk, const ob_tensor *n, ob_vk_pc *pc, char *err, size_t err_len);
 
 /* vk_ops.c: the index of the first node of g after j that is not a leaf or view (g->n:
  * none); can the device run this node, and record it. */

@@ -126,6 +126,9 @@ bool ob_vk_supports_node(const ob_vk *vk, const ob_tensor *n) {
     case OB_OP_MOE_SUM:
     case OB_OP_ADD_ID:
         return ob_vk_moe_supports(vk, n);
+    case OB_OP_SSM_CONV:
+    case OB_OP_DELTA_NET:
+        return ob_vk_recurrent_supports(vk, n);
     case OB_OP_CPY:
         if (!weight_type_ok(a->type)) return false;
         if (n->type != OB_TYPE_F32 && n->type != OB_TYPE_F16 && n->type != OB_TYPE_BF16 && n->type != OB_TYPE_Q8_0)
@@ -1150,6 +1153,7 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[3] = (uint32_t)n->ip[0];
         pc.u[4] = (uint32_t)ob_nrows(b);
         pc.u[5] = (uint32_t)ob_row_size(b->type, row);
+        pc.u[7] = (uint32_t)ob_type_traits_get(b->type)->type_size; /* a block's bytes (kvq.glsl) */
         /* F32/F16 caches: 4 elements per invocation where the row and addresses allow */
         pc.u[6] = (b->type == OB_TYPE_F32 || b->type == OB_TYPE_F16) && row % 4 == 0 && pc.a % 16 == 0 &&
                   pc.b % 16 == 0;
@@ -1168,7 +1172,9 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
         pc.u[4] = (uint32_t)n->ip[0];
         pc.u[5] = (uint32_t)n->ip[2];
         pc.u[6] = n->ip[3] != 0;
-        pc.u[7] = (uint32_t)kc->type | (uint32_t)vc->type << 8;
+        /* the cache types, and their blocks' bytes (attention.comp's kv_at) */
+        pc.u[7] = (uint32_t)kc->type | (uint32_t)vc->type << 8 | (uint32_t)ob_type_traits_get(kc->type)->type_size << 16 |
+                  (uint32_t)ob_type_traits_get(vc->type)->type_size << 24;
         pc.u[9] = (uint32_t)ob_nrows(kc);
         pc.f[0] = n->fp[0];
         pc.f[1] = n->fp[1];
@@ -1253,6 +1259,9 @@ ob_status ob_vk_record_node(ob_vk *vk, ob_tensor *n, char *err, size_t err_len) 
     case OB_OP_MOE_SUM:
     case OB_OP_ADD_ID:
         return ob_vk_record_moe(vk, n, &pc, err, err_len);
+    case OB_OP_SSM_CONV:
+    case OB_OP_DELTA_NET:
+        return ob_vk_record_recurrent(vk, n, &pc, err, err_len);
     case OB_OP_CONCAT:
     case OB_OP_SLICE:
         pc.u[0] = (uint32_t)n->ne[0];

@@ -84,6 +84,12 @@ static const uint32_t spv_add_id[] = {
 static const uint32_t spv_concat[] = {
 #include "concat.spv.inc"
 };
+static const uint32_t spv_ssm_conv[] = {
+#include "ssm_conv.spv.inc"
+};
+static const uint32_t spv_delta_net[] = {
+#include "delta_net.spv.inc"
+};
 
 const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_NORM] = {spv_norm, sizeof(spv_norm), "norm"},
@@ -123,5 +129,7 @@ const ob_vk_spv ob_vk_spv_table[OB_VK_SH_COUNT] = {
     [OB_VK_SH_MOE_SUM] = {spv_moe_sum, sizeof(spv_moe_sum), "moe_sum"},
     [OB_VK_SH_ADD_ID] = {spv_add_id, sizeof(spv_add_id), "add_id"},
     [OB_VK_SH_CONCAT] = {spv_concat, sizeof(spv_concat), "concat"},
+    [OB_VK_SH_SSM_CONV] = {spv_ssm_conv, sizeof(spv_ssm_conv), "ssm_conv"},
+    [OB_VK_SH_DELTA_NET] = {spv_delta_net, sizeof(spv_delta_net), "delta_net"},
     [OB_VK_SH_FAULT] = {spv_fault, sizeof(spv_fault), "fault"},
 };

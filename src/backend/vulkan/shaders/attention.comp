@@ -2,13 +2,13 @@
 // ATTENTION (flash style): one workgroup per (token t, query head h); cells are visited in
 // tiles of WG, one cell per invocation for the logit, then every invocation accumulates
 // its own output dimensions over the tile with an online softmax (running max and sum).
-// a q F32 [hd, H, T], b K cache [hd*n_kv, cells], c V cache [sv*n_kv, cells] (F32/F16/Q8_0;
-// it may be the K cache itself, sv = hd, as MLA's), d pos I32 [T], e seq I32 [T], o y F32
+// a q F32 [hd, H, T], b K cache [hd*n_kv, cells], c V cache [sv*n_kv, cells] (F32, F16,
+// BF16 or a block type of kvq.glsl; it may be the K cache itself, sv = hd, as MLA's), d pos I32 [T], e seq I32 [T], o y F32
 // [dv*H, T]: kv head j's value is elements [j*sv, j*sv + dv) of a V row (graph.h), p the
 // attention sinks F32 [H] (0: none; attn.glsl's attn_inv).
 // u[0] hd | dv << 16, u[1] H | n_kv << 16, u[2] T, u[4] cells per seq, u[5] window, u[6] bit 0
 // causal, bit 1 merge pass, bit 2 merge by the last split, bits 8.. splits S; u[7] K type |
-// V type << 8, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi
+// V type << 8 | a K block's bytes << 16 | a V block's << 24, u[9] cache cells, u[10] workgroups; f[0] scale, f[1] soft-cap, f[2] ALiBi
 // max bias (0 = none; slopes as ob_alibi_slope in src/graph/graph.h), f[4] sv (its bits).
 // hd <= MAXQ, dv <= MAXD * WG.
 //
@@ -27,6 +27,7 @@
 #include "common.glsl"
 #include "q8.glsl"
 #include "attn.glsl"
+#include "kvq.glsl"
 #define WG 128
 #define MAXD 4 // output dims per invocation: dv <= 4 * WG
 #define MAXQ 1024 // the scaled query's elements: hd <= MAXQ (MLA's 576 included)
@@ -36,13 +37,13 @@ shared float qs[MAXQ];
 shared uint ticket;
 shared float lg[WG];
 
-// Element i of cache row r (row length rl) of type ty.
-float kv_at(uint64_t base, uint ty, uint64_t r, uint rl, uint i) {
+// Element i of cache row r (row length rl) of type ty, blocks of tb bytes.
+float kv_at(uint64_t base, uint ty, uint tb, uint64_t r, uint rl, uint i) {
     uint64_t k = r * rl + i;
-    if (ty == 0u) return BF32(base + k * 4).v[0];
-    if (ty == 1u) return unpackHalf2x16(uint(BU16(base + k * 2).v[0])).x;
-    uint64_t blk = base + (r * (rl / 32) + i / 32) * 34;
-    return ld_f16(blk) * float(ld_i8(blk + 2 + i % 32));
+    if (ty == T_F32) return BF32(base + k * 4).v[0];
+    if (ty == T_F16) return unpackHalf2x16(uint(BU16(base + k * 2).v[0])).x;
+    if (ty == T_BF16) return uintBitsToFloat(uint(BU16(base + k * 2).v[0]) << 16);
+    return kvq_at(ty, base + (r * (rl / 32) + i / 32) * tb, i % 32);
 }
 
 void merge(uint g, uint dv, uint S, uint64_t p0, uint64_t y0);
@@ -119,7 +120,7 @@ void main() {
     uint64_t p0 = (uint64_t(pc.u[3]) | (uint64_t(pc.u[8]) << 32)) + TICKET_BYTES;
     g /= S;
     uint t = g / H, h = g % H, kh = h / (H / n_kv), rl = hd * n_kv, vrl = sv * n_kv, cps = pc.u[4];
-    uint kt = pc.u[7] & 255u, vt = pc.u[7] >> 8;
+    uint kt = pc.u[7] & 255u, vt = (pc.u[7] >> 8) & 255u, ktb = (pc.u[7] >> 16) & 255u, vtb = pc.u[7] >> 24;
     int p = BI32(pc.d).v[t], s = BI32(pc.e).v[t];
     bool causal = (pc.u[6] & 1u) != 0u;
     int w = int(pc.u[5]);
@@ -179,8 +180,16 @@ void main() {
                     for (uint i = 0; i < 4; i++) x += key_dot(w4[i], kt, e + i * step);
                 }
                 for (; e < hd; e += step) x += key_dot(BK4(kr + e * (kt == 0u ? 4 : 2)).v[0], kt, e);
+            } else if (kvq_block_type(kt)) {
+                // a block's 32 values decoded at once (hd holds whole blocks: ob_op_valid)
+                uint64_t kb = pc.b + (r * (rl / 32) + kh * hd / 32) * ktb;
+                for (uint e = 0; e < hd; e += 32) {
+                    float kv[32];
+                    kvq_load(kt, kb + (e / 32) * ktb, kv);
+                    for (uint i = 0; i < 32; i++) x += qs[e + i] * kv[i];
+                }
             } else {
-                for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, r, rl, kh * hd + e);
+                for (uint e = 0; e < hd; e++) x += qs[e] * kv_at(pc.b, kt, ktb, r, rl, kh * hd + e);
             }
             if (pc.f[1] > 0.0) x = pc.f[1] * tanh(x / pc.f[1]);
             x -= slope * float(abs(p - j));
@@ -200,7 +209,7 @@ void main() {
                 uint e = tid + k * WG;
                 if (e >= dv) break;
                 float vv[8];
-                for (int i = 0; i < 8; i++) vv[i] = kv_at(pc.c, vt, cell0 + uint64_t(j0 + jj + i), vrl, kh * sv + e);
+                for (int i = 0; i < 8; i++) vv[i] = kv_at(pc.c, vt, vtb, cell0 + uint64_t(j0 + jj + i), vrl, kh * sv + e);
                 for (int i = 0; i < 8; i++) acc[k] += lg[jj + i] * vv[i];
             }
         for (; jj < nj; jj++) {
@@ -208,7 +217,7 @@ void main() {
             uint64_t r = cell0 + uint64_t(j0 + jj);
             for (uint k = 0; k < MAXD; k++) {
                 uint e = tid + k * WG;
-                if (e < dv) acc[k] += pj * kv_at(pc.c, vt, r, vrl, kh * sv + e);
+                if (e < dv) acc[k] += pj * kv_at(pc.c, vt, vtb, r, vrl, kh * sv + e);
             }
         }
         barrier();

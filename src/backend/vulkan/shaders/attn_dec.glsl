@@ -109,15 +109,12 @@ float fold_rope(uint e, uint base, float pf, uint half_rot, bool neox, float fs,
 void fold_round(inout float v[32]) {
     if (TYPE == T_F16) {
         for (uint j = 0; j < 32; j++) v[j] = unpackHalf2x16(packHalf2x16(vec2(v[j], 0.0))).x;
-    } else if (TYPE == T_Q8_0) { // store_chunk's rounding, and the f16 scale it stores
-        float amax = 0.0;
-        for (uint j = 0; j < 32; j++) amax = max(amax, abs(v[j]));
-        float d = amax / 127.0, id = d != 0.0 ? 1.0 / d : 0.0;
-        float dh = unpackHalf2x16(packHalf2x16(vec2(d, 0.0))).x;
-        for (uint j = 0; j < 32; j++) {
-            float q = clamp(v[j] * id, -127.0, 127.0);
-            v[j] = dh * (sign(q) * floor(abs(q) + 0.5));
-        }
+    } else if (TYPE == T_Q8_0) { // store_chunk's codes, and the f16 scale it stores
+        float d;
+        int q[32];
+        kvq_q8_0(v, d, q);
+        float dh = unpackHalf2x16(kvq_f16(d)).x;
+        for (uint j = 0; j < 32; j++) v[j] = dh * float(q[j]);
     }
 }
 

@@ -1,9 +1,10 @@
 #version 450
-// KV_STORE: a x F32 [row, T] -> cache b (type u[2]: F32, F16, Q8_0) at cell
-// seq*cps + pos; c pos I32 [T], d seq I32 [T]; o, the 1-element ordering token, is never
-// written (no shader reads it: writing it made the graph place a barrier wherever the
-// token's byte lay in memory an earlier dispatch of the level was still reading).
-// u[0] row (a multiple of 32 for Q8_0; F32/F16 rows may end in a partial 32-chunk),
+// KV_STORE: a x F32 [row, T] -> cache b (type u[2]: F32, F16, BF16, or a block type of
+// kvq.glsl, u[7] bytes a block) at cell seq*cps + pos; c pos I32 [T], d seq I32 [T]; o, the
+// 1-element ordering token, is never written (no shader reads it: writing it made the graph
+// place a barrier wherever the token's byte lay in memory an earlier dispatch of the level
+// was still reading).
+// u[0] row (a multiple of 32 for block types; plain rows may end in a partial 32-chunk),
 // u[1] T, u[3] cells per sequence, u[4] cache cells, u[5] cache row bytes. One invocation
 // per 32-chunk of a token's row; u[6] 1 (F32/F16, row % 4 == 0, x and cache 16- and
 // 8-aligned): one invocation per 4 elements instead, a vec4 load and one 16- or 8-byte
@@ -35,5 +36,6 @@ void main() {
     float v[32];
     BF32 x = BF32(pc.a + (uint64_t(t) * row + 32 * c) * 4);
     for (uint j = 0; j < 32; j++) v[j] = j < nvalid ? x.v[j] : 0.0;
-    store_chunk(pc.u[2], crow, c, v, nvalid);
+    if (kvq_block_type(pc.u[2])) kvq_store(pc.u[2], crow + uint64_t(c) * pc.u[7], v);
+    else store_chunk(pc.u[2], crow, c, v, nvalid);
 }

@@ -1,16 +1,9 @@
 // Writes 32 floats (chunk c of a row) in a destination type: 0 F32, 1 F16, 30 BF16, 8 Q8_0.
-// Q8_0 quantizes as the CPU reference does: d = amax / 127, codes rounded half away from 0.
+// Q8_0 quantizes as the CPU reference does, bit for bit (kvq.glsl).
+#include "kvq.glsl"
 void store_chunk(uint dtype, uint64_t row, uint c, float v[32], uint nvalid) {
     if (dtype == 8u) {
-        float amax = 0.0;
-        for (uint j = 0; j < 32; j++) amax = max(amax, abs(v[j]));
-        float d = amax / 127.0, id = d != 0.0 ? 1.0 / d : 0.0;
-        uint64_t blk = row + uint64_t(c) * 34;
-        BU16(blk).v[0] = uint16_t(packHalf2x16(vec2(d, 0.0)) & 0xffffu);
-        for (uint j = 0; j < 32; j++) {
-            float q = clamp(v[j] * id, -127.0, 127.0);
-            BI8(blk + 2 + j).v[0] = int8_t(int(sign(q) * floor(abs(q) + 0.5)));
-        }
+        kvq_store(T_Q8_0, row + uint64_t(c) * 34, v);
         return;
     }
     for (uint j = 0; j < nvalid; j++) {
