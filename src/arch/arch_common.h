@@ -40,6 +40,11 @@ typedef struct ob_ffn_weights {
     const ob_weight *gate, *up, *down;     /* [n_embd, n_ff] x2, [n_ff, n_embd] */
 } ob_ffn_weights;
 /* Binds blk.il.<norm>.weight and blk.il.ffn_{gate,up,down}.weight. */
+/* The ends every decoder binds alike: token_embd [n_embd, n_vocab], the final norm [n_embd]
+ * (norm: its tensor name; output_norm.weight, LFM2's token_embd_norm.weight) and output
+ * [n_embd, n_vocab], which is token_embd where the file has none (tied). */
+ob_status ob_bind_io(ob_model_view *mv, const ob_hparams *hp, const char *norm, const ob_weight **tok_embd,
+                     const ob_weight **out_norm, const ob_weight **output, char *err, size_t err_len);
 ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const char *norm, ob_ffn_weights *w, char *err,
                       size_t err_len);
 /* down(act(gate h) * up h) of the normed h [n_embd, T], named blk.il.ffn_{gate,up,down}. */

@@ -176,6 +176,17 @@ ob_tensor *ob_build_ffn_glu(ob_graph *g, const ob_weight *gate, const ob_weight 
     return f;
 }
 
+ob_status ob_bind_io(ob_model_view *mv, const ob_hparams *hp, const char *norm, const ob_weight **tok_embd,
+                     const ob_weight **out_norm, const ob_weight **output, char *err, size_t err_len) {
+    const int64_t ne_tok[2] = {hp->n_embd, hp->n_vocab}, ne_e[1] = {hp->n_embd};
+    if (!(*tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
+    if (!(*out_norm = ob_mv_weight(mv, norm, 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
+    *output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
+    if (!*output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
+    if (!*output) *output = *tok_embd;
+    return OB_OK;
+}
+
 ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const char *norm, ob_ffn_weights *w, char *err,
                       size_t err_len) {
     char name[96];

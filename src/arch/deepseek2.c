@@ -264,12 +264,8 @@ static ob_status ds2_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, 
     ob_ds2 *m = calloc(1, sizeof(ob_ds2) + sizeof(ob_ds2_layer) * (size_t)hp->n_layer);
     if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     *priv = m;
-    const int64_t D = hp->n_embd, V = hp->n_vocab, ne_tok[2] = {D, V}, ne_d[1] = {D};
-    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
-    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_d, true, err, err_len))) return OB_ERR_FORMAT;
-    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
-    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
-    if (!m->output) m->output = m->tok_embd;
+    ob_status io = ob_bind_io(mv, hp, "output_norm.weight", &m->tok_embd, &m->out_norm, &m->output, err, err_len);
+    if (io) return io;
     /* A file without expert_gating_func means softmax (DeepSeek-V2 and V2.5 were written
      * before the key), except GLM-4.7-Flash's early ones (47 layers, 48 with its nextn one,
      * and 154,880 tokens), which are sigmoid: llama.cpp's rule */

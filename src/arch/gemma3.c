@@ -42,13 +42,10 @@ static ob_status gemma3_bind(ob_model_view *mv, const ob_hparams *hp, void **pri
     ob_gemma3 *m = calloc(1, sizeof(ob_gemma3) + sizeof(ob_gemma3_layer) * (size_t)hp->n_layer);
     if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     *priv = m;
-    int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    int64_t ne_tok[2] = {E, V}, ne_e[1] = {E}, ne_ef[2] = {E, F}, ne_fe[2] = {F, E};
-    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
-    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
-    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
-    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
-    if (!m->output) m->output = m->tok_embd;
+    int64_t E = hp->n_embd, F = hp->n_ff;
+    int64_t ne_e[1] = {E}, ne_ef[2] = {E, F}, ne_fe[2] = {F, E};
+    ob_status io = ob_bind_io(mv, hp, "output_norm.weight", &m->tok_embd, &m->out_norm, &m->output, err, err_len);
+    if (io) return io;
     for (int il = 0; il < hp->n_layer; il++) {
         ob_gemma3_layer *L = &m->layers[il];
         ob_status st = ob_bind_layer_attn(mv, hp, il, &L->attn, true, false, err, err_len);

@@ -85,14 +85,11 @@ static ob_status gptoss_bind(ob_model_view *mv, const ob_hparams *hp, void **pri
     ob_gptoss *m = calloc(1, sizeof(ob_gptoss) + sizeof(ob_gptoss_layer) * (size_t)hp->n_layer);
     if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     *priv = m;
-    const int64_t D = hp->n_embd, V = hp->n_vocab, X = hp->n_expert, F = hp->n_ff_exp;
-    const int64_t ne_tok[2] = {D, V}, ne_d[1] = {D}, ne_h[1] = {hp->n_head}, ne_r[2] = {D, X}, ne_x[1] = {X};
+    const int64_t D = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp;
+    const int64_t ne_d[1] = {D}, ne_h[1] = {hp->n_head}, ne_r[2] = {D, X}, ne_x[1] = {X};
     const int64_t ne_up[3] = {D, F, X}, ne_dn[3] = {F, D, X}, ne_fb[2] = {F, X}, ne_db[2] = {D, X};
-    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
-    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_d, true, err, err_len))) return OB_ERR_FORMAT;
-    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
-    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
-    if (!m->output) m->output = m->tok_embd;
+    ob_status io = ob_bind_io(mv, hp, "output_norm.weight", &m->tok_embd, &m->out_norm, &m->output, err, err_len);
+    if (io) return io;
     for (int il = 0; il < hp->n_layer; il++) {
         ob_gptoss_layer *L = &m->layers[il];
         ob_status st = ob_bind_layer_attn(mv, hp, il, &L->attn, false, true, err, err_len);

@@ -46,12 +46,8 @@ static ob_status minicpm_bind(ob_model_view *mv, const ob_hparams *hp, void **pr
     ob_minicpm *m = calloc(1, sizeof(ob_minicpm) + sizeof(ob_minicpm_layer) * (size_t)hp->n_layer);
     if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
     *priv = m;
-    const int64_t ne_tok[2] = {hp->n_embd, hp->n_vocab}, ne_e[1] = {hp->n_embd};
-    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
-    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
-    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
-    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
-    if (!m->output) m->output = m->tok_embd;
+    ob_status io = ob_bind_io(mv, hp, "output_norm.weight", &m->tok_embd, &m->out_norm, &m->output, err, err_len);
+    if (io) return io;
     for (int il = 0; il < hp->n_layer; il++) {
         ob_minicpm_layer *L = &m->layers[il];
         ob_status st = ob_bind_layer_attn(mv, hp, il, &L->attn, false, false, err, err_len);

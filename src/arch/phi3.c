@@ -41,12 +41,8 @@ static ob_status phi3_bind(ob_model_view *mv, const ob_hparams *hp, void **priv,
     *priv = m;
     const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->head_dim;
     const int64_t Dq = hd * hp->n_head, Dkv = hd * hp->n_head_kv;
-    const int64_t ne_tok[2] = {E, hp->n_vocab}, ne_e[1] = {E};
-    if (!(m->tok_embd = ob_mv_weight(mv, "token_embd.weight", 2, ne_tok, true, err, err_len))) return OB_ERR_FORMAT;
-    if (!(m->out_norm = ob_mv_weight(mv, "output_norm.weight", 1, ne_e, true, err, err_len))) return OB_ERR_FORMAT;
-    m->output = ob_mv_weight(mv, "output.weight", 2, ne_tok, false, err, err_len);
-    if (!m->output && ob_mv_failed(mv)) return OB_ERR_FORMAT;
-    if (!m->output) m->output = m->tok_embd;
+    ob_status io = ob_bind_io(mv, hp, "output_norm.weight", &m->tok_embd, &m->out_norm, &m->output, err, err_len);
+    if (io) return io;
     for (int il = 0; il < hp->n_layer; il++) {
         ob_phi3_layer *L = &m->layers[il];
         const ob_bind_spec w[] = {
