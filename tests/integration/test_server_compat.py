@@ -41,7 +41,7 @@ def test_flags_llama_server_meanings(srv):
 @pytest.mark.parametrize("flag,needle", [
     (["--tools", "bogus"], "bogus"), (["--mcp-servers-json", "{"], "--mcp-servers-json"),
     (["--context-shift"], "--context-shift"),
-    (["--models-max", "2"], "--models-max"), (["--slot-save-path", "."], "--slot-save-path"),
+    (["--models-max", "2"], "--models-max"),
     (["--reasoning", "maybe"], "--reasoning"), (["--reasoning-budget", "10"], "--reasoning-budget"),
     (["--chat-template", "chatglm4"], "chatglm4"),
 ])
