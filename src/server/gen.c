@@ -215,6 +215,8 @@ bool ob_gen_parse(ob_server_state *s, json_t *o, ob_gen_flavor fl, ob_gen_req *g
     if (!s->cfg->seed_set)
         g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)(uintptr_t)g << 16) ^ (uint64_t)(ob_time_s() * 1e9);
     if (!parse_structured(o, fl, g, r)) return false;
+    /* the server's --grammar / -j for a request without its own */
+    if (!g->grammar) g->grammar = s->cfg->grammar;
     g->n_predict = s->cfg->n_predict;
     g->n = 1;
     long long ll;

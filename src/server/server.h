@@ -47,6 +47,11 @@ typedef struct ob_srv_config {
     int n_predict;             /* -n: default token limit (-1: none) */
     bool no_slots;             /* --no-slots: GET /slots answers 501 */
     const char *slot_save_path; /* --slot-save-path: the folder of /slots/{id}?action=save|restore files */
+    /* llama-server's server-wide structured output: --grammar / --grammar-file (GBNF) or
+     * -j / --json-schema / --json-schema-file (converted at start); the GBNF every request
+     * without a grammar or schema of its own follows (grammar: set by ob_cmd_serve) */
+    const char *grammar_arg, *grammar_file, *json_schema_arg, *json_schema_file;
+    const char *grammar;
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
     const char *tags;          /* --tags: comma list, informational (/v1/models) */

@@ -214,3 +214,52 @@ def test_many_sampled_objects_validate(srv):
                     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", obj["when"])
                 n_valid += 1
     assert n_valid >= 200
+
+
+# ---- the server-wide grammar: --grammar, --grammar-file, -j / --json-schema(-file) ----
+
+COUNT = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}}, "required": ["n"]}
+
+
+def test_server_json_schema_is_every_requests_default(tmp_path):
+    s = Server(["-np", "2", "-c", "1024", "-j", json.dumps(COUNT)])
+    try:
+        for seed in range(3):
+            r = post(s, "/completion", {"prompt": "A number:", "n_predict": 24, "seed": seed, "temperature": 0.8})
+            assert r.status_code == 200, r.text
+            jsonschema.validate(json.loads(r.json()["content"]), COUNT)
+        # a request's own grammar replaces the server's
+        r = post(s, "/completion", {"prompt": "Yes or no?", "n_predict": 4, "grammar": 'root ::= "yes" | "no"'})
+        assert r.status_code == 200 and r.json()["content"] in ("yes", "no")
+        c = chat(s, {}, max_tokens=24)
+        jsonschema.validate(json.loads(c["choices"][0]["message"]["content"]), COUNT)
+    finally:
+        assert s.stop()[0] == 0
+
+
+def test_server_grammar_file(tmp_path):
+    f = tmp_path / "ab.gbnf"
+    f.write_text('root ::= ("a" | "b")+ "."\n')
+    s = Server(["-np", "1", "-c", "512", "--grammar-file", str(f)])
+    try:
+        r = post(s, "/completion", {"prompt": "Letters:", "n_predict": 12, "temperature": 0.0})
+        assert r.status_code == 200 and re.fullmatch(r"[ab]+\.?", r.json()["content"]), r.text
+    finally:
+        assert s.stop()[0] == 0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--grammar", "root ::= ("], "--grammar"),
+    (["-j", "{not json"], "--json-schema"),
+    (["--json-schema", '{"type": "object", "properties": 3}'], "--json-schema"),
+    (["--grammar-file", "/nonexistent/x.gbnf"], "--grammar-file"),
+    (["--grammar", 'root ::= "a"', "-j", "{}"], "one of"),
+])
+def test_bad_server_grammar_stops_the_start(args, needle):
+    import subprocess
+    from serverutil import BIN, free_port
+    p = subprocess.run([BIN, "serve", "-m", default_model(), "--port", str(free_port())] + args,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = [l for l in p.stderr.splitlines() if l.startswith("1bit serve:")]
+    assert len(lines) == 1 and needle in lines[0], p.stderr
