@@ -44,11 +44,16 @@ static __device__ __forceinline__ int64_t conv_next(const int32_t *__restrict__ 
     return u;
 }
 
-/* Input j back from token t (j = 0: t's own), given the walk from t: c_m = the earliest token
- * reached after m steps; beyond it the state (or zeros where c_m is at position 0). */
-static __device__ __forceinline__ float conv_before(const float *__restrict__ st, bool zero, int j, int m, int K,
-                                                    int64_t C, int64_t c) {
-    return zero ? 0.0f : st[(int64_t)(K - 1 - (j - m)) * C + c];
+/* Input j back (j counting down over the calls), given the walk back: c_m = the earliest token
+ * reached after m steps, at *u; beyond it the state (or zeros where c_m is at position 0).
+ * Within the batch, x at *u, which then moves on to the sequence's next token. */
+static __device__ __forceinline__ float conv_take(const float *__restrict__ x, const float *__restrict__ st,
+                                                  const int32_t *__restrict__ seq, bool zero, int j, int m, int K,
+                                                  int64_t C, int64_t c, int32_t s, int64_t T, int64_t *u) {
+    if (j > m) return zero ? 0.0f : st[(int64_t)(K - 1 - (j - m)) * C + c];
+    const float v = x[*u * C + c];
+    if (j > 0) *u = conv_next(seq, *u, s, T);
+    return v;
 }
 
 __global__ void __launch_bounds__(OB_CONV_BLOCK)
@@ -71,14 +76,7 @@ __global__ void __launch_bounds__(OB_CONV_BLOCK)
     float acc = 0.0f;
     for (int k = 0; k < K; k++) {
         const int j = K - 1 - k; /* tap k takes the input j tokens back */
-        float v;
-        if (j > m) {
-            v = conv_before(st, zero, j, m, K, C, c);
-        } else {
-            v = x[u * C + c];
-            if (j > 0) u = conv_next(seq, u, s, T);
-        }
-        acc += w[k] * v;
+        acc += w[k] * conv_take(x, st, seq, zero, j, m, K, C, c, s, T, &u);
     }
     y[i] = silu ? acc / (1.0f + expf(-acc)) : acc;
 }
@@ -102,13 +100,7 @@ __global__ void __launch_bounds__(OB_CONV_BLOCK)
     const bool zero = pos[u] == 0;
     float *st = state + (int64_t)s * (K - 1) * C;
     for (int j = K - 2; j >= 0; j--) {
-        float v;
-        if (j > m) {
-            v = conv_before(st, zero, j, m, K, C, c);
-        } else {
-            v = x[u * C + c];
-            if (j > 0) u = conv_next(seq, u, s, T);
-        }
+        const float v = conv_take(x, st, seq, zero, j, m, K, C, c, s, T, &u);
         st[(int64_t)(K - 2 - j) * C + c] = v;
     }
 }
