@@ -11,22 +11,36 @@
 #                                  Debian's validation layer into .dev/gpu
 #   scripts/device_check.sh run    there (run tool, carry [".dev/gpu", ".gl"]): the checks;
 #                                  a summary last, logs in $OUT
-#   ONEBIT_CHECKS="fixtures unit cuda-san vk-val det fault"  which parts of run, in that order (default: all)
+#   ONEBIT_CHECKS="fixtures unit | cuda-san | vk-val ; det fault"  (the default) which checks:
+#                                  phases split by ';' run one after another, a phase's
+#                                  lanes split by '|' side by side (the machine has 16
+#                                  cores; sanitizers and the layer are CPU-bound), a lane's
+#                                  checks in order. Timed checks (det) run in a phase alone.
+#                                  unit: every test binary (test_models beside the rest),
+#                                  then the census over every fixture on CUDA and Vulkan
+#                                  cuda-san: the four tools side by side, each over
+#                                  test_cuda_ops and test_ops' CUDA cases (sharded), a
+#                                  decode and a 4-request server
+#                                  vk-val: the Vulkan op tests (test_vulkan_ops and test_ops'
+#                                  Vulkan cases sharded), a decode and a 4-request server
 #                                  det: batch invariance as a client sees it
 #                                  (scripts/concurrency.py: 64 requests alone and at once,
 #                                  serve -np 16, synth qwen3-0.6b Q4_K_M) on CUDA and Vulkan
 #                                  with and without --deterministic, and the 16-stream
 #                                  decode cost of the flag (`bench -np 16`, synth qwen3-8b)
 #                                  fault: tests/integration/test_fault.py (a faulting kernel
-#                                  ends run and serve with one line) on the qwen3 fixture,
-#                                  and the decode cost of the progress marks (bench with
-#                                  ONEBIT_CUDA_MARKS=0 / ONEBIT_VK_MARKS=0 and without;
-#                                  ONEBIT_MARKS_MODELS="a.gguf ..." instead of the synth
-#                                  qwen3-0.6b and -8b)
+#                                  ends run and serve with one line) on the qwen3 fixture;
+#                                  with ONEBIT_MARKS=1 also the decode cost of the progress
+#                                  marks (bench with ONEBIT_CUDA_MARKS=0 / ONEBIT_VK_MARKS=0
+#                                  and without; ONEBIT_MARKS_MODELS="a.gguf ..." instead of
+#                                  the synth qwen3-0.6b and -8b)
 #   ONEBIT_UNIT="test_a test_b"    unit: only these test binaries (default: all)
 #   ONEBIT_SAN_TOOLS="memcheck racecheck initcheck synccheck"  compute-sanitizer tools
-#   ONEBIT_SAN_WHAT="ops decode serve"  what runs under each tool
-#   ONEBIT_SAN_SHARDS=4            test_cuda_ops under a sanitizer as that many processes
+#   ONEBIT_SAN_WHAT="ops tops decode serve"  what runs under each tool (tops: test_ops)
+#   ONEBIT_SAN_SHARDS=4            test_cuda_ops / test_ops under a sanitizer as that many
+#                                  processes each
+#   ONEBIT_VVL_SHARDS=4            test_vulkan_ops under the layer as that many processes
+#   ONEBIT_DET_DEVICES="cuda vulkan"  det's backends
 #   ONEBIT_DEADLINE=S              stop starting steps S seconds after the start (default
 #                                  570, inside the run tool's 600), each step capped to
 #                                  what is left; steps not reached say so in the summary
@@ -71,7 +85,7 @@ prep)
 run)
   OUT=${OUT:-/tmp/onebit-out}
   mkdir -p "$OUT" /tmp/gpu
-  CHECKS=${ONEBIT_CHECKS:-fixtures unit cuda-san vk-val det fault}
+  CHECKS=${ONEBIT_CHECKS:-fixtures unit | cuda-san | vk-val ; det fault}
   xz -dc "$G/bin.tar.xz" | tar xf - -C /tmp/gpu
   xz -dc "$G/rt.tar.xz" | tar xf - -C /tmp/gpu
   [ -f "$G/vvl.tar.xz" ] && xz -dc "$G/vvl.tar.xz" | tar xf - -C /tmp/gpu
@@ -88,9 +102,13 @@ run)
   fi
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
   date -u '+%F %T UTC' | tee -a "$OUT/gpu.txt"
-  summary=()
+  rm -f "$OUT"/summary.*
   deadline=${ONEBIT_DEADLINE:-570}
   left() { local l=$((deadline - SECONDS)); echo $((l > 0 ? l : 0)); }
+  # each lane writes its summary lines to its own file; printed in lane order at the end
+  LANE=0
+  say() { printf '%s\n' "$*" >>"$OUT/summary.$LANE"; echo "[$LANE] $*"; }
+  vmsg() { grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$@" | awk -F: '{s += $NF} END {print s + 0}'; }
   # A sanitizer log's totals over its summaries (several processes may share one log):
   # memcheck/initcheck/synccheck "ERROR SUMMARY: N errors"; racecheck "RACECHECK SUMMARY: N
   # hazards displayed (E errors, W warnings)", with the errors reported in NVIDIA's own
@@ -102,177 +120,261 @@ run)
     e=$(grep -oE "ERROR SUMMARY: [0-9]+ error|\([0-9]+ errors" "$1" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
     w=$(grep -oE "[0-9]+ warnings\)" "$1" | grep -oE "[0-9]+" | awk '{s += $1} END {print s + 0}')
     c=$(grep -cE "Error: Race reported .* at (nvjet|[a-z_0-9]*gemm)" "$1")
-    echo "$e errors ($c in cuBLAS kernels), $w racecheck warnings, $n summaries"
+    echo "$e errors ($c in cuBLAS kernels, $((e - c)) in ours), $w racecheck warnings, $n summaries"
+  }
+  # SIGINT to the 1bit serving on port $1 only (lanes run side by side; under a sanitizer
+  # the server, not the sanitizer, must stop, so the sanitizer prints its summary)
+  stop_server() {
+    local p
+    for p in $(pgrep -x 1bit); do
+      tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "--port $1 " && kill -INT "$p"
+    done
   }
   # 4 concurrent greedy requests to the server on port $1, answers in $2-N.json
   requests() {
     local pids=()
     # -f: /health answers 503 while the model loads
-    for _ in $(seq 120); do curl -sf "localhost:$1/health" >/dev/null 2>&1 && break; sleep 1; done
+    for _ in $(seq 180); do curl -sf "localhost:$1/health" >/dev/null 2>&1 && break; sleep 1; done
     for i in 1 2 3 4; do
-      curl -s "localhost:$1/completion" -d "{\"prompt\":\"request $i says\",\"n_predict\":16,\"temperature\":0}" \
+      curl -s -m 300 "localhost:$1/completion" -d "{\"prompt\":\"request $i says\",\"n_predict\":16,\"temperature\":0}" \
           >"$2-$i.json" &
       pids+=($!)
     done
     wait "${pids[@]}"
   }
+  # a test binary as $shards processes (ONEBIT_TEST_SHARD), each under the command in
+  # $wrap (a sanitizer, or nothing); one log, the shards' logs one after another
+  sharded() {
+    local log=$1 shards=$2 bin=$3 i pids=() rc=0
+    shift 3
+    for i in $(seq 0 $((shards - 1))); do
+      ONEBIT_TEST_SHARD=$i/$shards timeout "$(left)" $wrap "$bin" "$@" >"$log.$i" 2>&1 &
+      pids+=($!)
+    done
+    for i in "${pids[@]}"; do wait "$i" || rc=$?; done
+    : >"$log"
+    for i in $(seq 0 $((shards - 1))); do cat "$log.$i" >>"$log"; rm -f "$log.$i"; done
+    return $rc
+  }
+  # the totals of test binary $2 over the shards' lines in log $1
+  checks_of() { grep -oE "^$2: [0-9]+ checks, [0-9]+ failed" "$1" | awk '{c += $2; f += $4} END {printf "%d checks, %d failed", c, f}'; }
   # fixtures an earlier call on this warm machine made: .dev is ignored, so it outlives the
   # tree's copy, which has only what the 64 MiB carry could take
   [ -d .dev/fixtures-made ] && cp -an .dev/fixtures-made/. tests/fixtures/models/
-  if [[ " $CHECKS " == *" fixtures "* && -n "${ONEBIT_FIXTURES:-}" ]]; then
+  [ -f .dev/embed.tar ] && [ ! -d tests/fixtures/embed/bert ] && tar xf .dev/embed.tar
+  F=tests/fixtures/models/qwen3.gguf
+
+  check_fixtures() {
+    [ -n "${ONEBIT_FIXTURES:-}" ] || { say "fixtures: not made (ONEBIT_FIXTURES unset)"; return; }
     # on this machine's torch and transformers; the GGUFs through llama.cpp's converter
-    if PYTHONUNBUFFERED=1 python3 tests/fixtures/models/make_fixtures.py tests/fixtures/models \
+    if PYTHONUNBUFFERED=1 timeout "$(left)" python3 tests/fixtures/models/make_fixtures.py tests/fixtures/models \
         --llamacpp "$ONEBIT_FIXTURES" >"$OUT/fixtures.log" 2>&1; then
-      (cd tests/fixtures/models && tar cf - *.long.* llama3-f8* llama3-f32* qwen3-yarn*) | xz -T0 >/tmp/fix.tar.xz
-      mkdir -p .dev/fixtures-made && tar xJf /tmp/fix.tar.xz -C .dev/fixtures-made
-      split -b 15m /tmp/fix.tar.xz "$OUT/fixtures.tar.xz."
-      summary+=("fixtures: made ($(du -h /tmp/fix.tar.xz | cut -f1) packed)")
+      (cd tests/fixtures/models && tar cf - *.long.* llama3-f8* llama3-f32* qwen3-yarn*) >/tmp/fix.tar
+      mkdir -p .dev/fixtures-made && tar xf /tmp/fix.tar -C .dev/fixtures-made
+      say "fixtures: made ($(du -h /tmp/fix.tar | cut -f1))"
     else
-      summary+=("fixtures: FAILED (fixtures.log)"); tail -n 20 "$OUT/fixtures.log"
+      say "fixtures: FAILED (fixtures.log)"; tail -n 20 "$OUT/fixtures.log"
     fi
-  fi
-  if [[ " $CHECKS " == *" unit "* ]]; then
-    # ctest's unit label: every test binary from the repository root
-    pass=0 fail=0 skip=0 failed=""
+  }
+
+  # ctest's unit label: every test binary from the repository root (exit 77 = skipped),
+  # test_models beside the others, then the census over every fixture on CUDA and Vulkan
+  unit_one() {
+    local n=$1 rc
+    timeout "$(left)" "$B/$n" >"$OUT/$n.log" 2>&1
+    rc=$?
+    echo "$n $rc" >>"$OUT/unit.rc"
+    echo "$n rc=$rc $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
+  }
+  check_unit() {
+    local t n pass=0 fail=0 skip=0 failed="" mp
+    : >"$OUT/unit.rc"
+    [[ -x "$B/test_models" && ( -z "${ONEBIT_UNIT:-}" || " $ONEBIT_UNIT " == *" test_models "* ) ]] && { unit_one test_models & mp=$!; }
     for t in "$B"/test_*; do
-      [ -n "${ONEBIT_UNIT:-}" ] && [[ " $ONEBIT_UNIT " != *" $(basename "$t") "* ]] && continue
       n=$(basename "$t")
-      timeout "$(left)" "$t" >"$OUT/$n.log" 2>&1
-      rc=$?
-      if [ $rc = 0 ]; then pass=$((pass + 1)); elif [ $rc = 77 ]; then skip=$((skip + 1)); else fail=$((fail + 1)); failed+=" $n($rc)"; fi
-      echo "$n rc=$rc $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
+      [ -x "$t" ] && [ "$n" != test_models ] || continue
+      [ -n "${ONEBIT_UNIT:-}" ] && [[ " $ONEBIT_UNIT " != *" $n "* ]] && continue
+      unit_one "$n"
     done
-    summary+=("unit: $pass passed, $fail failed, $skip skipped${failed:+ -$failed}")
+    [ -n "${mp:-}" ] && wait "$mp"
+    while read -r n rc; do
+      if [ "$rc" = 0 ]; then pass=$((pass + 1)); elif [ "$rc" = 77 ]; then skip=$((skip + 1)); else fail=$((fail + 1)); failed+=" $n($rc)"; fi
+    done <"$OUT/unit.rc"
+    say "unit: $pass passed, $fail failed, $skip skipped${failed:+ -$failed}"
+    for n in test_models test_ops test_cuda_ops test_vulkan_ops test_embed; do
+      [ -f "$OUT/$n.log" ] && say "  $n: $(grep -E 'checks, [0-9]+ failed' "$OUT/$n.log" | tail -n 1)"
+    done
     grep -E "^(llama|qwen|gemma)|^batch invariance|deterministic matmul" "$OUT"/test_models.log "$OUT"/test_cuda_ops.log \
         >"$OUT/models-table.txt" 2>/dev/null
-  fi
-  if [[ " $CHECKS " == *" cuda-san "* ]] && command -v compute-sanitizer >/dev/null; then
-    F=tests/fixtures/models/qwen3.gguf
-    for tool in ${ONEBIT_SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
-      for what in ${ONEBIT_SAN_WHAT:-ops decode serve}; do
-        log="$OUT/san-$tool-$what.log"
-        if [ "$(left)" -lt 20 ]; then summary+=("compute-sanitizer $tool $what: not run (time)"); continue; fi
-        case $what in
-        ops)
-          # the groups of test_cuda_ops spread over $shards processes on the one GPU
-          # (ONEBIT_TEST_SHARD, testutil.h); their logs one after another in $log
-          shards=${ONEBIT_SAN_SHARDS:-4} pids=() rc=0
-          for i in $(seq 0 $((shards - 1))); do
-            ONEBIT_TEST_SHARD=$i/$shards timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 \
-                "$B/test_cuda_ops" >"$log.$i" 2>&1 &
-            pids+=($!)
-          done
-          for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-          : >"$log"
-          for i in $(seq 0 $((shards - 1))); do cat "$log.$i" >>"$log"; rm -f "$log.$i"; done
-          summary+=("compute-sanitizer $tool ops: $shards shards, checks: $(grep -oE '[0-9]+ checks, [0-9]+ failed' "$log" | tr '\n' ' ')")
-          summary+=("compute-sanitizer $tool ops: rc=$rc $(san_count "$log")")
-          continue ;;
-        decode) timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" run -m $F --device cuda \
-                    -p "the quick brown fox" -n 24 --temp 0 >"$log" 2>&1 ;;
-        serve)
-          timeout "$(left)" compute-sanitizer --tool $tool --error-exitcode 99 "$B/1bit" serve -m $F --device cuda --port 18080 -np 4 \
-              >"$log" 2>&1 &
-          sp=$!
-          requests 18080 "$OUT/serve-$tool"
-          # stop the server, not the sanitizer, so the sanitizer prints its summary
-          pkill -INT -x 1bit 2>/dev/null; wait $sp ;;
-        esac
-        rc=$?
-        summary+=("compute-sanitizer $tool $what: rc=$rc $(san_count "$log")$([ $what = serve ] &&
-            echo ", $(grep -l '"content"' "$OUT"/serve-$tool-*.json 2>/dev/null | wc -l) of 4 answers")")
-        rm -f "$OUT"/serve-$tool-*.json
+    if [ -z "${ONEBIT_UNIT:-}" ]; then
+      for dev in cuda vulkan; do
+        [ "$(left)" -lt 30 ] && { say "census $dev: not run (time)"; continue; }
+        timeout "$(left)" python3 tests/census/census_fixtures.py "$B/1bit" $dev >"$OUT/census-$dev.log" 2>&1
+        say "census $dev: rc=$? $(tail -n 1 "$OUT/census-$dev.log")"
       done
+    fi
+  }
+
+  # one compute-sanitizer tool over test_cuda_ops (sharded), test_ops' CUDA cases
+  # (sharded), a short decode and a 4-request server
+  san_tool() {
+    local tool=$1 port=$2 what log rc shards=${ONEBIT_SAN_SHARDS:-4}
+    local wrap="compute-sanitizer --tool $tool --error-exitcode 99"
+    for what in ${ONEBIT_SAN_WHAT:-ops tops decode serve}; do
+      log="$OUT/san-$tool-$what.log"
+      if [ "$(left)" -lt 20 ]; then say "compute-sanitizer $tool $what: not run (time)"; continue; fi
+      case $what in
+      ops)
+        sharded "$log" "$shards" "$B/test_cuda_ops"
+        say "compute-sanitizer $tool ops: rc=$? $(san_count "$log"); $shards shards: $(checks_of "$log" test_cuda_ops)"
+        continue ;;
+      tops)
+        ONEBIT_TEST_BACKENDS=cuda sharded "$log" "$shards" "$B/test_ops"
+        say "compute-sanitizer $tool test_ops (cuda cases): rc=$? $(san_count "$log"); $(grep -hoE '^cuda: [0-9]+ checks, [0-9]+ failed' "$log" | awk '{c += $2; f += $4} END {printf "cuda %d checks, %d failed", c, f}')"
+        continue ;;
+      decode) timeout "$(left)" $wrap "$B/1bit" run -m $F --device cuda -p "the quick brown fox" -n 24 --temp 0 >"$log" 2>&1 ;;
+      serve)
+        timeout "$(left)" $wrap "$B/1bit" serve -m $F --device cuda --port "$port" -np 4 >"$log" 2>&1 &
+        local sp=$!
+        requests "$port" "$OUT/serve-$tool"
+        stop_server "$port"; wait $sp ;;
+      esac
+      rc=$?
+      say "compute-sanitizer $tool $what: rc=$rc $(san_count "$log")$([ $what = serve ] &&
+          echo ", $(grep -l '"content"' "$OUT"/serve-$tool-*.json 2>/dev/null | wc -l) of 4 answers")"
+      rm -f "$OUT"/serve-$tool-*.json
     done
-  fi
-  if [[ " $CHECKS " == *" vk-val "* ]]; then
+  }
+  # the tools side by side (each mostly on the CPU), each its own lane of the summary
+  check_cuda_san() {
+    command -v compute-sanitizer >/dev/null || { say "compute-sanitizer: not found"; return; }
+    local tool port=18080 pids=() base=$LANE k=0
+    for tool in ${ONEBIT_SAN_TOOLS:-memcheck racecheck initcheck synccheck}; do
+      k=$((k + 1)); port=$((port + 1))
+      (LANE="$base.$k"; san_tool "$tool" "$port") &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+  }
+
+  # the Khronos validation layer with synchronization validation over the Vulkan op tests
+  # (side by side, the slow ones sharded), a decode and a 4-request server
+  check_vk_val() {
+    [ -f "$B/vvl/libVkLayer_khronos_validation.so" ] || { say "validation: no layer carried (vvl.tar.xz)"; return; }
     export VK_LAYER_PATH="$B/vvl" VK_INSTANCE_LAYERS=VK_LAYER_KHRONOS_validation
     export VK_LAYER_ENABLES=VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT
-    for t in test_vulkan_ops test_vulkan_fold test_vulkan_repack test_vulkan_sample; do
-      if [ "$(left)" -lt 20 ]; then summary+=("validation $t: not run (time)"); continue; fi
-      timeout "$(left)" "$B/$t" >"$OUT/vval-$t.log" 2>&1
-      summary+=("validation $t: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-$t.log") messages")
+    local wrap="" t pids=() sh=${ONEBIT_VVL_SHARDS:-4}
+    (sharded "$OUT/vval-test_vulkan_ops.log" "$sh" "$B/test_vulkan_ops"; echo $? >"$OUT/vval-test_vulkan_ops.rc") &
+    pids+=($!)
+    (ONEBIT_TEST_BACKENDS=vulkan sharded "$OUT/vval-test_ops.log" 2 "$B/test_ops"; echo $? >"$OUT/vval-test_ops.rc") &
+    pids+=($!)
+    for t in test_vulkan_fold test_vulkan_repack test_vulkan_sample; do
+      (timeout "$(left)" "$B/$t" >"$OUT/vval-$t.log" 2>&1; echo $? >"$OUT/vval-$t.rc") &
+      pids+=($!)
     done
-    F=tests/fixtures/models/qwen3.gguf
+    wait "${pids[@]}"
+    for t in test_vulkan_ops test_ops test_vulkan_fold test_vulkan_repack test_vulkan_sample; do
+      say "validation $t: rc=$(cat "$OUT/vval-$t.rc") $(vmsg "$OUT/vval-$t.log") messages, $(checks_of "$OUT/vval-$t.log" $t)"
+    done
     # the loader's own word that the layer is in (0 messages mean nothing without it)
     VK_LOADER_DEBUG=layer timeout "$(left)" "$B/1bit" run -m $F --device vulkan -p "the quick brown fox" -n 24 --temp 0 \
         >"$OUT/vval-decode.log" 2>&1
-    summary+=("validation decode: rc=$? $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-decode.log") messages, layer loaded: $(grep -q -i 'Insert instance layer.*KHRONOS_validation' "$OUT/vval-decode.log" && echo yes || echo NO)")
-    timeout "$(left)" "$B/1bit" serve -m $F --device vulkan --port 18081 -np 4 >"$OUT/vval-serve.log" 2>&1 &
-    sp=$!
-    requests 18081 "$OUT/vserve"
-    kill -INT $sp 2>/dev/null; wait $sp
-    summary+=("validation serve: $(grep -c -E 'Validation (Error|Warning)|VUID-|SYNC-HAZARD' "$OUT/vval-serve.log") messages, $(grep -l '"content"' "$OUT"/vserve-*.json | wc -l) of 4 answers")
+    say "validation decode: rc=$? $(vmsg "$OUT/vval-decode.log") messages, layer loaded: $(grep -q -i 'Insert instance layer.*KHRONOS_validation' "$OUT/vval-decode.log" && echo yes || echo NO)"
+    timeout "$(left)" "$B/1bit" serve -m $F --device vulkan --port 18091 -np 4 >"$OUT/vval-serve.log" 2>&1 &
+    local sp=$!
+    requests 18091 "$OUT/vserve"
+    stop_server 18091; wait $sp
+    say "validation serve: $(vmsg "$OUT/vval-serve.log") messages, $(grep -l '"content"' "$OUT"/vserve-*.json | wc -l) of 4 answers"
     rm -f "$OUT"/vserve-*.json
     unset VK_LAYER_PATH VK_INSTANCE_LAYERS VK_LAYER_ENABLES
-  fi
-  if [[ " $CHECKS " == *" det "* ]]; then
+  }
+
+  # batch invariance as a client sees it (scripts/concurrency.py), then the 16-stream
+  # decode cost of --deterministic
+  check_det() {
     xz -dc "$G/tokenizer.json.xz" >/tmp/tokenizer.json
-    S=/tmp/q06.gguf S8=/tmp/q8b.gguf
-    timeout "$(left)" "$B/1bit" synth --shape qwen3-0.6b --type Q4_K_M --tokenizer /tmp/tokenizer.json -t "$(nproc)" -o $S \
-        >"$OUT/det.log" 2>&1 || summary+=("det: synth qwen3-0.6b failed")
-    port=18100
+    local S=/tmp/q06.gguf S8=/tmp/q8b.gguf port=18100 dev flag r t sp
+    [ -f $S ] || timeout "$(left)" "$B/1bit" synth --shape qwen3-0.6b --type Q4_K_M --tokenizer /tmp/tokenizer.json \
+        -t "$(nproc)" -o $S >>"$OUT/det.log" 2>&1 || say "det: synth qwen3-0.6b failed"
     for dev in ${ONEBIT_DET_DEVICES:-cuda vulkan}; do
       for flag in "" --deterministic; do
-        if [ "$(left)" -lt 60 ]; then summary+=("det $dev ${flag:-default}: not run (time)"); continue; fi
+        if [ "$(left)" -lt 60 ]; then say "det $dev ${flag:-default}: not run (time)"; continue; fi
         port=$((port + 1))
         timeout "$(left)" "$B/1bit" serve -m $S --device $dev -np 16 --port $port $flag >>"$OUT/det.log" 2>&1 &
         sp=$!
         r=$(timeout "$(left)" python3 scripts/concurrency.py --port $port --n 64 --predict 32 --label "$dev ${flag:-default}" 2>&1 | tail -n 1)
-        kill -INT $sp 2>/dev/null; wait $sp
-        summary+=("det: $r")
+        stop_server $port; wait $sp
+        say "det: $r"
       done
     done
-    if [ "$(left)" -gt 90 ] && timeout "$(left)" "$B/1bit" synth --fast --shape qwen3-8b --type Q4_K_M --tokenizer /tmp/tokenizer.json \
-        -t "$(nproc)" -o $S8 >>"$OUT/det.log" 2>&1; then
+    if [ "$(left)" -gt 90 ] && { [ -f $S8 ] || timeout "$(left)" "$B/1bit" synth --fast --shape qwen3-8b --type Q4_K_M \
+        --tokenizer /tmp/tokenizer.json -t "$(nproc)" -o $S8 >>"$OUT/det.log" 2>&1; }; then
       for dev in ${ONEBIT_DET_DEVICES:-cuda vulkan}; do
         for flag in "" --deterministic; do
-          if [ "$(left)" -lt 40 ]; then summary+=("det bench $dev ${flag:-default}: not run (time)"); continue; fi
+          if [ "$(left)" -lt 40 ]; then say "det bench $dev ${flag:-default}: not run (time)"; continue; fi
           t=$(timeout "$(left)" "$B/1bit" bench -m $S8 -p 0 -n 64 -r 2 -np 16 --device $dev $flag 2>&1 | grep "^|" | tail -n 1)
-          summary+=("det bench qwen3-8b Q4_K_M -np 16 $dev ${flag:-default}: $t")
+          say "det bench qwen3-8b Q4_K_M -np 16 $dev ${flag:-default}: $t"
         done
       done
-    fi
-  fi
-  if [[ " $CHECKS " == *" fault "* ]]; then
-    if [ "$(left)" -gt 60 ] && python3 -c "import pytest, requests" 2>/dev/null; then
-      ONEBIT_FAULT_MODEL=tests/fixtures/models/qwen3.gguf ONEBIT_BIN="$B/1bit" timeout "$(left)" \
-          python3 -m pytest -q -rs -s tests/integration/test_fault.py -p no:cacheprovider >"$OUT/fault.log" 2>&1
-      summary+=("fault: rc=$? $(tail -n 1 "$OUT/fault.log")")
-      grep -E "MATMUL output" "$OUT/fault.log" | head -n 4 | sed 's/^/  /' >>"$OUT/fault.lines"
-    elif [ "$(left)" -gt 60 ]; then
-      # no pytest here: the run case by hand
-      for dev in cuda vulkan; do
-        ONEBIT_TEST_FAULT=output ONEBIT_VK_TIMEOUT_S=5 timeout 120 "$B/1bit" run -m tests/fixtures/models/qwen3.gguf \
-            --device $dev -p hi -n 4 >"$OUT/fault-$dev.log" 2>&1
-        summary+=("fault run $dev: rc=$? (124: hung), $(grep -c 'MATMUL output' "$OUT/fault-$dev.log") naming line(s): $(grep -m1 'MATMUL output' "$OUT/fault-$dev.log")")
-      done
     else
-      summary+=("fault: not run (time)")
+      say "det bench: not run (time or synth)"
     fi
-    # what the marks cost: one-stream and 16-stream decode with and without them
-    marks_models=${ONEBIT_MARKS_MODELS:-/tmp/q06.gguf /tmp/q8b.gguf}
-    if [[ " $marks_models " == *" /tmp/q06.gguf "* && ! -f /tmp/q06.gguf && -f "$G/tokenizer.json.xz" ]]; then
-      xz -dc "$G/tokenizer.json.xz" >/tmp/tokenizer.json
-      timeout "$(left)" "$B/1bit" synth --shape qwen3-0.6b --type Q4_K_M --tokenizer /tmp/tokenizer.json -t "$(nproc)" \
-          -o /tmp/q06.gguf >>"$OUT/fault.log" 2>&1
+  }
+
+  # a faulting kernel ends run and serve with one line (tests/integration/test_fault.py);
+  # then, with ONEBIT_MARKS=1, the decode cost of the progress marks
+  check_fault() {
+    if [ "$(left)" -gt 60 ] && python3 -c "import pytest, requests" 2>/dev/null; then
+      ONEBIT_FAULT_MODEL=$F ONEBIT_BIN="$B/1bit" timeout "$(left)" \
+          python3 -m pytest -q -rs -s tests/integration/test_fault.py -p no:cacheprovider >"$OUT/fault.log" 2>&1
+      say "fault: rc=$? $(tail -n 1 "$OUT/fault.log")"
+      grep -E "MATMUL output" "$OUT/fault.log" | head -n 4 | sed 's/^/  /' >>"$OUT/summary.$LANE"
+    else
+      say "fault: not run (time or no pytest)"
     fi
-    for m in $marks_models; do
-      [ -f $m ] || continue
+    [ "${ONEBIT_MARKS:-0}" = 1 ] || return 0
+    local m dev np marks t
+    for m in ${ONEBIT_MARKS_MODELS:-/tmp/q06.gguf /tmp/q8b.gguf}; do
+      [ -f "$m" ] || continue
       for dev in cuda vulkan; do
         for np in 1 16; do
           for marks in 1 0; do
-            if [ "$(left)" -lt 40 ]; then summary+=("marks bench: not run (time)"); break 3; fi
-            t=$(ONEBIT_CUDA_MARKS=$marks ONEBIT_VK_MARKS=$marks timeout "$(left)" "$B/1bit" bench -m $m -p 0 -n 64 -r 3 \
+            if [ "$(left)" -lt 40 ]; then say "marks bench: not run (time)"; return; fi
+            t=$(ONEBIT_CUDA_MARKS=$marks ONEBIT_VK_MARKS=$marks timeout "$(left)" "$B/1bit" bench -m "$m" -p 0 -n 64 -r 3 \
                 -np $np --device $dev 2>&1 | grep "^|" | tail -n 1)
-            summary+=("marks=$marks $(basename $m) $dev -np $np: $t")
+            say "marks=$marks $(basename "$m") $dev -np $np: $t"
           done
         done
       done
     done
-  fi
-  echo "== summary =="
-  printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+  }
+
+  # CHECKS: phases split by ';' run one after another; a phase's lanes split by '|' run side
+  # by side; a lane's checks run in order
+  IFS=';' read -ra phases <<<"$CHECKS"
+  nl=0
+  for ph in "${phases[@]}"; do
+    IFS='|' read -ra lanes <<<"$ph"
+    pids=()
+    for ln in "${lanes[@]}"; do
+      read -ra cs <<<"$ln"
+      [ ${#cs[@]} = 0 ] && continue
+      nl=$((nl + 1))
+      (
+        LANE=$(printf '%02d' $nl)
+        for c in "${cs[@]}"; do
+          case $c in
+          fixtures|unit|cuda-san|vk-val|det|fault) "check_${c//-/_}" ;;
+          *) say "unknown check: $c" ;;
+          esac
+        done
+      ) &
+      pids+=($!)
+    done
+    wait "${pids[@]}"
+  done
+  echo "== summary ($(date -u '+%T UTC'), ${SECONDS} s) =="
+  cat $(ls "$OUT"/summary.* 2>/dev/null | sort -V) | tee "$OUT/summary.txt"
   ;;
 *)
   echo "usage: $0 prep|run" >&2
