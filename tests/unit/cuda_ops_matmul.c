@@ -2,11 +2,8 @@
  * matvec (k_mmvq_run), MMQ, cuBLAS, the mixture of experts, and batch invariance, each
  * against the CPU reference (cuda_testutil.h). */
 #include "cuda_testutil.h"
-#include "backend/cpu/cpu.h"
 #include "backend/cuda/cuda_mmvq.h"
-#include "backend/cuda/cuda_stats.h"
 #include "format/quant.h"
-#include "onebit.h"
 #include <math.h>
 #include <string.h>
 

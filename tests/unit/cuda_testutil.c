@@ -2,9 +2,7 @@
  * against ob_cpu_ref_op on host copies, and backends made under an environment switch. */
 #include "cuda_testutil.h"
 #include "backend/cpu/cpu.h"
-#include "backend/cuda/cuda_mmvq.h"
 #include "format/quant.h"
-#include "onebit.h"
 #include <math.h>
 #include <string.h>
 

@@ -14,9 +14,7 @@ int main(void) {
 #else
 #include "backend/backend.h"
 #include "backend/cpu/cpu.h"
-#include "backend/cuda/cuda_mmvq.h"
 #include "backend/cuda/cuda_stats.h"
-#include "format/quant.h"
 #include "onebit.h"
 #include <jansson.h>
 #include <math.h>
