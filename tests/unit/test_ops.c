@@ -13,8 +13,12 @@
  *
  * Usage: test_ops [-l] [-v] [substring ...]: -l lists the cases, -v prints each as it runs,
  * substrings keep the cases whose names contain one. ONEBIT_TEST_SHARD=i/n runs every n-th
- * case from the i-th (testutil.h). Prints "<backend>: N checks, M failed" per backend
- * ("<backend>: SKIPPED (why)" for one not built or without a device), then the total. */
+ * case from the i-th (testutil.h). ONEBIT_TEST_BACKENDS="cuda" (families among cpu, cuda
+ * and vulkan, space or comma separated; unset or empty: all) opens only those, so a slow
+ * run on one backend (a GPU sanitizer) spends no time on the others; a case of none of
+ * them is skipped as on a missing device, and the whole run's op coverage check builds
+ * it all the same. Prints "<backend>: N checks, M failed" per backend ("<backend>:
+ * SKIPPED (why)" for one not built, without a device or not listed), then the total. */
 #include "ops_cases.h"
 #include "backend/cpu/cpu.h"
 #include "graph/op_table.h"
@@ -201,6 +205,7 @@ static int g_ntg;
 static knob_be g_kb[48];
 static int g_nkb;
 static bool g_have[OPS_NFAM];
+static bool g_want[OPS_NFAM]; /* ONEBIT_TEST_BACKENDS */
 static char g_skip[OPS_NFAM][300];
 static int g_checks[OPS_NFAM + 1], g_failed[OPS_NFAM + 1], g_unsup[OPS_NFAM], g_known[OPS_NFAM]; /* [OPS_NFAM]: the reference */
 static bool g_verbose;
@@ -280,29 +285,53 @@ static void add_target(int fam, const char *label, ob_backend *be, int simd) {
     g_tg[g_ntg++] = (target){fam, label, be, simd};
 }
 
+/* g_want from ONEBIT_TEST_BACKENDS; false: a name that is no family (printed). */
+static bool parse_backends(void) {
+    const char *e = getenv("ONEBIT_TEST_BACKENDS");
+    bool any = false;
+    for (const char *p = e ? e : ""; *p;) {
+        const size_t n = strcspn(p, " ,");
+        int f = 0;
+        while (f < OPS_NFAM && (strlen(g_fam_name[f]) != n || strncmp(p, g_fam_name[f], n))) f++;
+        if (n && f == OPS_NFAM) {
+            fprintf(stderr, "test_ops: ONEBIT_TEST_BACKENDS: unknown backend \"%.*s\" (want cpu, cuda or vulkan)\n", (int)n, p);
+            return false;
+        }
+        if (n) g_want[f] = any = true;
+        p += n + (p[n] != 0);
+    }
+    for (int f = 0; f < OPS_NFAM && !any; f++) g_want[f] = true;
+    return true;
+}
+
 static void open_backends(void) {
     static const char *const cpu_label[6] = {"cpu nth=1 scalar", "cpu nth=2 scalar", "cpu nth=3 scalar",
                                              "cpu nth=1 simd", "cpu nth=2 simd", "cpu nth=3 simd"};
-    ob_backend *cpu[3];
-    for (int i = 0; i < 3; i++) cpu[i] = ob_backend_cpu_new(i + 1);
-    for (int lv = 0; lv < 2; lv++)
-        for (int i = 0; i < 3; i++) add_target(OPS_CPU, cpu_label[3 * lv + i], cpu[i], lv ? -1 : 0);
-    g_have[OPS_CPU] = true;
+    for (int f = 0; f < OPS_NFAM; f++)
+        if (!g_want[f]) snprintf(g_skip[f], sizeof(g_skip[f]), "not in ONEBIT_TEST_BACKENDS");
+    if (g_want[OPS_CPU]) {
+        ob_backend *cpu[3];
+        for (int i = 0; i < 3; i++) cpu[i] = ob_backend_cpu_new(i + 1);
+        for (int lv = 0; lv < 2; lv++)
+            for (int i = 0; i < 3; i++) add_target(OPS_CPU, cpu_label[3 * lv + i], cpu[i], lv ? -1 : 0);
+        g_have[OPS_CPU] = true;
+    }
 #if defined(ONEBIT_CUDA) || defined(ONEBIT_VULKAN)
     char err[256] = "";
 #endif
 #ifdef ONEBIT_CUDA
-    ob_backend *cu = ob_backend_cuda_new(0, false, err, sizeof(err));
+    ob_backend *cu = g_want[OPS_CUDA] ? ob_backend_cuda_new(0, false, err, sizeof(err)) : NULL;
     if (cu) {
         add_target(OPS_CUDA, "cuda", cu, 0);
         g_have[OPS_CUDA] = true;
-    } else {
+    } else if (g_want[OPS_CUDA]) {
         snprintf(g_skip[OPS_CUDA], sizeof(g_skip[OPS_CUDA]), "no CUDA device: %s", err);
     }
 #else
-    snprintf(g_skip[OPS_CUDA], sizeof(g_skip[OPS_CUDA]), "built without -DONEBIT_CUDA=ON");
+    if (g_want[OPS_CUDA]) snprintf(g_skip[OPS_CUDA], sizeof(g_skip[OPS_CUDA]), "built without -DONEBIT_CUDA=ON");
 #endif
 #ifdef ONEBIT_VULKAN
+    if (!g_want[OPS_VK]) return;
     setenv("ONEBIT_VULKAN_ALLOW_CPU", "1", 0); /* lavapipe where there is no GPU, as test_vulkan_ops */
     /* every level's dispatches checked apart from the hazard ranges (vk_hazard.c): a
      * missing barrier shows on lavapipe too, which runs dispatches one after another */
@@ -328,7 +357,7 @@ static void open_backends(void) {
         snprintf(g_skip[OPS_VK], sizeof(g_skip[OPS_VK]), "no Vulkan device: %s", err);
     }
 #else
-    snprintf(g_skip[OPS_VK], sizeof(g_skip[OPS_VK]), "built without -DONEBIT_VULKAN=ON");
+    if (g_want[OPS_VK]) snprintf(g_skip[OPS_VK], sizeof(g_skip[OPS_VK]), "built without -DONEBIT_VULKAN=ON");
 #endif
 }
 
@@ -598,17 +627,28 @@ static unsigned families_of(const ops_case *c) {
     return m;
 }
 
+/* c's graph and inputs in b, its ops marked seen; build_free releases them. */
+static void build_case(const ops_case *c, ops_build *b) {
+    memset(b, 0, sizeof(*b));
+    b->name = c->name;
+    ob_rng_seed(&b->rng, name_seed(c->name));
+    b->g = ob_graph_new(1100);
+    c->build(b, c->p);
+    for (int64_t i = 0; i < b->g->n; i++) g_op_seen[b->g->nodes[i].op] = true;
+}
+
+static void build_free(ops_build *b) {
+    ob_graph_free(b->g);
+    for (int i = 0; i < b->n_owned; i++) free(b->owned[i]);
+    free(b->owned);
+}
+
 static void run_case(const ops_case *c) {
     const unsigned fams = families_of(c);
     if (!fams) return;
     ops_build b;
-    memset(&b, 0, sizeof(b));
-    b.name = c->name;
-    ob_rng_seed(&b.rng, name_seed(c->name));
-    b.g = ob_graph_new(1100);
-    c->build(&b, c->p);
+    build_case(c, &b);
     ob_graph_plan(b.g);
-    for (int64_t i = 0; i < b.g->n; i++) g_op_seen[b.g->nodes[i].op] = true;
     /* a checked node must be a graph output: the planner gives a read node's bytes away */
     const int c0 = ob_test_checks, f0 = ob_test_failures;
     bool ok = b.n_chk > 0;
@@ -665,9 +705,7 @@ static void run_case(const ops_case *c) {
         for (int i = 0; i < b.n_chk; i++) free(fused[i]);
     }
     for (int i = 0; i < b.n_chk; i++) free(ref[i]);
-    ob_graph_free(b.g);
-    for (int i = 0; i < b.n_owned; i++) free(b.owned[i]);
-    free(b.owned);
+    build_free(&b);
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -691,6 +729,7 @@ int main(int argc, char **argv) {
         list |= !strcmp(argv[i], "-l");
         g_verbose |= !strcmp(argv[i], "-v");
     }
+    if (!parse_backends()) return 2;
     ops_list l = {NULL, 0, 0};
     for (size_t i = 0; i < OB_ARRAY_LEN(g_families); i++) g_families[i](&l);
     if (list) {
@@ -734,6 +773,13 @@ int main(int argc, char **argv) {
     bool whole = !getenv("ONEBIT_TEST_SHARD") || !*getenv("ONEBIT_TEST_SHARD");
     for (int i = 1; i < argc; i++) whole &= argv[i][0] == '-';
     if (whole) {
+        /* a case no family ran (not built, no device, not listed) is in the table all the same */
+        for (int i = 0; i < l.n; i++) {
+            if (families_of(&l.c[i])) continue;
+            ops_build b;
+            build_case(&l.c[i], &b);
+            build_free(&b);
+        }
         const int c0 = ob_test_checks, f0 = ob_test_failures;
         for (int op = 0; op < OB_OP_COUNT; op++)
             CHECKF(g_op_seen[op], "no case builds a graph with %s: add its table (ops_cases.h)", ob_op_name((ob_op)op));
