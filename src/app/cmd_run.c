@@ -6,6 +6,7 @@
 #include "chat/chat.h"
 #include "core/common.h"
 #include "engine/chat_model.h"
+#include "grammar/grammar.h"
 #include "server/server.h"
 #include <limits.h>
 #include <stdio.h>
@@ -44,25 +45,14 @@ static char *read_template_file(const char *path) {
         fclose(f);
         return template_in(path);
     }
-    if (f) rewind(f);
-    size_t n = 0, cap = 1 << 16;
-    char *t = f ? malloc(cap + 1) : NULL;
-    for (size_t k; t && (k = fread(t + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *r = cap < (16u << 20) ? realloc(t, cap * 2 + 1) : NULL;
-            if (!r) { free(t); t = NULL; break; }
-            t = r;
-            cap *= 2;
-        }
-    }
     if (f) fclose(f);
-    if (!t || !n || memchr(t, 0, n)) {
+    size_t n = 0;
+    char *t = ob_read_text_file(path, 16u << 20, &n);
+    if (!t || !n) {
         fprintf(stderr, "1bit run: --chat-template-file: cannot read '%s' as a template (16 MiB of text at most)\n", path);
         free(t);
         return NULL;
     }
-    t[n] = 0;
     /* a JSON object whose first key is quoted, where a Jinja text opens with {{, {% or {# */
     size_t i = strspn(t, " \t\r\n");
     if (t[i] == '{' && t[i + 1 + strspn(t + i + 1, " \t\r\n")] == '"') {
@@ -108,11 +98,21 @@ int ob_cmd_run(int argc, char **argv) {
     const char *prompt = NULL, *system = NULL, *draft_path = NULL, *tmpl_file = NULL, *tmpl_named = NULL;
     int n_predict = -2, cnv = 0; /* -2: not given; cnv: 1 -cnv, -1 -no-cnv */
     ob_spec_params spp = ob_spec_default_params();
+    ob_grammar_flags gf = {0};
+    char err[512];
     for (int i = 1; i < argc; i++) {
         int r = ob_opts_parse(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r > 0) continue;
         const char *a = argv[i];
+        if ((r = ob_grammar_flags_parse(a, i + 1 < argc ? argv[i + 1] : NULL, &gf, err, sizeof(err))) != 0) {
+            if (r < 0) {
+                fprintf(stderr, "1bit run: %s\n", err);
+                return 2;
+            }
+            i++;
+            continue;
+        }
         if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && i + 1 < argc) prompt = argv[++i];
         else if ((!strcmp(a, "-n") || !strcmp(a, "--n-predict") || !strcmp(a, "--predict")) && i + 1 < argc) {
             char *end = NULL;
@@ -159,22 +159,32 @@ int ob_cmd_run(int argc, char **argv) {
                    "  -md, --model-draft FILE  speculative decoding with this draft model (same vocabulary)\n"
                    "  --draft-max N            most tokens drafted per step (default 16)\n"
                    "  --draft-min N            drop drafts shorter than N (default 0)\n"
-                   "  --draft-p-min P          stop drafting below this draft probability (default 0.75)\n%s"
+                   "  --draft-p-min P          stop drafting below this draft probability (default 0.75)\n"
+                   "%s%s"
                    "In the chat, Ctrl-C stops a reply and /help lists the commands (/clear, /save FILE,\n"
                    "/load FILE, /exit). A model without a chat template continues the text instead.\n",
-                   OB_RUN_N_PREDICT, ob_opts_help);
+                   OB_RUN_N_PREDICT, ob_grammar_flags_help, ob_opts_help);
             return 0;
         } else {
             fprintf(stderr, "1bit run: unknown option '%s' (see 1bit run --help)\n", a);
             return 2;
         }
     }
+    /* the grammar read and checked before the model loads: a bad one is a flag error */
+    char *gbnf = NULL;
+    if (ob_grammar_flags_gbnf(&gf, &gbnf, err, sizeof(err))) {
+        fprintf(stderr, "1bit run: %s\n", err);
+        return 2;
+    }
     ob_model *m = NULL;
-    if (ob_opts_load_model(&o, &m)) return 1;
-    char err[512];
     ob_context *c = NULL;
+    if (ob_opts_load_model(&o, &m)) {
+        free(gbnf);
+        return 1;
+    }
     if (ob_context_new(m, &o.cp, &c, err, sizeof(err))) {
         fprintf(stderr, "1bit: %s\n", err);
+        free(gbnf);
         ob_model_free(m);
         return 1;
     }
@@ -188,6 +198,7 @@ int ob_cmd_run(int argc, char **argv) {
     o.sp.dry_breaker_len = brk.len;
     o.sp.dry_breaker_tok = brk.tok;
     if (rc || ob_run_gen_init(&g, m, c, &o.sp, o.cp.n_batch)) { fprintf(stderr, "1bit: out of memory\n"); rc = 1; }
+    else if (gbnf && ob_run_gen_set_grammar(&g, gbnf, err, sizeof(err))) { fprintf(stderr, "1bit: %s\n", err); rc = 1; }
     else if (draft_path && (spp.n_max = OB_MIN(spp.n_max, o.cp.n_batch - 1)) > 0) {
         ob_status st = ob_model_load(draft_path, &o.mp, &dm, err, sizeof(err));
         if (!st) st = ob_run_gen_add_draft(&g, dm, &spp, err, sizeof(err));
@@ -227,6 +238,7 @@ int ob_cmd_run(int argc, char **argv) {
         fprintf(stderr, "[draft: %ld tokens proposed, %ld accepted (%.1f%%)]\n", g.n_drafted, g.n_accepted,
                 g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0);
     ob_run_gen_free(&g);
+    free(gbnf);
     ob_model_free(dm);
     ob_context_free(c);
     ob_model_free(m);

@@ -87,6 +87,7 @@ void ob_srv_print_usage(const char *prog) {
            "  --presence-penalty X, --frequency-penalty X, --repeat-last-n N, -n/--n-predict N\n"
            "                            defaults for requests that do not set them, as are:\n"
            "%s"
+           "%s"
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "  --chat-template T         a Jinja template, or a built-in name (chatml, llama3, ...)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
@@ -123,7 +124,7 @@ void ob_srv_print_usage(const char *prog) {
            "  --no-cache-idle-slots, --spec-draft-n-max N, --spec-draft-n-min N, -cram N,\n"
            "  --no-context-shift, -bs/--backend-sampling, --reasoning-budget -1\n"
            "                            accepted with llama-server's meaning\n",
-           prog, ob_sampler_ext_help, ob_rope_help);
+           prog, ob_sampler_ext_help, ob_grammar_flags_help, ob_rope_help);
 }
 
 static bool parse_int(const char *s, long lo, long hi, int *out) {
@@ -173,7 +174,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
                 if (an[k] == '_') an[k] = '-';
             a = an;
         }
-        int iv;
+        int iv, gr;
 #define NEED_VALUE() do { if (!v) return ob_fail(err, err_len, OB_ERR_ARG, "%s needs a value", a); i++; } while (0)
 #define INT_VALUE(lo, hi, dst) do { NEED_VALUE(); \
         if (!parse_int(v, lo, hi, &iv)) { \
@@ -253,10 +254,10 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--no-slots", NULL)) c->no_slots = true;
         else if (is_flag(a, "--slots", NULL)) c->no_slots = false;
         else if (is_flag(a, "--slot-save-path", NULL)) { NEED_VALUE(); c->slot_save_path = v; }
-        else if (is_flag(a, "--grammar", NULL)) { NEED_VALUE(); c->grammar_arg = v; }
-        else if (is_flag(a, "--grammar-file", NULL)) { NEED_VALUE(); c->grammar_file = v; }
-        else if (is_flag(a, "-j", "--json-schema")) { NEED_VALUE(); c->json_schema_arg = v; }
-        else if (is_flag(a, "--json-schema-file", NULL)) { NEED_VALUE(); c->json_schema_file = v; }
+        else if ((gr = ob_grammar_flags_parse(a, v, &c->grammar_flags, err, err_len)) != 0) {
+            if (gr < 0) return OB_ERR_ARG;
+            i++;
+        }
         else if (is_flag(a, "--no-strict-device", NULL)) c->mp.strict_device = false;
         else if (is_flag(a, "--strict-device", NULL)) c->mp.strict_device = true;
         else if (is_flag(a, "--deterministic", NULL)) c->mp.deterministic = true;
@@ -371,63 +372,6 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
     return OB_OK;
 }
 
-/* A text file of at most 16 MiB without NUL bytes, malloc'd and NUL-terminated; NULL if not. */
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    size_t n = 0, cap = 1 << 16;
-    char *t = f ? malloc(cap + 1) : NULL;
-    for (size_t k; t && (k = fread(t + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *u = cap < (16u << 20) ? realloc(t, cap * 2 + 1) : NULL;
-            if (!u) { free(t); t = NULL; break; }
-            t = u;
-            cap *= 2;
-        }
-    }
-    if (f) fclose(f);
-    if (t && memchr(t, 0, n)) { free(t); t = NULL; }
-    if (t) t[n] = 0;
-    return t;
-}
-
-/* The server-wide grammar (llama-server's --grammar, --grammar-file, -j / --json-schema,
- * --json-schema-file; at most one) as GBNF in *out (malloc'd; NULL when none is given),
- * checked here so that a bad one stops the start. */
-static ob_status server_grammar(const ob_srv_config *c, char **out, char *err, size_t err_len) {
-    *out = NULL;
-    const int given = !!c->grammar_arg + !!c->grammar_file + !!c->json_schema_arg + !!c->json_schema_file;
-    if (given == 0) return OB_OK;
-    if (given > 1)
-        return ob_fail(err, err_len, OB_ERR_ARG, "give one of --grammar, --grammar-file, --json-schema, --json-schema-file");
-    const char *file = c->grammar_file ? c->grammar_file : c->json_schema_file;
-    const char *flag = c->grammar_arg ? "--grammar" : c->grammar_file ? "--grammar-file"
-                       : c->json_schema_arg ? "--json-schema" : "--json-schema-file";
-    char *text = file ? read_text(file) : strdup(c->grammar_arg ? c->grammar_arg : c->json_schema_arg);
-    if (!text) return ob_fail(err, err_len, OB_ERR_IO, "%s: cannot read '%s'", flag, file ? file : "");
-    char e2[256] = "";
-    ob_status st = OB_OK;
-    if (c->json_schema_arg || c->json_schema_file) {
-        json_error_t je;
-        json_t *schema = json_loads(text, JSON_DECODE_ANY, &je);
-        free(text);
-        text = NULL;
-        if (!schema) return ob_fail(err, err_len, OB_ERR_ARG, "%s: not JSON: %s", flag, je.text);
-        st = ob_grammar_from_schema(schema, &text, e2, sizeof e2);
-        json_decref(schema);
-        if (st) return ob_fail(err, err_len, st, "%s: %s", flag, e2);
-    }
-    ob_grammar *g = NULL;
-    st = ob_grammar_parse(text, strlen(text), &g, e2, sizeof e2);
-    ob_grammar_free(g);
-    if (st) {
-        free(text);
-        return ob_fail(err, err_len, st, "%s: failed to parse grammar: %s", flag, e2);
-    }
-    *out = text;
-    return OB_OK;
-}
-
 int ob_cmd_serve(int argc, char **argv) {
     ob_srv_config cfg;
     ob_srv_config_default(&cfg);
@@ -508,7 +452,7 @@ int ob_cmd_serve(int argc, char **argv) {
     char *tmpl = NULL, *gbnf = NULL;
     if (cfg.chat_template_file) {
         /* a Jinja template file, as llama-server takes it; read once, kept for the run */
-        if (!(tmpl = read_text(cfg.chat_template_file))) {
+        if (!(tmpl = ob_read_text_file(cfg.chat_template_file, 16u << 20, NULL))) {
             fprintf(stderr, "1bit serve: --chat-template-file: cannot read '%s' as a template (16 MiB of text at most)\n",
                     cfg.chat_template_file);
             free(def);
@@ -517,7 +461,7 @@ int ob_cmd_serve(int argc, char **argv) {
         }
         cfg.chat_template = tmpl;
     }
-    if (server_grammar(&cfg, &gbnf, err, sizeof err) != OB_OK) {
+    if (ob_grammar_flags_gbnf(&cfg.grammar_flags, &gbnf, err, sizeof err) != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
         free(tmpl);
         free(def);

@@ -1,6 +1,7 @@
 /* Streaming generation for `1bit run` (see run_gen.h). */
 #include "app/run_gen.h"
 #include "core/common.h"
+#include "engine/sampler.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,7 +37,18 @@ ob_status ob_run_gen_add_draft(ob_run_gen *g, ob_model *dm, const ob_spec_params
     return OB_OK;
 }
 
+ob_status ob_run_gen_set_grammar(ob_run_gen *g, const char *gbnf, char *err, size_t err_len) {
+    ob_status st = ob_grammar_parse(gbnf, strlen(gbnf), &g->gram, err, err_len);
+    if (st) return st;
+    /* the sampler's vocabulary: control tokens are never text here */
+    g->gv = ob_grammar_vocab_of(g->tok, ob_tokenizer_n_vocab(g->tok), false);
+    return g->gv ? OB_OK : ob_fail(err, err_len, OB_ERR_NOMEM, "out of memory");
+}
+
 void ob_run_gen_free(ob_run_gen *g) {
+    ob_grammar_matcher_free(g->gm);
+    ob_grammar_vocab_free(g->gv);
+    ob_grammar_free(g->gram);
     ob_spec_free(g->spec);
     free(g->hist);
     free(g->draft);
@@ -49,6 +61,17 @@ void ob_run_gen_free(ob_run_gen *g) {
 }
 
 static bool stopped(const ob_run_gen *g) { return g->stop && *g->stop; }
+
+/* The next token from logits, under the grammar when there is one (its matcher follows the
+ * token); -1 when the grammar allows none. */
+static int32_t sample(ob_run_gen *g, const float *logits) {
+    if (!g->gm) return ob_sampler_sample(g->s, logits);
+    ob_token_filter f = ob_grammar_filter(g->gm);
+    int32_t t = ob_sampler_sample_filtered(g->s, logits, &f);
+    if (t >= 0 && ob_grammar_matcher_accept_token(g->gm, t)) return t;
+    if (ob_grammar_matcher_error(g->gm)) fprintf(stderr, "\n1bit: grammar: %s\n", ob_grammar_matcher_error(g->gm));
+    return -1;
+}
 
 static void reply_append(ob_run_reply *r, const char *p, size_t n) {
     if (r->len + n + 1 > r->cap) {
@@ -128,7 +151,8 @@ static int32_t spec_step(ob_run_gen *g, int32_t id, int *k, int n_predict, ob_ru
     g->n_drafted += nd;
     int32_t next = -1;
     for (int i = 0; i <= nd; i++) {
-        int32_t t = ob_sampler_sample(g->s, ob_get_logits(g->c, i));
+        int32_t t = sample(g, ob_get_logits(g->c, i));
+        if (t < 0) { *end = OB_RUN_END_EOG; break; }
         if (i == nd || t != g->draft[i]) { next = t; break; }
         /* accepted: already in the KV at n_past; the checks plain decoding makes */
         g->n_accepted++;
@@ -188,8 +212,18 @@ ob_run_end ob_run_gen_reply(ob_run_gen *g, const int32_t *toks, int n, int n_pre
     r->n_prompt += n;
     r->t_prompt += ob_time_s() - t0;
     if (end != OB_RUN_END_CAP || n_predict <= 0) return end;
+    if (g->gram && r->n_ids == 0) {
+        /* a reply's first tokens: the grammar from its start */
+        ob_grammar_matcher_free(g->gm);
+        g->gm = ob_grammar_matcher_new(g->gram, g->gv, true);
+        const char *why = g->gm ? ob_grammar_matcher_error(g->gm) : "out of memory";
+        if (why) {
+            fprintf(stderr, "1bit: grammar: %s\n", why);
+            return OB_RUN_END_ERROR;
+        }
+    }
     t0 = ob_time_s();
-    int32_t id = ob_sampler_sample(g->s, ob_get_logits(g->c, n_last - 1));
+    int32_t id = sample(g, ob_get_logits(g->c, n_last - 1));
     if (g->spec) {
         for (int k = 0;;) {
             if (id < 0 || ob_token_is_eog(g->tok, id)) { end = OB_RUN_END_EOG; break; }
@@ -211,8 +245,10 @@ ob_run_end ob_run_gen_reply(ob_run_gen *g, const int32_t *toks, int n, int n_pre
             int32_t p = g->n_past, s0 = 0, next = -1;
             ob_batch nb = {1, &id, &p, &s0, NULL};
             bool last = k + 1 >= n_predict;
-            ob_status st = last ? ob_decode(g->c, &nb, err, sizeof(err))
-                                : ob_decode_sample(g->c, &nb, &g->s, &next, err, sizeof(err));
+            /* a grammar's mask is applied on the host: the logits come back */
+            ob_status st = last || g->gm ? ob_decode(g->c, &nb, err, sizeof(err))
+                                         : ob_decode_sample(g->c, &nb, &g->s, &next, err, sizeof(err));
+            if (!st && !last && g->gm) next = sample(g, ob_get_logits(g->c, 0));
             if (st) {
                 fprintf(stderr, "1bit: %s\n", err);
                 end = OB_RUN_END_ERROR;

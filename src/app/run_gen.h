@@ -5,6 +5,7 @@
 #ifndef OB_APP_RUN_GEN_H
 #define OB_APP_RUN_GEN_H
 #include "engine/spec.h"
+#include "grammar/grammar.h"
 #include "tokenizer/tokenizer.h"
 #include <signal.h>
 
@@ -23,11 +24,15 @@ typedef struct ob_run_gen {
     int32_t *b_tok, *b_pos, *b_seq;  /* [n_max + 1] verification batch */
     int8_t *b_want;
     long n_drafted, n_accepted;
+    /* a grammar (--grammar, -j): each reply follows it from its first token; NULL: none */
+    ob_grammar *gram;
+    ob_grammar_vocab *gv;
+    ob_grammar_matcher *gm;  /* the reply's, made by its first ob_run_gen_reply */
 } ob_run_gen;
 
 /* Why a reply ended. */
 typedef enum ob_run_end {
-    OB_RUN_END_EOG,          /* the model's end-of-generation token */
+    OB_RUN_END_EOG,          /* the model's end-of-generation token, or the grammar's end */
     OB_RUN_END_CAP,          /* the length cap (-n) */
     OB_RUN_END_CTX,          /* the context is full */
     OB_RUN_END_STOP,         /* *stop was set */
@@ -53,6 +58,9 @@ ob_status ob_run_gen_init(ob_run_gen *g, ob_model *m, ob_context *c, const ob_sa
 /* Adds speculative decoding with draft model dm (owned by the caller) of at most n_max
  * tokens a step; err gets the reason on failure. */
 ob_status ob_run_gen_add_draft(ob_run_gen *g, ob_model *dm, const ob_spec_params *spp, char *err, size_t err_len);
+/* Makes every reply follow GBNF text gbnf (checked before: grammar.h's
+ * ob_grammar_flags_gbnf); err gets the reason on failure. */
+ob_status ob_run_gen_set_grammar(ob_run_gen *g, const char *gbnf, char *err, size_t err_len);
 void ob_run_gen_free(ob_run_gen *g);
 
 /* Feeds toks [0, n) at cell g->n_past (n >= 1, and it must fit the context), then samples

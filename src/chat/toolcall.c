@@ -576,44 +576,91 @@ static void trim_nl(const char *s, size_t *a, size_t *b) {
     if (*b > *a && s[*b - 1] == '\n') (*b)--;
 }
 
+/* An XML-like call markup, read by rd_xml:
+ *   [wrap] open NAME (key_open KEY key_close [val_open] VALUE val_close)* close [wrap_close] */
+typedef struct xml_markup {
+    const char *wrap, *wrap_close;   /* optional tags around the call, or NULL */
+    const char *open;                /* the tag before the name */
+    const char *name_ends[4];        /* what ends the name (NULL-terminated) */
+    bool name_end_in_tag;            /* the end closes the opening tag (">"); else it starts what follows */
+    const char *key_open, *key_close;
+    bool key_as_name;                /* the key trimmed and bounded as a name is; else taken as written */
+    const char *val_open;            /* a tag after the key (past whitespace), or NULL: the value follows it */
+    const char *val_close;
+    bool val_trim_nl;                /* one newline after the value's start and one before its end dropped */
+    const char *close;               /* the call's end */
+} xml_markup;
+
 /* [<tool_call>] <function=NAME> (<parameter=K> v </parameter>)* </function> [</tool_call>] */
-static js_st rd_qwen3_coder(rd *r, size_t at, size_t *end) {
+static const xml_markup k_qwen3_coder = {
+    .wrap = "<tool_call>", .wrap_close = "</tool_call>", .open = "<function=", .name_ends = {">", NULL},
+    .name_end_in_tag = true, .key_open = "<parameter=", .key_close = ">", .key_as_name = true,
+    .val_close = "</parameter>", .val_trim_nl = true, .close = "</function>"};
+
+/* <tool_call>NAME (<arg_key>k</arg_key> <arg_value>v</arg_value>)* </tool_call> */
+static const xml_markup k_glm45 = {
+    .open = "<tool_call>", .name_ends = {"<arg_key>", "</tool_call>", "\n", NULL}, .key_open = "<arg_key>",
+    .key_close = "</arg_key>", .val_open = "<arg_value>", .val_close = "</arg_value>", .close = "</tool_call>"};
+
+/* A parameter's key from s[i] up to the markup's key_close; *next past that. */
+static js_st read_key(const rd *r, size_t i, const xml_markup *mk, size_t *a, size_t *b, size_t *next) {
+    if (mk->key_as_name) {
+        const char *const stops[] = {mk->key_close, NULL};
+        return read_name(r, i, stops, a, b, next);
+    }
+    const char *e = find(r->s, OB_MIN(r->n, i + MAX_NAME + 16), i, mk->key_close);
+    if (!e) return r->n - i > MAX_NAME ? JS_BAD : JS_PARTIAL;
+    *a = i;
+    *b = (size_t)(e - r->s);
+    *next = *b + strlen(mk->key_close);
+    return JS_OK;
+}
+
+/* One call in markup mk at s[at] (its wrap or its open). */
+static js_st rd_xml(rd *r, size_t at, size_t *end, const xml_markup *mk) {
     size_t i = at;
-    bool wrapped = starts(r->s, r->n, i, "<tool_call>");
-    if (wrapped) i = skip_ws(r->s, r->n, i + strlen("<tool_call>"));
-    if (!starts(r->s, r->n, i, "<function=")) return prefix_of(r->s, r->n, i, "<function=") || i >= r->n ? JS_PARTIAL : JS_BAD;
-    static const char *const stops[] = {">", NULL};
+    bool wrapped = mk->wrap && starts(r->s, r->n, i, mk->wrap);
+    if (wrapped) i = skip_ws(r->s, r->n, i + strlen(mk->wrap));
+    if (!starts(r->s, r->n, i, mk->open)) return prefix_of(r->s, r->n, i, mk->open) || i >= r->n ? JS_PARTIAL : JS_BAD;
     size_t a, b;
-    js_st st = read_name(r, i + strlen("<function="), stops, &a, &b, &i);
+    js_st st = read_name(r, skip_ws(r->s, r->n, i + strlen(mk->open)), mk->name_ends, &a, &b, &i);
     if (st != JS_OK) return st;
+    if (!mk->name_end_in_tag) i = b; /* the end is read below, as the next tag */
     ob_gtext args = {0};
     ob_gtext_add(&args, "{", 1);
     for (;;) {
         i = skip_ws(r->s, r->n, i);
-        if (starts(r->s, r->n, i, "<parameter=")) {
-            static const char *const kstops[] = {">", NULL};
+        if (starts(r->s, r->n, i, mk->key_open)) {
             size_t ka, kb, v;
-            st = read_name(r, i + strlen("<parameter="), kstops, &ka, &kb, &v);
+            st = read_key(r, i + strlen(mk->key_open), mk, &ka, &kb, &v);
             if (st != JS_OK) break;
-            const char *e = find(r->s, r->n, v, "</parameter>");
+            if (mk->val_open) {
+                v = skip_ws(r->s, r->n, v);
+                if (!starts(r->s, r->n, v, mk->val_open)) {
+                    st = v >= r->n || prefix_of(r->s, r->n, v, mk->val_open) ? JS_PARTIAL : JS_BAD;
+                    break;
+                }
+                v += strlen(mk->val_open);
+            }
+            const char *e = find(r->s, r->n, v, mk->val_close);
             if (!e) {
                 st = JS_PARTIAL;
                 break;
             }
             size_t va = v, vb = (size_t)(e - r->s);
-            trim_nl(r->s, &va, &vb);
+            if (mk->val_trim_nl) trim_nl(r->s, &va, &vb);
             if (!xml_arg(r, &args, r->s + a, b - a, r->s + ka, kb - ka, r->s + va, vb - va)) {
                 st = JS_BAD;
                 break;
             }
-            i = (size_t)(e - r->s) + strlen("</parameter>");
-        } else if (starts(r->s, r->n, i, "</function>")) {
-            i += strlen("</function>");
-            *end = wrapped ? skip_close(r, i, "</tool_call>") : i;
+            i = (size_t)(e - r->s) + strlen(mk->val_close);
+        } else if (starts(r->s, r->n, i, mk->close)) {
+            i += strlen(mk->close);
+            *end = wrapped ? skip_close(r, i, mk->wrap_close) : i;
             st = JS_OK;
             break;
         } else {
-            st = i >= r->n || prefix_of(r->s, r->n, i, "<parameter=") || prefix_of(r->s, r->n, i, "</function>")
+            st = i >= r->n || prefix_of(r->s, r->n, i, mk->key_open) || prefix_of(r->s, r->n, i, mk->close)
                  ? JS_PARTIAL : JS_BAD;
             break;
         }
@@ -621,53 +668,8 @@ static js_st rd_qwen3_coder(rd *r, size_t at, size_t *end) {
     return xml_done(r, a, b, &args, st);
 }
 
-/* <tool_call>NAME (<arg_key>k</arg_key> <arg_value>v</arg_value>)* </tool_call> */
-static js_st rd_glm45(rd *r, size_t at, size_t *end) {
-    static const char *const stops[] = {"<arg_key>", "</tool_call>", "\n", NULL};
-    size_t a, b, i;
-    js_st st = read_name(r, skip_ws(r->s, r->n, at + strlen("<tool_call>")), stops, &a, &b, &i);
-    if (st != JS_OK) return st;
-    i = b; /* the delimiter is read below */
-    ob_gtext args = {0};
-    ob_gtext_add(&args, "{", 1);
-    for (;;) {
-        i = skip_ws(r->s, r->n, i);
-        if (starts(r->s, r->n, i, "<arg_key>")) {
-            size_t ka = i + strlen("<arg_key>");
-            const char *ke = find(r->s, OB_MIN(r->n, ka + MAX_NAME + 16), ka, "</arg_key>");
-            if (!ke) {
-                st = r->n - ka > MAX_NAME ? JS_BAD : JS_PARTIAL;
-                break;
-            }
-            size_t kb = (size_t)(ke - r->s);
-            size_t v = skip_ws(r->s, r->n, kb + strlen("</arg_key>"));
-            if (!starts(r->s, r->n, v, "<arg_value>")) {
-                st = v >= r->n || prefix_of(r->s, r->n, v, "<arg_value>") ? JS_PARTIAL : JS_BAD;
-                break;
-            }
-            v += strlen("<arg_value>");
-            const char *ve = find(r->s, r->n, v, "</arg_value>");
-            if (!ve) {
-                st = JS_PARTIAL;
-                break;
-            }
-            if (!xml_arg(r, &args, r->s + a, b - a, r->s + ka, kb - ka, r->s + v, (size_t)(ve - r->s) - v)) {
-                st = JS_BAD;
-                break;
-            }
-            i = (size_t)(ve - r->s) + strlen("</arg_value>");
-        } else if (starts(r->s, r->n, i, "</tool_call>")) {
-            *end = i + strlen("</tool_call>");
-            st = JS_OK;
-            break;
-        } else {
-            st = i >= r->n || prefix_of(r->s, r->n, i, "<arg_key>") || prefix_of(r->s, r->n, i, "</tool_call>")
-                 ? JS_PARTIAL : JS_BAD;
-            break;
-        }
-    }
-    return xml_done(r, a, b, &args, st);
-}
+static js_st rd_qwen3_coder(rd *r, size_t at, size_t *end) { return rd_xml(r, at, end, &k_qwen3_coder); }
+static js_st rd_glm45(rd *r, size_t at, size_t *end) { return rd_xml(r, at, end, &k_glm45); }
 
 /* [TOOL_CALLS] [ {json}, ... ]  or  [TOOL_CALLS] NAME [CALL_ID]id? [ARGS] {json} */
 static js_st rd_mistral(rd *r, size_t at, size_t *end) {

@@ -46,6 +46,27 @@ double ob_time_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+char *ob_read_text_file(const char *path, size_t max, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    size_t n = 0, cap = 1 << 16;
+    char *t = f ? malloc(cap + 1) : NULL;
+    for (size_t k; t && (k = fread(t + n, 1, cap - n, f)) > 0;) {
+        n += k;
+        if (n > max) { free(t); t = NULL; break; }
+        if (n == cap) {
+            char *u = realloc(t, cap * 2 + 1);
+            if (!u) { free(t); t = NULL; break; }
+            t = u;
+            cap *= 2;
+        }
+    }
+    if (f) fclose(f);
+    if (t && memchr(t, 0, n)) { free(t); t = NULL; }
+    if (t) t[n] = 0;
+    if (t && len) *len = n;
+    return t;
+}
+
 int ob_argmax_f32(const float *w, int n) {
     if (n <= 0 || w[0] != w[0]) return 0;
     /* eight running maxima without a loop-carried index, then the first index holding it */

@@ -75,6 +75,11 @@ static inline uint16_t ob_f32_to_bf16(float f) {
 
 /* Monotonic clock in seconds. */
 double ob_time_s(void);
+
+/* The whole of a text file of at most max bytes without NUL bytes, malloc'd and
+ * NUL-terminated (*len, if given, its length); NULL if it cannot be read, is longer or
+ * holds a NUL. */
+char *ob_read_text_file(const char *path, size_t max, size_t *len);
 /* Index of the first largest of w[0..n), as the plain scan `if (w[i] > w[best]) best = i`
  * from best = 0 finds it (a NaN at 0 wins, NaNs elsewhere never do), but vectorizable:
  * greedy sampling and speculative drafts run it over a whole vocabulary every token. */

@@ -12,6 +12,7 @@
 #define OB_ENGINE_SAMPLER_H
 
 #include "onebit.h"
+#include "grammar/grammar.h"
 
 typedef struct ob_token_filter {
     bool (*allows)(void *ud, int32_t tok);   /* whether tok may come next */
@@ -22,6 +23,15 @@ typedef struct ob_token_filter {
 /* Samples a token the filter allows and records it (ob_sampler_accept); -1 when the
  * filter allows none (nothing is recorded then). */
 int32_t ob_sampler_sample_filtered(ob_sampler *s, const float *logits, const ob_token_filter *f);
+
+/* The filter a grammar matcher gives (the matcher borrowed: it must outlive the filter). */
+ob_token_filter ob_grammar_filter(ob_grammar_matcher *m);
+
+/* The vocabulary's token bytes for grammar matchers, n_vocab entries (the logits' count):
+ * ids the tokenizer lacks (a model with padded logits) are never text, end-of-generation
+ * tokens end the text, and control tokens are never allowed unless special (then they are
+ * their text). NULL when out of memory. Built once per model by its user. */
+ob_grammar_vocab *ob_grammar_vocab_of(const ob_tokenizer *tok, int n_vocab, bool special);
 
 /* Mirostat's mu (the surprise it aims the truncation at), NAN without Mirostat. */
 float ob_sampler_mirostat_mu(const ob_sampler *s);

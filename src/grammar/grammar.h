@@ -40,6 +40,23 @@ void ob_grammar_free(ob_grammar *g);
  * Unsupported or invalid schemas are OB_ERR_UNSUPPORTED / OB_ERR_FORMAT with a message. */
 ob_status ob_grammar_from_schema(const json_t *schema, char **out, char *err, size_t err_len);
 
+/* ---- a grammar as a command line gives it ------------------------------------------------ */
+
+/* llama.cpp's four ways (llama-server's and llama-cli's flags): --grammar GBNF,
+ * --grammar-file FILE, -j / --json-schema SCHEMA, --json-schema-file FILE; at most one. */
+typedef struct ob_grammar_flags {
+    const char *gbnf, *gbnf_file, *schema, *schema_file; /* borrowed (argv) */
+} ob_grammar_flags;
+
+/* If a is one of the four flags, takes its value v into f and returns 2 (flag and value
+ * consumed); 0 if a is not one; -1 (err written) if v is missing. */
+int ob_grammar_flags_parse(const char *a, const char *v, ob_grammar_flags *f, char *err, size_t err_len);
+/* The grammar f gives as GBNF text in *out (malloc'd; NULL when none is given), read,
+ * converted and compiled once here so that a bad one is an error naming its flag. */
+ob_status ob_grammar_flags_gbnf(const ob_grammar_flags *f, char **out, char *err, size_t err_len);
+/* Usage lines of the four flags. */
+extern const char *ob_grammar_flags_help;
+
 /* ---- writing GBNF ------------------------------------------------------------------------ */
 
 /* Growable NUL-terminated text. oom is sticky: appends after a failure do nothing. */

@@ -593,9 +593,6 @@ static bool slot_emit(ob_sched *s, ob_slot *sl, ob_task *t, const float *logits,
     return true;
 }
 
-static bool gm_allows(void *ud, int32_t tok) { return ob_grammar_matcher_allows(ud, tok); }
-static int gm_mask(void *ud, uint8_t *allowed) { return ob_grammar_matcher_mask(ud, allowed); }
-
 /* Samples under the task's grammar: disallowed tokens are out before any other sampler
  * step (engine/sampler.h). With post-sampling probabilities *logits becomes the logits
  * the grammar leaves (-inf elsewhere), which fill_post_probs then reads. -1: no token. */
@@ -605,7 +602,7 @@ static int32_t sample_grammar(ob_sched *s, ob_task *t, const float **logits) {
         for (int i = 0; i < s->n_vocab; i++) s->gm_w[i] = s->gm_mask[i] ? (*logits)[i] : -INFINITY;
         *logits = s->gm_w;
     }
-    ob_token_filter f = {gm_allows, gm_mask, t->gm};
+    ob_token_filter f = ob_grammar_filter(t->gm);
     return ob_sampler_sample_filtered(t->smp, *logits, &f);
 }
 
@@ -878,33 +875,12 @@ bool ob_sched_failed(ob_sched *s) {
     return f;
 }
 
-/* The vocabulary's token bytes for grammars: made once, by the first request with one.
- * Ids the tokenizer lacks (a model with padded logits) are never text, nor are control
- * tokens unless special (then they are their text). */
+/* The vocabulary's token bytes for grammars (engine/sampler.h): made once, by the first
+ * request with one. */
 static ob_grammar_vocab *grammar_vocab(ob_sched *s, bool special) {
     pthread_mutex_lock(&s->gv_mu);
     ob_grammar_vocab **slot = special ? &s->gvocab_special : &s->gvocab;
-    if (!*slot) {
-        int n = s->n_vocab, nt = ob_tokenizer_n_vocab(s->tok);
-        const char **bytes = calloc((size_t)n, sizeof *bytes);
-        uint32_t *lens = calloc((size_t)n, sizeof *lens);
-        uint8_t *kind = malloc((size_t)n), *control = calloc((size_t)(nt > 0 ? nt : 1), 1);
-        if (bytes && lens && kind && control) {
-            ob_tokenizer_mark_control(s->tok, control);
-            for (int i = 0; i < n; i++) {
-                size_t len = 0;
-                bytes[i] = i < nt ? ob_token_piece(s->tok, i, &len) : "";
-                lens[i] = (uint32_t)len;
-                kind[i] = i >= nt ? OB_GTOK_NEVER : ob_token_is_eog(s->tok, i) ? OB_GTOK_END
-                          : control[i] && !special ? OB_GTOK_NEVER : OB_GTOK_TEXT;
-            }
-            *slot = ob_grammar_vocab_new(n, bytes, lens, kind);
-        }
-        free(bytes);
-        free(lens);
-        free(kind);
-        free(control);
-    }
+    if (!*slot) *slot = ob_grammar_vocab_of(s->tok, s->n_vocab, special);
     ob_grammar_vocab *v = *slot;
     pthread_mutex_unlock(&s->gv_mu);
     return v;

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <jansson.h>
 #include "onebit.h"
+#include "grammar/grammar.h"
 
 typedef struct ob_sched ob_sched;
 typedef struct ob_srv_embd ob_srv_embd;
@@ -50,7 +51,7 @@ typedef struct ob_srv_config {
     /* llama-server's server-wide structured output: --grammar / --grammar-file (GBNF) or
      * -j / --json-schema / --json-schema-file (converted at start); the GBNF every request
      * without a grammar or schema of its own follows (grammar: set by ob_cmd_serve) */
-    const char *grammar_arg, *grammar_file, *json_schema_arg, *json_schema_file;
+    ob_grammar_flags grammar_flags;
     const char *grammar;
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */

@@ -26,11 +26,16 @@ class Server:
     """A server on a free port, healthy when the constructor returns. Its output goes to a
     file, not a pipe, so a chatty server can never block on a full pipe."""
 
-    def __init__(self, args, model=None, subcommand=True):
+    def __init__(self, args, model=None, subcommand=True, line=None):
+        """line: a function of the port giving the whole command line (args and model unused)."""
         self.port = free_port()
         self.log = tempfile.TemporaryFile()
-        cmd = [BIN] + (["serve"] if subcommand else []) + ["-m", model or default_model(), "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd + list(args), stdout=self.log, stderr=subprocess.STDOUT)
+        if line:
+            cmd = list(line(str(self.port)))
+        else:
+            cmd = [BIN] + (["serve"] if subcommand else []) + ["-m", model or default_model(), "--port", str(self.port)]
+            cmd += list(args)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.time() + 120
         while time.time() < deadline:
