@@ -1,12 +1,13 @@
 /* 1bit synth: random-weight models of real shapes, for speed comparisons: Qwen3 (the shapes
- * of ../shared/bench/ANCHORS.md), the hybrids of issue #33, Qwen3.5-27B (qwen35) and
- * LFM2-1.2B (lfm2), and the dense families of issue #35, Phi-4-mini (phi3: fused qkv and
+ * of ../shared/bench/ANCHORS.md), the hybrids of issue #33, Qwen3.5-27B (qwen35),
+ * Qwen3.5-35B-A3B (qwen35moe: 256 routed experts and a gated shared one) and LFM2-1.2B (lfm2), and the dense families of issue #35, Phi-4-mini (phi3: fused qkv and
  * gate/up, LongRoPE tables of ones), SmolLM3-3B (smollm3) and MiniCPM4-8B (minicpm), with
  * the Qwen3 tokenizer's vocabulary (padded, or cut to the first n_vocab tokens and the
  * merges among them) at each model's vocabulary size. Weights are
  * N(0, 0.02), norms 1 (a recurrent layer's decay -1, its bias 0, so its state stays
  * bounded); quantized with our reference quantizers and, for Q4_K_M, the same per-tensor type
- * mix llama.cpp's quantizer picks for the tensors a Qwen3 has. */
+ * mix llama.cpp's quantizer picks for the tensors a Qwen3 has (a router, ffn_gate_inp, stays F32
+ * as llama.cpp keeps it). */
 #include "app/commands.h"
 #include "core/common.h"
 #include "format/gguf.h"
@@ -21,9 +22,10 @@
 #include <unistd.h>
 
 typedef enum ob_synth_arch {
-    OB_SYN_QWEN3 = 0, OB_SYN_QWEN35 = 1, OB_SYN_LFM2 = 2, OB_SYN_PHI3 = 3, OB_SYN_SMOLLM3 = 4, OB_SYN_MINICPM = 5
+    OB_SYN_QWEN3 = 0, OB_SYN_QWEN35 = 1, OB_SYN_LFM2 = 2, OB_SYN_PHI3 = 3, OB_SYN_SMOLLM3 = 4, OB_SYN_MINICPM = 5,
+    OB_SYN_QWEN35MOE = 6
 } ob_synth_arch;
-static const char *const g_arch_name[] = {"qwen3", "qwen35", "lfm2", "phi3", "smollm3", "minicpm"};
+static const char *const g_arch_name[] = {"qwen3", "qwen35", "lfm2", "phi3", "smollm3", "minicpm", "qwen35moe"};
 
 typedef struct ob_shape {
     const char *name;
@@ -36,29 +38,36 @@ typedef struct ob_shape {
     int n_rot, lin_k, lin_v, lin_dim, d_conv;
     uint64_t attn_mask;
     float rope_base, norm_eps;
+    /* qwen35moe: n_expert experts of n_ff_exp, n_expert_used a token, a shared one of
+     * n_ff_shexp (n_ff unused) */
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
 } ob_shape;
 
 static const ob_shape g_shapes[] = {
-    {"qwen3-0.6b", OB_SYN_QWEN3, 1024, 28, 16, 8, 128, 3072, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
-    {"qwen3-4b", OB_SYN_QWEN3, 2560, 36, 32, 8, 128, 9728, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
-    {"qwen3-8b", OB_SYN_QWEN3, 4096, 36, 32, 8, 128, 12288, 151936, false, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f},
+    {"qwen3-0.6b", OB_SYN_QWEN3, 1024, 28, 16, 8, 128, 3072, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f, 0, 0, 0, 0},
+    {"qwen3-4b", OB_SYN_QWEN3, 2560, 36, 32, 8, 128, 9728, 151936, true, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f, 0, 0, 0, 0},
+    {"qwen3-8b", OB_SYN_QWEN3, 4096, 36, 32, 8, 128, 12288, 151936, false, 128, 0, 0, 0, 0, 0, 1e6f, 1e-6f, 0, 0, 0, 0},
     /* Qwen3.5-27B (the shape of Qwen3.6-27B and Qwen3.8-27B): 16 x (3 DeltaNet + 1 attention) */
-    {"qwen3.5-27b", OB_SYN_QWEN35, 5120, 64, 24, 4, 256, 17408, 248320, false, 64, 16, 48, 128, 4, 0, 1e7f, 1e-6f},
+    {"qwen3.5-27b", OB_SYN_QWEN35, 5120, 64, 24, 4, 256, 17408, 248320, false, 64, 16, 48, 128, 4, 0, 1e7f, 1e-6f, 0, 0, 0, 0},
+    /* Qwen3.5-35B-A3B (the shape of Qwen3.6-35B-A3B; transformers' Qwen3_5MoeTextConfig
+     * defaults): 10 x (3 DeltaNet + 1 attention), 256 experts of 512, 8 a token, a shared 512 */
+    {"qwen3.5-35b-a3b", OB_SYN_QWEN35MOE, 2048, 40, 16, 2, 256, 0, 248320, false, 64, 16, 32, 128, 4, 0, 1e7f, 1e-6f,
+     256, 8, 512, 512},
     /* LFM2-1.2B: attention at layers 2, 5, 8, 10, 12, 14; block_ff_dim 12288 adjusted to 8192 */
     {"lfm2-1.2b", OB_SYN_LFM2, 2048, 16, 32, 8, 64, 8192, 65536, true, 64, 0, 0, 0, 3,
-     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 1e6f, 1e-5f},
+     (1u << 2) | (1u << 5) | (1u << 8) | (1u << 10) | (1u << 12) | (1u << 14), 1e6f, 1e-5f, 0, 0, 0, 0},
     /* Phi-4-mini: rope over three quarters of a head */
-    {"phi-4-mini", OB_SYN_PHI3, 3072, 32, 24, 8, 128, 8192, 200064, true, 96, 0, 0, 0, 0, 0, 1e4f, 1e-5f},
-    {"smollm3-3b", OB_SYN_SMOLLM3, 2048, 36, 16, 4, 128, 11008, 128256, true, 128, 0, 0, 0, 0, 0, 5e6f, 1e-6f},
-    {"minicpm4-8b", OB_SYN_MINICPM, 4096, 32, 32, 2, 128, 16384, 73448, false, 128, 0, 0, 0, 0, 0, 1e4f, 1e-6f},
+    {"phi-4-mini", OB_SYN_PHI3, 3072, 32, 24, 8, 128, 8192, 200064, true, 96, 0, 0, 0, 0, 0, 1e4f, 1e-5f, 0, 0, 0, 0},
+    {"smollm3-3b", OB_SYN_SMOLLM3, 2048, 36, 16, 4, 128, 11008, 128256, true, 128, 0, 0, 0, 0, 0, 5e6f, 1e-6f, 0, 0, 0, 0},
+    {"minicpm4-8b", OB_SYN_MINICPM, 4096, 32, 32, 2, 128, 16384, 73448, false, 128, 0, 0, 0, 0, 0, 1e4f, 1e-6f, 0, 0, 0, 0},
 };
-#define OB_SYNTH_SHAPES "qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3.5-27b, lfm2-1.2b, phi-4-mini, smollm3-3b, minicpm4-8b"
+#define OB_SYNTH_SHAPES "qwen3-0.6b, qwen3-4b, qwen3-8b, qwen3.5-27b, qwen3.5-35b-a3b, lfm2-1.2b, phi-4-mini, smollm3-3b, minicpm4-8b"
 
 typedef struct ob_synth_tensor {
     char name[64];
     ob_type type;
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3]; /* ne[2]: experts (3-D), else 1 */
     bool is_norm;
     float fill; /* is_norm: every value this (norms 1, a recurrent layer's decay -1, its bias 0) */
 } ob_synth_tensor;
@@ -133,7 +142,7 @@ static void *fill_rows(void *arg) {
 static bool fill(void *ctx, int64_t index, void *buf, size_t size) {
     ob_synth *s = ctx;
     const ob_synth_tensor *t = &s->t[index];
-    int64_t rows = t->n_dims > 1 ? t->ne[1] : 1;
+    int64_t rows = t->ne[1] * t->ne[2];
     size_t rsize = ob_row_size(t->type, t->ne[0]);
     if (rsize * (size_t)rows != size) return false;
     /* --fast: only the first rows are drawn and quantized; the rest repeat them. Every row
@@ -320,7 +329,15 @@ int ob_cmd_synth(int argc, char **argv) {
     ob_gguf_set_u32(w, KEY("context_length"), 40960);
     ob_gguf_set_u32(w, KEY("embedding_length"), (uint32_t)sh->n_embd);
     ob_gguf_set_u32(w, KEY("block_count"), (uint32_t)sh->n_layer);
-    ob_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff);
+    const bool q35 = sh->arch == OB_SYN_QWEN35 || sh->arch == OB_SYN_QWEN35MOE;
+    if (sh->n_expert) { /* as llama.cpp's converter writes Qwen3.5-MoE's: no dense width */
+        ob_gguf_set_u32(w, KEY("expert_count"), (uint32_t)sh->n_expert);
+        ob_gguf_set_u32(w, KEY("expert_used_count"), (uint32_t)sh->n_expert_used);
+        ob_gguf_set_u32(w, KEY("expert_feed_forward_length"), (uint32_t)sh->n_ff_exp);
+        ob_gguf_set_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)sh->n_ff_shexp);
+    } else {
+        ob_gguf_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff);
+    }
     ob_gguf_set_u32(w, KEY("attention.head_count"), (uint32_t)sh->n_head);
     if (sh->arch == OB_SYN_LFM2) { /* 0 for a conv layer, as llama.cpp's converter writes it */
         int32_t kv[64];
@@ -332,7 +349,7 @@ int ob_cmd_synth(int argc, char **argv) {
         ob_gguf_set_u32(w, KEY("attention.key_length"), (uint32_t)sh->head_dim);
         ob_gguf_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim);
     }
-    if (sh->arch == OB_SYN_QWEN35) {
+    if (q35) {
         ob_gguf_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->n_rot);
         ob_gguf_set_u32(w, KEY("ssm.conv_kernel"), (uint32_t)sh->d_conv);
         ob_gguf_set_u32(w, KEY("ssm.state_size"), (uint32_t)sh->lin_dim);
@@ -358,21 +375,25 @@ int ob_cmd_synth(int argc, char **argv) {
 #undef KEY
     if (add_vocab(w, tok_path, sh->n_vocab)) { ob_gguf_writer_free(w); return 1; }
 
-    int cap = 8 + sh->n_layer * 16;
+    int cap = 8 + sh->n_layer * 24;
     ob_synth s = {calloc((size_t)cap, sizeof(ob_synth_tensor)), 0, seed, threads, fast};
     const int64_t E = sh->n_embd, hd = sh->head_dim, F = sh->n_ff, KV = (int64_t)sh->n_head_kv * hd;
     /* qwen35's attention projects each head's query and its output gate */
-    const int64_t Q = (int64_t)sh->n_head * hd, QP = sh->arch == OB_SYN_QWEN35 ? 2 * Q : Q;
+    const int64_t Q = (int64_t)sh->n_head * hd, QP = q35 ? 2 * Q : Q;
     const int64_t LI = (int64_t)sh->lin_v * sh->lin_dim, LC = 2 * (int64_t)sh->lin_k * sh->lin_dim + LI;
 #define T2(nm, role, il, a, b, out_) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
-        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = pick_type(type_name, role, il, sh->n_layer, out_, base); } while (0)
+        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->ne[2] = 1; \
+        t->type = pick_type(type_name, role, il, sh->n_layer, out_, base); } while (0)
+/* n_expert matrices [a, b] (an expert tensor), typed as role's 2-D one */
+#define T3(nm, role, il, a, b) do { T2(nm, role, il, a, b, false); s.t[s.n - 1].n_dims = 3; \
+        s.t[s.n - 1].ne[2] = sh->n_expert; } while (0)
 #define T1V(nm, a, v) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
-        t->n_dims = 1; t->ne[0] = a; t->ne[1] = 1; t->type = OB_TYPE_F32; t->is_norm = true; t->fill = v; } while (0)
+        t->n_dims = 1; t->ne[0] = a; t->ne[1] = t->ne[2] = 1; t->type = OB_TYPE_F32; t->is_norm = true; t->fill = v; } while (0)
 #define T1(nm, a) T1V(nm, a, 1.0f)
 /* a small random matrix kept in F32 (conv taps: llama.cpp's converter and quantizer keep them so) */
 #define T2F(nm, a, b) do { ob_synth_tensor *t = &s.t[s.n++]; snprintf(t->name, sizeof(t->name), "%s", nm); \
-        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->type = OB_TYPE_F32; } while (0)
-    const bool fused = sh->arch == OB_SYN_PHI3, qk_norm = sh->arch == OB_SYN_QWEN3 || sh->arch == OB_SYN_QWEN35;
+        t->n_dims = 2; t->ne[0] = a; t->ne[1] = b; t->ne[2] = 1; t->type = OB_TYPE_F32; } while (0)
+    const bool fused = sh->arch == OB_SYN_PHI3, qk_norm = sh->arch == OB_SYN_QWEN3 || q35;
     if (sh->arch == OB_SYN_PHI3 || sh->arch == OB_SYN_MINICPM) {
         T1("rope_factors_short.weight", sh->n_rot / 2);
         T1("rope_factors_long.weight", sh->n_rot / 2);
@@ -383,10 +404,10 @@ int ob_cmd_synth(int argc, char **argv) {
     char nm[64];
     for (int il = 0; il < sh->n_layer; il++) {
 #define NM(x) (snprintf(nm, sizeof(nm), "blk.%d." x, il), nm)
-        const bool rec = (sh->arch == OB_SYN_QWEN35 && (il + 1) % 4 != 0) ||
+        const bool rec = (q35 && (il + 1) % 4 != 0) ||
                          (sh->arch == OB_SYN_LFM2 && !(sh->attn_mask >> il & 1));
         T1(NM("attn_norm.weight"), E);
-        if (rec && sh->arch == OB_SYN_QWEN35) {
+        if (rec && q35) {
             T2(NM("attn_qkv.weight"), "attn_qkv", il, E, LC, false);
             T2(NM("attn_gate.weight"), "attn_gate", il, E, LI, false);
             T2F(NM("ssm_conv1d.weight"), sh->d_conv, LC);
@@ -411,7 +432,18 @@ int ob_cmd_synth(int argc, char **argv) {
             if (qk_norm) T1(NM("attn_q_norm.weight"), hd);
             if (qk_norm) T1(NM("attn_k_norm.weight"), hd);
         }
-        T1(sh->arch == OB_SYN_QWEN35 ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), E);
+        T1(q35 ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), E);
+        if (sh->n_expert) {
+            T2F(NM("ffn_gate_inp.weight"), E, sh->n_expert);
+            T3(NM("ffn_gate_exps.weight"), "ffn_gate", il, E, sh->n_ff_exp);
+            T3(NM("ffn_up_exps.weight"), "ffn_up", il, E, sh->n_ff_exp);
+            T3(NM("ffn_down_exps.weight"), "ffn_down", il, sh->n_ff_exp, E);
+            T2(NM("ffn_gate_inp_shexp.weight"), "ffn_gate_inp_shexp", il, E, 1, false);
+            T2(NM("ffn_gate_shexp.weight"), "ffn_gate", il, E, sh->n_ff_shexp, false);
+            T2(NM("ffn_up_shexp.weight"), "ffn_up", il, E, sh->n_ff_shexp, false);
+            T2(NM("ffn_down_shexp.weight"), "ffn_down", il, sh->n_ff_shexp, E, false);
+            continue;
+        }
         if (!fused) T2(NM("ffn_gate.weight"), "ffn_gate", il, E, F, false);
         T2(NM("ffn_up.weight"), "ffn_up", il, E, fused ? 2 * F : F, false);
         T2(NM("ffn_down.weight"), "ffn_down", il, F, E, false);
@@ -420,13 +452,14 @@ int ob_cmd_synth(int argc, char **argv) {
 #undef T1
 #undef T1V
 #undef T2F
+#undef T3
 #undef T2
     char err[512];
     int rc = 0;
     if (dry) {
         uint64_t bytes = 0;
         for (int i = 0; i < s.n; i++)
-            bytes += (ob_row_size(s.t[i].type, s.t[i].ne[0]) * (uint64_t)s.t[i].ne[1] + 31) & ~(uint64_t)31;
+            bytes += (ob_row_size(s.t[i].type, s.t[i].ne[0]) * (uint64_t)(s.t[i].ne[1] * s.t[i].ne[2]) + 31) & ~(uint64_t)31;
         printf("%s %s tensor bytes %llu\n", sh->name, type_name, (unsigned long long)bytes);
         ob_gguf_writer_free(w);
         free(s.t);

@@ -60,6 +60,7 @@ typedef struct ob_hparams {
     /* Mixture of experts (<arch>.expert_count, expert_used_count, expert_feed_forward_length);
      * 0 for dense families. */
     int n_expert, n_expert_used, n_ff_exp;
+    int n_ff_shexp;                   /* qwen35moe's gated shared expert (expert_shared_feed_forward_length) */
     /* deepseek2's mixture: leading dense layers, shared experts (a plain FFN of n_ff_exp *
      * n_expert_shared beside the routed ones), the router (expert_gating_func as the file
      * has it: 0 absent, 1 softmax, 2 sigmoid; weights renormalised, scaled), group-limited
@@ -163,6 +164,7 @@ extern const ob_arch ob_arch_qwen3moe;
 extern const ob_arch ob_arch_gptoss;    /* gpt-oss: sliding/full attention with sinks, MoE with biases */
 extern const ob_arch ob_arch_deepseek2; /* deepseek2: DeepSeek-V2/V3, GLM-4.7-Flash (MLA + MoE) */
 extern const ob_arch ob_arch_qwen35;    /* qwen35: Qwen3.5 / 3.6 dense (Gated DeltaNet + gated attention) */
+extern const ob_arch ob_arch_qwen35moe; /* qwen35moe: Qwen3.5 / 3.6 MoE (qwen35 with routed + gated shared experts) */
 extern const ob_arch ob_arch_lfm2;      /* lfm2: LFM2 / LFM2.5 dense (short convolutions + attention) */
 extern const ob_arch ob_arch_phi3;      /* phi3: Phi-3 / Phi-4-mini (fused qkv and gate/up, LongRoPE) */
 extern const ob_arch ob_arch_minicpm;   /* minicpm: MiniCPM / MiniCPM4 dense (scaled embeddings, residuals, logits) */

@@ -16,6 +16,9 @@ typedef struct ob_attn_weights {
  * part alone, for families whose heads differ (deepseek2's MLA). */
 ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
 ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len);
+/* A mixture's keys, all required: expert_count (at most max_expert), expert_used_count (at
+ * most expert_count) and expert_feed_forward_length. */
+ob_status ob_hp_load_experts(const ob_gguf *g, ob_hparams *hp, int max_expert, char *err, size_t err_len);
 ob_status ob_bind_layer_attn(ob_model_view *mv, const ob_hparams *hp, int il, ob_attn_weights *w,
                              bool want_qk_norm, bool want_bias, char *err, size_t err_len);
 /* Projections, per-head norms, rope, KV store and attention of layer il; h is the
@@ -50,13 +53,13 @@ ob_status ob_bind_ffn(ob_model_view *mv, const ob_hparams *hp, int il, const cha
 /* down(act(gate h) * up h) of the normed h [n_embd, T], named blk.il.ffn_{gate,up,down}. */
 ob_tensor *ob_build_ffn_glu(ob_graph *g, const ob_weight *gate, const ob_weight *up, const ob_weight *down, ob_tensor *h,
                             ob_act act, int il);
-/* A required tensor blk.il.<suffix> of nd dimensions ne; f32: its type must be F32 (an op
+/* A required tensor blk.il.<suffix> of nd (at most 3) dimensions ne; f32: its type must be F32 (an op
  * reads it as floats: conv taps, norms, small vectors). */
 typedef struct ob_bind_spec {
     const ob_weight **dst;
     const char *suffix;
     int nd;
-    int64_t ne[2];
+    int64_t ne[3];
     bool f32;
 } ob_bind_spec;
 /* Binds each of w[0 .. n), refusing a missing, mis-shaped or (f32) non-F32 one by name. */

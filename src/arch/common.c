@@ -9,11 +9,13 @@ ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t er
     if (!a) return ob_fail(err, err_len, OB_ERR_FORMAT, "model: general.architecture missing");
     snprintf(hp->arch, sizeof(hp->arch), "%s", a);
     uint32_t v;
+    /* a file whose every feed-forward is experts (qwen35moe) has no dense width */
+    const bool moe_only = ob_hp_u32(g, a, "expert_feed_forward_length", &v) && !ob_hp_u32(g, a, "feed_forward_length", &v);
     struct { const char *suffix; int *dst; bool required; } ints[] = {
         {"embedding_length", &hp->n_embd, true},
         {"block_count", &hp->n_layer, true},
         {"attention.head_count", &hp->n_head, true},
-        {"feed_forward_length", &hp->n_ff, true},
+        {"feed_forward_length", &hp->n_ff, !moe_only},
         {"context_length", &hp->n_ctx_train, false},
     };
     for (size_t i = 0; i < OB_ARRAY_LEN(ints); i++) {
@@ -23,7 +25,7 @@ ob_status ob_hp_load_base(const ob_gguf *g, ob_hparams *hp, char *err, size_t er
     }
     hp->n_head_kv = ob_hp_u32(g, a, "attention.head_count_kv", &v) ? (int)v : hp->n_head;
     if (hp->n_layer <= 0 || hp->n_layer > OB_MAX_LAYERS || hp->n_embd <= 0 || hp->n_head <= 0 ||
-        hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || hp->n_ff <= 0)
+        hp->n_head_kv <= 0 || hp->n_head % hp->n_head_kv || (hp->n_ff <= 0 && !moe_only))
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: implausible hyperparameters (layers %d, embd %d, heads %d/%d)",
                        hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv);
     if (!ob_hp_f32(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps)) hp->norm_eps = 1e-5f;
@@ -51,6 +53,29 @@ ob_status ob_hp_load_common(const ob_gguf *g, ob_hparams *hp, char *err, size_t 
     if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return ob_fail(err, err_len, OB_ERR_FORMAT, "model: bad rope dimension %d", hp->n_rot);
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    return OB_OK;
+}
+
+ob_status ob_hp_load_experts(const ob_gguf *g, ob_hparams *hp, int max_expert, char *err, size_t err_len) {
+    uint32_t v;
+    struct { const char *suffix; int *dst; } keys[] = {
+        {"expert_count", &hp->n_expert},
+        {"expert_used_count", &hp->n_expert_used},
+        {"expert_feed_forward_length", &hp->n_ff_exp},
+    };
+    for (size_t i = 0; i < OB_ARRAY_LEN(keys); i++) {
+        if (!ob_hp_u32(g, hp->arch, keys[i].suffix, &v))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s missing", hp->arch, keys[i].suffix);
+        if (v == 0 || v > (1u << 20))
+            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s = %u is implausible", hp->arch, keys[i].suffix, v);
+        *keys[i].dst = (int)v;
+    }
+    if (hp->n_expert > max_expert)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.expert_count %d is more than %d", hp->arch, hp->n_expert,
+                       max_expert);
+    if (hp->n_expert_used > hp->n_expert)
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.expert_used_count %d with %s.expert_count %d", hp->arch,
+                       hp->n_expert_used, hp->arch, hp->n_expert);
     return OB_OK;
 }
 

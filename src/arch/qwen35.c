@@ -1,7 +1,12 @@
-/* Qwen3.5 / Qwen3.6 dense (qwen35): Gated DeltaNet layers between gated full-attention layers
+/* Qwen3.5 / Qwen3.6 dense (qwen35) and mixture-of-experts (qwen35moe: Qwen3.5-35B-A3B,
+ * 122B-A10B, Qwen3.6-35B-A3B): Gated DeltaNet layers between gated full-attention layers
  * (three to one in the releases; the file's attention.recurrent_layers says which, else every
- * full_attention_interval-th layer attends), each followed by a SwiGLU feed-forward after a
- * post-attention RMSNorm. The file's RMSNorm weights are 1 + w already (llama.cpp's converter
+ * full_attention_interval-th layer attends), each followed, after a post-attention RMSNorm, by
+ * a SwiGLU feed-forward (qwen35) or by routed experts plus a shared expert (qwen35moe): the
+ * router picks expert_used_count of expert_count experts by softmax, weights renormalised to
+ * sum 1 (transformers' Qwen3_5MoeTopKRouter always renormalises), each a SwiGLU of width
+ * expert_feed_forward_length; the shared expert, a SwiGLU of width
+ * expert_shared_feed_forward_length, is scaled by sigmoid(ffn_gate_inp_shexp h) and added. The file's RMSNorm weights are 1 + w already (llama.cpp's converter
  * adds the one of Qwen3.5's zero-centred norms), except the delta rule's gated norm.
  *
  * A Gated DeltaNet layer: attn_qkv projects the queries, keys (ssm.group_count heads of
@@ -37,7 +42,13 @@ typedef struct ob_q35_layer {
     const ob_weight *beta, *alpha;          /* ssm_beta, ssm_alpha [n_embd, dt_rank] */
     const ob_weight *ssm_norm;              /* [d_inner / dt_rank] */
     const ob_weight *ssm_out;               /* [d_inner, n_embd] */
-    ob_ffn_weights ffn;                     /* its norm: post_attention_norm */
+    ob_ffn_weights ffn;                     /* its norm: post_attention_norm; qwen35moe: the shared
+                                               expert ffn_*_shexp [n_embd, n_ff_shexp] x2, [n_ff_shexp, n_embd] */
+    /* qwen35moe */
+    const ob_weight *router;                /* ffn_gate_inp [n_embd, n_expert] */
+    const ob_weight *shexp_gate;            /* ffn_gate_inp_shexp [n_embd, 1] */
+    ob_expert_weights exps;                 /* ffn_{gate,up}_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
+                                               [n_ff_exp, n_embd, n_expert] */
 } ob_q35_layer;
 
 typedef struct ob_q35 {
@@ -106,6 +117,21 @@ static ob_status q35_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_t
     return OB_OK;
 }
 
+/* Experts a file may declare: past every released model (256), far below OB_MOE_MAX_EXPERTS. */
+#define OB_Q35_MAX_EXPERTS 4096
+
+static ob_status q35moe_hparams(const ob_gguf *g, ob_hparams *hp, char *err, size_t err_len) {
+    ob_status st = q35_hparams(g, hp, err, err_len);
+    if (!st) st = ob_hp_load_experts(g, hp, OB_Q35_MAX_EXPERTS, err, err_len);
+    if (st) return st;
+    uint32_t v;
+    if (!ob_hp_u32(g, hp->arch, "expert_shared_feed_forward_length", &v))
+        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.expert_shared_feed_forward_length missing", hp->arch);
+    if (v == 0 || v > (1u << 20)) return bad_key(err, err_len, hp->arch, "expert_shared_feed_forward_length", v);
+    hp->n_ff_shexp = (int)v;
+    return OB_OK;
+}
+
 /* The nextn block's tensors (llama.cpp's qwen35 MTP layer: a full-attention block, eh_proj,
  * the norms, optionally its own embedding and head). */
 static const char *const g_nextn[] = {
@@ -114,6 +140,9 @@ static const char *const g_nextn[] = {
     "ffn_gate.weight",     "ffn_up.weight",              "ffn_down.weight",       "nextn.eh_proj.weight",
     "nextn.enorm.weight",  "nextn.hnorm.weight",         "nextn.embed_tokens.weight", "nextn.shared_head_head.weight",
     "nextn.shared_head_norm.weight",
+    /* qwen35moe's: its feed-forward is experts */
+    "ffn_gate_inp.weight", "ffn_gate_exps.weight",       "ffn_up_exps.weight",    "ffn_down_exps.weight",
+    "ffn_gate_inp_shexp.weight", "ffn_gate_shexp.weight", "ffn_up_shexp.weight",  "ffn_down_shexp.weight",
 };
 
 static ob_status bind_delta_layer(ob_model_view *mv, const ob_hparams *hp, int il, ob_q35_layer *L, char *err,
@@ -130,6 +159,24 @@ static ob_status bind_delta_layer(ob_model_view *mv, const ob_hparams *hp, int i
     return ob_bind_list(mv, il, w, OB_ARRAY_LEN(w), err, err_len);
 }
 
+/* qwen35moe's feed-forward: its norm, the router, the experts and the gated shared expert; the
+ * expert count of every tensor is expert_count's. */
+static ob_status bind_moe(ob_model_view *mv, const ob_hparams *hp, int il, ob_q35_layer *L, char *err, size_t err_len) {
+    const int64_t E = hp->n_embd, X = hp->n_expert, F = hp->n_ff_exp, S = hp->n_ff_shexp;
+    const ob_bind_spec w[] = {
+        {&L->ffn.norm, "post_attention_norm.weight", 1, {E}, true},
+        {&L->router, "ffn_gate_inp.weight", 2, {E, X}, false},
+        {&L->exps.gate, "ffn_gate_exps.weight", 3, {E, F, X}, false},
+        {&L->exps.up, "ffn_up_exps.weight", 3, {E, F, X}, false},
+        {&L->exps.down, "ffn_down_exps.weight", 3, {F, E, X}, false},
+        {&L->shexp_gate, "ffn_gate_inp_shexp.weight", 2, {E, 1}, false},
+        {&L->ffn.gate, "ffn_gate_shexp.weight", 2, {E, S}, false},
+        {&L->ffn.up, "ffn_up_shexp.weight", 2, {E, S}, false},
+        {&L->ffn.down, "ffn_down_shexp.weight", 2, {S, E}, false},
+    };
+    return ob_bind_list(mv, il, w, OB_ARRAY_LEN(w), err, err_len);
+}
+
 static ob_status q35_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, char *err, size_t err_len) {
     ob_q35 *m = calloc(1, sizeof(ob_q35) + sizeof(ob_q35_layer) * (size_t)hp->n_layer);
     if (!m) return ob_fail(err, err_len, OB_ERR_NOMEM, "model: out of memory");
@@ -141,7 +188,8 @@ static ob_status q35_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, 
         ob_status st = hp->layer_rec[il] ? bind_delta_layer(mv, hp, il, L, err, err_len)
                                          : ob_bind_layer_attn_gated(mv, hp, il, &L->attn, err, err_len);
         if (!st && !hp->layer_rec[il]) L->attn_norm = L->attn.norm;
-        if (!st) st = ob_bind_ffn(mv, hp, il, "post_attention_norm", &L->ffn, err, err_len);
+        if (!st) st = hp->n_expert ? bind_moe(mv, hp, il, L, err, err_len)
+                                   : ob_bind_ffn(mv, hp, il, "post_attention_norm", &L->ffn, err, err_len);
         if (st) return st;
     }
     for (int il = hp->n_layer; il < hp->n_layer + hp->n_layer_nextn; il++) {
@@ -186,6 +234,22 @@ static ob_tensor *attn_block(ob_graph *g, const ob_hparams *hp, const ob_fwd_inp
     return ob_build_mm(g, L->attn.wo, a, "attn_output", il);
 }
 
+/* qwen35moe's feed-forward on the normed h [n_embd, T] -> [n_embd, T]. */
+static ob_tensor *moe_block(ob_graph *g, const ob_hparams *hp, const ob_q35_layer *L, ob_tensor *h, int il) {
+    const int64_t T = h->ne[1], ns[3] = {hp->n_embd, 1, T};
+    ob_tensor *gate = ob_moe_gate(g, ob_build_mm(g, L->router, h, "ffn_gate_inp", il), NULL, hp->n_expert_used,
+                                  OB_MOE_SOFTMAX, true, 1.0f);
+    ob_set_name(gate, "blk.%d.ffn_moe_gate", il);
+    ob_tensor *f = ob_build_experts(g, &L->exps, h, gate, il);
+    /* The shared expert times sigmoid(ffn_gate_inp_shexp h), a scalar a token: a router over
+     * that one expert with sigmoid gating gives [sigmoid, id 0], and MOE_SUM scales by it. */
+    ob_tensor *sh = ob_build_ffn_glu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, OB_ACT_SILU, il);
+    ob_tensor *sg = ob_moe_gate(g, ob_build_mm(g, L->shexp_gate, h, "ffn_gate_inp_shexp", il), NULL, 1, OB_MOE_SIGMOID,
+                                false, 1.0f);
+    ob_set_name(sg, "blk.%d.ffn_shexp_gate", il);
+    return ob_add(g, f, ob_moe_sum(g, ob_view(g, sh, 3, ns), sg));
+}
+
 static ob_tensor *q35_build(ob_graph *g, const ob_hparams *hp, const void *priv, const ob_fwd_inputs *in) {
     const ob_q35 *m = priv;
     ob_tensor *x = ob_get_rows(g, ob_weight_leaf(g, m->tok_embd), in->tokens);
@@ -197,7 +261,8 @@ static ob_tensor *q35_build(ob_graph *g, const ob_hparams *hp, const void *priv,
         x = ob_add(g, x, hp->layer_rec[il] ? delta_block(g, hp, in, L, h, il) : attn_block(g, hp, in, L, h, il));
         h = ob_rms_norm(g, x, ob_weight_leaf(g, L->ffn.norm), hp->norm_eps);
         ob_set_name(h, "blk.%d.post_attention_norm", il);
-        x = ob_add(g, x, ob_build_ffn_glu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, OB_ACT_SILU, il));
+        x = ob_add(g, x, hp->n_expert ? moe_block(g, hp, L, h, il)
+                                      : ob_build_ffn_glu(g, L->ffn.gate, L->ffn.up, L->ffn.down, h, OB_ACT_SILU, il));
     }
     return ob_build_head(g, hp, in, x, m->out_norm, m->output);
 }
@@ -205,6 +270,14 @@ static ob_tensor *q35_build(ob_graph *g, const ob_hparams *hp, const void *priv,
 const ob_arch ob_arch_qwen35 = {
     .name = "qwen35",
     .load_hparams = q35_hparams,
+    .bind = q35_bind,
+    .build = q35_build,
+    .free_priv = free,
+};
+
+const ob_arch ob_arch_qwen35moe = {
+    .name = "qwen35moe",
+    .load_hparams = q35moe_hparams,
     .bind = q35_bind,
     .build = q35_build,
     .free_priv = free,

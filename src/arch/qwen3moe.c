@@ -30,26 +30,7 @@ static ob_status qwen3moe_hparams(const ob_gguf *g, ob_hparams *hp, char *err, s
     ob_status st = ob_hp_load_common(g, hp, err, err_len);
     if (st) return st;
     hp->rope_mode = 2; /* HF's layout: NeoX halves, as qwen3 */
-    uint32_t v;
-    struct { const char *suffix; int *dst; } keys[] = {
-        {"expert_count", &hp->n_expert},
-        {"expert_used_count", &hp->n_expert_used},
-        {"expert_feed_forward_length", &hp->n_ff_exp},
-    };
-    for (size_t i = 0; i < OB_ARRAY_LEN(keys); i++) {
-        if (!ob_hp_u32(g, hp->arch, keys[i].suffix, &v))
-            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s missing", hp->arch, keys[i].suffix);
-        if (v == 0 || v > (1u << 20))
-            return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.%s = %u is implausible", hp->arch, keys[i].suffix, v);
-        *keys[i].dst = (int)v;
-    }
-    if (hp->n_expert > OB_QWEN3MOE_MAX_EXPERTS)
-        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.expert_count %d is more than %d", hp->arch, hp->n_expert,
-                       OB_QWEN3MOE_MAX_EXPERTS);
-    if (hp->n_expert_used > hp->n_expert)
-        return ob_fail(err, err_len, OB_ERR_FORMAT, "model: %s.expert_used_count %d with %s.expert_count %d", hp->arch,
-                       hp->n_expert_used, hp->arch, hp->n_expert);
-    return OB_OK;
+    return ob_hp_load_experts(g, hp, OB_QWEN3MOE_MAX_EXPERTS, err, err_len);
 }
 
 static ob_status qwen3moe_bind(ob_model_view *mv, const ob_hparams *hp, void **priv, char *err, size_t err_len) {

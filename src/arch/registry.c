@@ -14,6 +14,7 @@ static const ob_arch_entry g_arches[] = {
     {"deepseek2", &ob_arch_deepseek2},
     {"gpt-oss", &ob_arch_gptoss},
     {"qwen35", &ob_arch_qwen35},
+    {"qwen35moe", &ob_arch_qwen35moe},
     {"lfm2", &ob_arch_lfm2},
     {"gemma3", &ob_arch_gemma3},
     {"bert", &ob_arch_bert},
@@ -29,7 +30,7 @@ const ob_arch *ob_arch_find(const char *name) {
 }
 
 const char *ob_arch_supported_list(void) {
-    return "llama, qwen2, qwen3, smollm3, phi3, minicpm, qwen3moe, deepseek2, gpt-oss, qwen35, lfm2, gemma3, bert, nomic-bert, jina-bert-v2";
+    return "llama, qwen2, qwen3, smollm3, phi3, minicpm, qwen3moe, deepseek2, gpt-oss, qwen35, qwen35moe, lfm2, gemma3, bert, nomic-bert, jina-bert-v2";
 }
 
 bool ob_hp_u32(const ob_gguf *g, const char *arch, const char *suffix, uint32_t *out) {

@@ -9,8 +9,9 @@
  * same Hugging Face folder, and the mixture-of-experts fixtures (qwen3moe; glm4moelite, GLM-4.7-Flash's
  * class as deepseek2: latent attention, shared experts, a dense first layer, YaRN; gptoss:
  * sinks, sliding and full layers, MXFP4 experts with biases, the clamped SwiGLU) the same way,
- * and the hybrid fixtures (issue #33: qwen35, Gated DeltaNet and gated attention; lfm2, short
- * convolutions and attention) in llama.cpp's file, with their recurrent state's checkpoints and
+ * and the hybrid fixtures (issue #33: qwen35, Gated DeltaNet and gated attention; qwen35moe, the
+ * same with routed experts and a sigmoid-gated shared expert; lfm2, short convolutions and
+ * attention) in llama.cpp's file, with their recurrent state's checkpoints and
  * the fallback to decoding again when a sequence is cut where it has none.
  * Errors are printed by position range; a backend this build has but this machine lacks,
  * or one without kernels for a fixture's ops, is reported SKIPPED.
@@ -488,6 +489,15 @@ static void check_hybrid_refusals(void) {
     refuse_mutated("lfm2", "lfm2.attention.head_count_kv", 0, kv_conv, 4, "blk.1.attn_q.weight");
 }
 
+/* qwen35moe's expert keys against its tensors: each disagreement named. */
+static void check_qwen35moe_refusals(void) {
+    refuse_mutated("qwen35moe", "qwen35moe.expert_count", 4, NULL, 0, "blk.0.ffn_gate_inp.weight");
+    refuse_mutated("qwen35moe", "qwen35moe.expert_used_count", 9, NULL, 0, "qwen35moe.expert_used_count");
+    refuse_mutated("qwen35moe", "qwen35moe.expert_feed_forward_length", 8, NULL, 0, "blk.0.ffn_gate_exps.weight");
+    refuse_mutated("qwen35moe", "qwen35moe.expert_shared_feed_forward_length", 16, NULL, 0, "blk.0.ffn_gate_shexp.weight");
+    refuse_mutated("qwen35moe", "qwen35moe.ssm.time_step_rank", 2, NULL, 0, "blk.0.ssm_dt.bias");
+}
+
 /* make_dense.py's fixtures (issue #35): phi3 (fused qkv and gate/up, partial rope, LongRoPE),
  * smollm3 (unroped layers), minicpm (scaled embeddings, residuals and logits; LongRoPE); each
  * also as <name>.short, a 64-token context within the original one (LongRoPE's short factors). */
@@ -549,7 +559,7 @@ static void run_long_all(const dev *devs, int n_dev) {
     }
     /* Hybrid models (issue #33), llama.cpp's file (`1bit convert` does not write them yet); a
      * GPU backend without the recurrent ops' kernels refuses them (SKIPPED). */
-    static const char *const hybrid[] = {"qwen35", "lfm2"};
+    static const char *const hybrid[] = {"qwen35", "qwen35moe", "lfm2"};
     for (size_t i = 0; i < OB_ARRAY_LEN(hybrid); i++)
         for (int k = 0; k < n_dev && wanted(hybrid[i]); k++) {
             if (!have[k]) continue;
@@ -713,7 +723,7 @@ int main(int argc, char **argv) {
             if (wanted(arches[i])) check_batch_invariance(arches[i], devs[k].kind, devs[k].name, det, false);
         /* the MoE ops (issue #32) and the recurrent ones (issue #33): a GPU backend without
          * their kernels says SKIPPED */
-        static const char *const more[] = {"qwen3moe", "glm4moelite", "gptoss", "qwen35", "lfm2"};
+        static const char *const more[] = {"qwen3moe", "glm4moelite", "gptoss", "qwen35", "qwen35moe", "lfm2"};
         for (size_t i = 0; i < OB_ARRAY_LEN(more); i++)
             if (wanted(more[i])) check_batch_invariance(more[i], devs[k].kind, devs[k].name, det, true);
         for (size_t i = 0; i < OB_ARRAY_LEN(g_dense); i++)
@@ -723,12 +733,14 @@ int main(int argc, char **argv) {
             if (wanted(arches[i]) && i % 2 == 0) check_cache_types(arches[i], &devs[k]);
     }
     /* (on each device: a GPU's checkpoints are its downloads and uploads of the state rows) */
-    for (int k = 0; k < (int)(sizeof(devs) / sizeof(devs[0])) && (wanted("qwen35") || wanted("lfm2")); k++) {
+    static const char *const recurrent[] = {"qwen35", "qwen35moe", "lfm2"};
+    for (int k = 0; k < (int)(sizeof(devs) / sizeof(devs[0])); k++) {
         if (!dev_present(&devs[k])) continue;
-        for (int i = 0; i < 2; i++)
-            if (wanted(i ? "lfm2" : "qwen35")) check_recurrent_cut(i ? "lfm2" : "qwen35", &devs[k]);
+        for (size_t i = 0; i < OB_ARRAY_LEN(recurrent); i++)
+            if (wanted(recurrent[i])) check_recurrent_cut(recurrent[i], &devs[k]);
     }
     if (wanted("qwen35") && wanted("lfm2")) check_hybrid_refusals();
+    if (wanted("qwen35moe")) check_qwen35moe_refusals();
     /* Unknown architectures and missing files are refused with a clear message. */
     char err[512] = {0};
     ob_model *m = NULL;
