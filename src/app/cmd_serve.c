@@ -106,6 +106,8 @@ void ob_srv_print_usage(const char *prog) {
            "                            \"env\"}}}): their tools at /tools as <server>_<tool>\n"
            "  --mcp-servers-config F    the same from a file\n"
            "  --ui-mcp-proxy            /cors-proxy?url=U forwards requests to U (web UI's MCP proxy)\n"
+           "  --models-config F         JSON: models of remote OpenAI- or Anthropic-compatible APIs,\n"
+           "                            listed and served beside the local ones (docs/server.md)\n"
            "  -ag, --agent              --tools all --ui-mcp-proxy\n"
            "                            (these read, write and run things on this machine: do not\n"
            "                            expose such a server; CORS is limited to localhost with them)\n"
@@ -309,6 +311,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "-no-ag", "--no-agent")) { c->tools = NULL; c->ui_mcp_proxy = false; }
         else if (is_flag(a, "--models-dir", NULL)) { NEED_VALUE(); c->models_dir = v; if (!c->router_flag) c->router_flag = "--models-dir"; }
         else if (is_flag(a, "--models-preset", NULL)) { NEED_VALUE(); c->models_preset = v; if (!c->router_flag) c->router_flag = "--models-preset"; }
+        else if (is_flag(a, "--models-config", NULL)) { NEED_VALUE(); c->models_config = v; }
         else if (is_flag(a, "--models-max", NULL)) { INT_VALUE(0, 1 << 16, c->models_max); if (!c->router_flag) c->router_flag = "--models-max"; }
         else if (is_flag(a, "--models-autoload", "--no-models-autoload")) {
             c->models_autoload = a[2] != 'n';
@@ -394,6 +397,12 @@ int ob_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "1bit serve: %s\n", err);
         return 2;
     }
+    ob_srv_cloud *cloud = NULL; /* read again by the server; a bad file is a flag error */
+    if (ob_srv_cloud_new(cfg.models_config, &cloud, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        return 2;
+    }
+    ob_srv_cloud_free(cloud);
     /* router mode, llama-server's with no model: run as llama-server, or a --models-* flag */
     const char *prog = strrchr(argv[0], '/');
     prog = prog ? prog + 1 : argv[0];

@@ -6,6 +6,7 @@
 
 #include "core/common.h"
 #include "server/gen.h"
+#include "server/wire.h"
 
 bool ob_oai_ready(ob_server_state *s, ob_resp *r);
 int32_t *ob_oai_chat_prompt(ob_server_state *s, json_t *messages, const ob_chat_opts *co, ob_chat_out *out, int *n,
@@ -169,8 +170,8 @@ static bool convert_message(json_t *m, size_t i, json_t *out, ob_resp *r) {
     return ok;
 }
 
-/* Anthropic messages (+ system) in the OpenAI shape the templates take. */
-static json_t *to_chat_messages(json_t *body, ob_resp *r) {
+/* Anthropic messages (+ system) in the OpenAI shape the templates take (wire.h). */
+json_t *ob_anth_chat_messages(json_t *body, ob_resp *r) {
     json_t *msgs = json_object_get(body, "messages");
     if (!json_is_array(msgs)) {
         ob_srv_error(r, 400, NULL, "'messages' must be an array");
@@ -226,6 +227,27 @@ static bool tool_choice(json_t *body, ob_chat_opts *co, ob_resp *r) {
     return true;
 }
 
+/* Anthropic tools ({name, description, input_schema}) as OpenAI function tools (wire.h). */
+json_t *ob_anth_tools_openai(json_t *tools, ob_resp *r) {
+    json_t *t = json_array();
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool) {
+        json_t *name = json_object_get(tool, "name");
+        if (!json_is_string(name)) {
+            json_decref(t);
+            ob_srv_error(r, 400, NULL, "tools[%zu] needs a name", i);
+            return NULL;
+        }
+        json_t *fn = json_pack("{s:O}", "name", name);
+        if (json_object_get(tool, "description")) json_object_set(fn, "description", json_object_get(tool, "description"));
+        json_t *schema = json_object_get(tool, "input_schema");
+        json_object_set_new(fn, "parameters", schema ? json_incref(schema) : json_object());
+        json_array_append_new(t, json_pack("{s:s,s:o}", "type", "function", "function", fn));
+    }
+    return t;
+}
+
 /* tools, tool_choice, thinking: as the OpenAI-shaped options the template takes. */
 static bool chat_opts(json_t *body, ob_chat_opts *co, json_t **tools_out, ob_resp *r) {
     memset(co, 0, sizeof *co);
@@ -242,22 +264,7 @@ static bool chat_opts(json_t *body, ob_chat_opts *co, json_t **tools_out, ob_res
         return false;
     }
     if (json_array_size(tools)) {
-        json_t *t = json_array();
-        size_t i;
-        json_t *tool;
-        json_array_foreach(tools, i, tool) {
-            json_t *name = json_object_get(tool, "name");
-            if (!json_is_string(name)) {
-                json_decref(t);
-                ob_srv_error(r, 400, NULL, "tools[%zu] needs a name", i);
-                return false;
-            }
-            json_t *fn = json_pack("{s:O}", "name", name);
-            if (json_object_get(tool, "description")) json_object_set(fn, "description", json_object_get(tool, "description"));
-            json_object_set(fn, "parameters", json_object_get(tool, "input_schema") ?: json_object());
-            json_array_append_new(t, json_pack("{s:s,s:o}", "type", "function", "function", fn));
-        }
-        co->tools = *tools_out = t;
+        if (!(co->tools = *tools_out = ob_anth_tools_openai(tools, r))) return false;
     }
     if (!tool_choice(body, co, r) || !ob_gen_tool_choice_check(co, r)) return false;
     if (co->tool_choice == OB_TOOLS_NONE) co->tools = NULL;
@@ -270,7 +277,7 @@ static int32_t *body_prompt(ob_server_state *s, json_t *body, ob_chat_opts *co, 
                             int *n, ob_resp *r) {
     json_t *chat = NULL;
     int32_t *ids = NULL;
-    if (chat_opts(body, co, tools, r) && (chat = to_chat_messages(body, r)))
+    if (chat_opts(body, co, tools, r) && (chat = ob_anth_chat_messages(body, r)))
         ids = ob_oai_chat_prompt(s, chat, co, out, n, r);
     json_decref(chat);
     return ids;

@@ -21,6 +21,7 @@
 
 /* The route families in turn; the first that owns the path answers. */
 void ob_srv_dispatch(ob_server_state *s, const ob_req *rq, ob_resp *r) {
+    if (ob_srv_route_cloud(s, rq, r)) return; /* a remote model's request, in either mode */
     if (__atomic_load_n(&s->router, __ATOMIC_ACQUIRE)) { /* router mode: the models answer in children */
         if (!ob_srv_route_agent(s, rq, r)) ob_srv_route_router(s, rq, r);
         return;
@@ -529,8 +530,17 @@ int ob_server_run(const ob_srv_config *cfg) {
         free(h);
         return 1;
     }
+    ob_srv_cloud *cloud = NULL;
+    if (ob_srv_cloud_new(cfg->models_config, &cloud, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        free(model_id);
+        free(h);
+        return 1;
+    }
+    h->st.cloud = cloud;
     h->guard = ob_conn_guard_new(cfg->header_timeout_s);
     if (!h->guard) {
+        ob_srv_cloud_free(cloud);
         fprintf(stderr, "1bit serve: cannot start the connection watchdog\n");
         free(model_id);
         free(h);
@@ -552,6 +562,7 @@ int ob_server_run(const ob_srv_config *cfg) {
     if (!h->d) {
         fprintf(stderr, "1bit serve: cannot listen on %s:%d: %s\n", cfg->host, port, strerror(errno));
         ob_conn_guard_free(h->guard);
+        ob_srv_cloud_free(cloud);
         free(model_id);
         free(h);
         return 1;
@@ -566,6 +577,7 @@ int ob_server_run(const ob_srv_config *cfg) {
         fprintf(stderr, "1bit serve: %s\n", err);
         MHD_stop_daemon(h->d);
         ob_conn_guard_free(h->guard);
+        ob_srv_cloud_free(cloud);
         free(model_id);
         free(h);
         return 1;
@@ -656,6 +668,7 @@ out:
     ob_srv_agent_free(agent);                    /* kills and reaps the MCP servers */
     ob_router_free(router);                      /* stops and reaps the children */
     ob_conn_guard_free(h->guard);
+    ob_srv_cloud_free(cloud);
     gen_stop(h);
     ob_srv_embd_free(embd);
     ob_model_free(h->dm);

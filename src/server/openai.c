@@ -396,7 +396,9 @@ static void models(ob_server_state *s, ob_resp *r) {
     }
     json_object_set_new(m, "aliases", aliases);
     json_object_set_new(m, "tags", tags);
-    ob_srv_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    json_t *data = json_pack("[o]", m);
+    ob_srv_cloud_list(s->cloud, data);
+    ob_srv_json(r, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
 bool ob_srv_route_openai(ob_server_state *s, const ob_req *rq, ob_resp *r) {

@@ -140,7 +140,7 @@ void ob_rt_remove(ob_router *rt, ob_rt_model *m) {
  * 127.0.0.1 without a key, under the name the router gives them. */
 static const char *const g_own_valued[] = {"--host", "--port", "--api-key", "--models-dir", "--models-preset",
                                            "--models-max", "-a", "--alias", "--tags", "--cors-origins", "--tools",
-                                           "--mcp-servers-json", "--mcp-servers-config", NULL};
+                                           "--mcp-servers-json", "--mcp-servers-config", "--models-config", NULL};
 static const char *const g_own_switches[] = {"--models-autoload", "--no-models-autoload", "--ui-mcp-proxy",
                                              "--webui-mcp-proxy", "--no-ui-mcp-proxy", "--no-webui-mcp-proxy",
                                              "-ag", "--agent", "-no-ag", "--no-agent", "--exit-with-stdin", NULL};

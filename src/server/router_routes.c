@@ -338,12 +338,13 @@ static json_t *model_json(ob_router *rt, const ob_rt_model *m, json_int_t create
     return o;
 }
 
-static void route_list(ob_router *rt, ob_resp *r) {
+static void route_list(ob_router *rt, const ob_srv_cloud *cloud, ob_resp *r) {
     json_t *data = json_array();
     json_int_t t = (json_int_t)time(NULL);
     pthread_mutex_lock(&rt->mu);
     for (int i = 0; i < rt->n_models; i++) json_array_append_new(data, model_json(rt, rt->models[i], t));
     pthread_mutex_unlock(&rt->mu);
+    ob_srv_cloud_list(cloud, data);
     ob_srv_json(r, 200, json_pack("{s:o, s:s}", "data", data, "object", "list"));
 }
 
@@ -609,7 +610,7 @@ bool ob_srv_route_router(ob_server_state *s, const ob_req *rq, ob_resp *r) {
             char err[768];
             const char *reload = query(rq, "reload");
             if (reload && *reload && ob_router_reload(rt, err, sizeof err)) ob_srv_error(r, 500, NULL, "%s", err);
-            else route_list(rt, r);
+            else route_list(rt, s->cloud, r);
         } else if (post && !v1) {
             if ((id = body_model(rq, r, &body))) route_download(rt, id, r);
         } else if (!strcmp(me, "DELETE") && !v1) {
@@ -627,7 +628,7 @@ bool ob_srv_route_router(ob_server_state *s, const ob_req *rq, ob_resp *r) {
         if (!post) ob_srv_error(r, 405, NULL, "%s takes POST", p);
         else if (!json_request(rq, r)) {}
         else if (ob_router_reload(rt, err, sizeof err)) ob_srv_error(r, 500, NULL, "%s", err);
-        else route_list(rt, r);
+        else route_list(rt, s->cloud, r);
     } else if (!strcmp(p, "/models/sse")) {
         if (!get) ob_srv_error(r, 405, NULL, "%s takes GET", p);
         else route_sse(rt, rq, r);

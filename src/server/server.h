@@ -18,6 +18,7 @@ typedef struct ob_srv_embd ob_srv_embd;
 typedef struct ob_srv_agent ob_srv_agent;
 typedef struct ob_router ob_router;
 typedef struct ob_router_hooks ob_router_hooks;
+typedef struct ob_srv_cloud ob_srv_cloud;
 
 typedef struct ob_srv_config {
     const char *host;          /* bind address; default 127.0.0.1 */
@@ -77,6 +78,7 @@ typedef struct ob_srv_config {
     char **router_argv;
     const ob_router_hooks *router_hooks; /* the Hub's cache and the flag check (app layer) */
     bool exit_with_stdin;           /* --exit-with-stdin: exit when stdin closes (a child) */
+    const char *models_config;      /* --models-config: a JSON file of cloud models (cloud.c) */
 } ob_srv_config;
 
 enum { OB_REASONING_AUTO = -1, OB_REASONING_OFF = 0, OB_REASONING_ON = 1 };
@@ -152,6 +154,7 @@ typedef struct ob_server_state {
     ob_srv_embd *embd;          /* embeddings/rerank context, or NULL (not in embedding mode) */
     ob_srv_agent *agent;        /* tools, MCP servers, CORS proxy (agent.h) */
     ob_router *router;          /* router mode: the models and their children (router.h) */
+    const ob_srv_cloud *cloud;  /* --models-config: remote models (cloud.c), or NULL */
     const char *model_id;       /* alias or file name */
     const char *chat_template;  /* model's template or NULL */
     volatile int ready;         /* 0 loading, 1 ready, -1 failed */
@@ -234,6 +237,16 @@ bool ob_srv_route_agent(ob_server_state *s, const ob_req *rq, ob_resp *r);
 
 /* router_routes.c: every route of router mode (/models..., relayed requests, /props). */
 bool ob_srv_route_router(ob_server_state *s, const ob_req *rq, ob_resp *r);
+
+/* ---- cloud.c: --models-config, models served by a remote OpenAI or Anthropic API ----- */
+
+/* Reads and checks the file (NULL path: *out NULL); one line in err when it is bad. */
+ob_status ob_srv_cloud_new(const char *path, ob_srv_cloud **out, char *err, size_t err_len);
+void ob_srv_cloud_free(ob_srv_cloud *c);
+/* Appends the remote models to a /v1/models "data" array (c may be NULL). */
+void ob_srv_cloud_list(const ob_srv_cloud *c, json_t *data);
+/* Owns a POST to a chat, messages or completions route whose "model" is a remote one. */
+bool ob_srv_route_cloud(ob_server_state *s, const ob_req *rq, ob_resp *r);
 
 /* vertex.c: the port to listen on (AIP_HTTP_PORT in Vertex AI's prediction mode). */
 int ob_srv_vertex_port(int port);
