@@ -1,7 +1,7 @@
 /* Cloud passthrough (--models-config FILE): models served by a remote OpenAI- or
  * Anthropic-compatible API, listed in /v1/models beside the local model. A request to
- * /v1/chat/completions, /v1/messages or /v1/completions (OpenAI upstreams only) whose
- * "model" names one is relayed there (relay.h): unchanged when the client speaks the
+ * /v1/chat/completions, /v1/messages, /v1/completions (OpenAI upstreams only) or
+ * /v1/messages/count_tokens (Anthropic upstreams only) whose "model" names one is relayed there (relay.h): unchanged when the client speaks the
  * upstream's format, else translated both ways, streams included (wire.h).
  *
  *   {"models": [{"id": "gpt-4o-mini", "base_url": "https://api.openai.com/v1",
@@ -278,7 +278,8 @@ static void upstream_error(const cloud_model *m, ob_wire_fmt client, const char 
         ob_wire_error(r, client, 502, "model '%s': the upstream answered HTTP %d: %s", m->id, status,
                       msg[0] ? msg : "(no message)");
     } else {
-        ob_wire_error(r, client, 502, "model '%s': cannot reach the upstream %s: %s", m->id, m->base_url, msg);
+        const char *why = strncmp(msg, "proxy error: ", 13) ? msg : msg + 13; /* the relay's wording */
+        ob_wire_error(r, client, 502, "model '%s': cannot reach the upstream %s: %s", m->id, m->base_url, why);
     }
 }
 
@@ -356,11 +357,18 @@ static void translate_reply(const cloud_model *m, ob_wire_fmt client, bool strea
     r->stream = &x->base;
 }
 
-static void forward(ob_server_state *s, const ob_req *rq, const cloud_model *m, ob_wire_fmt client, bool legacy,
+/* The routes forwarded: chat (either format), OpenAI's completions, Anthropic's counting. */
+typedef enum cloud_route { ROUTE_CHAT, ROUTE_COMPLETIONS, ROUTE_COUNT } cloud_route;
+
+static void forward(ob_server_state *s, const ob_req *rq, const cloud_model *m, ob_wire_fmt client, cloud_route route,
                     json_t *body, ob_resp *r) {
-    if (legacy && m->fmt != OB_WIRE_OPENAI) {
+    if (route == ROUTE_COMPLETIONS && m->fmt != OB_WIRE_OPENAI) {
         ob_wire_error(r, client, 400, "model '%s' is an Anthropic upstream: use /v1/chat/completions or /v1/messages",
                       m->id);
+        return;
+    }
+    if (route == ROUTE_COUNT && m->fmt != OB_WIRE_ANTHROPIC) {
+        ob_wire_error(r, client, 400, "model '%s' is an OpenAI upstream: it has no token counting route", m->id);
         return;
     }
     const char *key = m->key_env ? getenv(m->key_env) : NULL;
@@ -387,7 +395,10 @@ static void forward(ob_server_state *s, const ob_req *rq, const cloud_model *m, 
         return;
     }
     char url[2048];
-    const char *tail = m->fmt == OB_WIRE_ANTHROPIC ? "/v1/messages" : legacy ? "/completions" : "/chat/completions";
+    const char *tail = route == ROUTE_COUNT               ? "/v1/messages/count_tokens"
+                       : m->fmt == OB_WIRE_ANTHROPIC       ? "/v1/messages"
+                       : route == ROUTE_COMPLETIONS        ? "/completions"
+                                                           : "/chat/completions";
     snprintf(url, sizeof url, "%s%s", m->base_url, tail);
     bool ok;
     struct curl_slist *h = upstream_headers(m, rq, key, &ok);
@@ -421,14 +432,16 @@ bool ob_srv_route_cloud(ob_server_state *s, const ob_req *rq, ob_resp *r) {
     bool chat = !strcmp(p, "/v1/chat/completions") || !strcmp(p, "/chat/completions");
     bool legacy = !strcmp(p, "/v1/completions");
     bool msgs = !strcmp(p, "/v1/messages") || !strcmp(p, "/messages");
-    if (!chat && !legacy && !msgs) return false;
+    bool count = !strcmp(p, "/v1/messages/count_tokens") || !strcmp(p, "/messages/count_tokens");
+    if (!chat && !legacy && !msgs && !count) return false;
     json_t *body = json_loadb(rq->body, rq->body_len, 0, NULL);
     const cloud_model *m = find(c, json_string_value(json_object_get(body, "model")));
     if (!m || !json_is_object(body)) { /* the local model's request, or a 400 there */
         json_decref(body);
         return false;
     }
-    forward(s, rq, m, msgs ? OB_WIRE_ANTHROPIC : OB_WIRE_OPENAI, legacy, body, r);
+    forward(s, rq, m, msgs || count ? OB_WIRE_ANTHROPIC : OB_WIRE_OPENAI,
+            legacy ? ROUTE_COMPLETIONS : count ? ROUTE_COUNT : ROUTE_CHAT, body, r);
     json_decref(body);
     return true;
 }

@@ -35,8 +35,9 @@ json_t *ob_wire_reply(json_t *reply, ob_wire_fmt to, const char *model);
  * SSE out. include_usage: an OpenAI client asked for the usage chunk. */
 typedef struct ob_wire_sse ob_wire_sse;
 ob_wire_sse *ob_wire_sse_new(ob_wire_fmt to, const char *model, bool include_usage);
-/* Appends to *out what the bytes complete; at_end: the upstream's stream ended (the
- * client's stream is then closed properly even if the upstream's was cut). */
+/* Appends to *out what the bytes complete (events may be cut anywhere between calls);
+ * at_end: the upstream's stream ended, and one that ended before its last event gives the
+ * client an error event in its format. */
 void ob_wire_sse_feed(ob_wire_sse *w, const char *data, size_t n, bool at_end, char **out, size_t *out_len);
 void ob_wire_sse_free(ob_wire_sse *w);
 

@@ -66,14 +66,18 @@ class Upstream:
         h.end_headers()
         h.wfile.write(b)
 
-    def send_events(self, h, events):
+    def send_events(self, h, events, cut=False):
+        """Each event in two writes split mid-line, so that the server sees events cut
+        anywhere; cut: the connection drops after the third event."""
         h.send_response(200)
         h.send_header("Content-Type", "text/event-stream")
         h.end_headers()
-        for e in events:
-            h.wfile.write(e.encode())
-            h.wfile.flush()
-            time.sleep(0.01)
+        for i, e in enumerate(events[:3] if cut else events):
+            b = e.encode()
+            for part in (b[:len(b) // 2], b[len(b) // 2:]):
+                h.wfile.write(part)
+                h.wfile.flush()
+                time.sleep(0.005)
         h.close_connection = True
 
     def authorized(self, h):
@@ -86,6 +90,8 @@ class Upstream:
             sent = h.headers.get("Authorization") or h.headers.get("x-api-key") or ""
             return self.send_json(h, 401, {"error": {"message": f"Incorrect API key provided: {sent}",
                                                      "type": "invalid_request_error"}})
+        if h.path.endswith("/count_tokens"):
+            return self.send_json(h, 200, {"input_tokens": 42})
         if self.fmt == "openai" and h.path.endswith("/completions") and not h.path.endswith("/chat/completions"):
             return self.send_json(h, 200, {"id": "cmpl-1", "object": "text_completion", "model": body["model"],
                                            "choices": [{"text": TEXT, "index": 0, "finish_reason": "stop"}]})
@@ -163,7 +169,7 @@ class Upstream:
         out.append(ev("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                         "usage": {"output_tokens": 7}}))
         out.append(ev("message_stop", {"type": "message_stop"}))
-        self.send_events(h, out)
+        self.send_events(h, out, cut=body["model"] == "cut-me")
 
     def close(self):
         self.httpd.shutdown()
@@ -182,6 +188,8 @@ def env(tmp_path_factory):
         {"id": "gpt-wrongkey", "base_url": oa.url + "/v1", "wire_format": "openai", "api_key_env": "OB_TEST_WRONG_KEY"},
         {"id": "gpt-dead", "base_url": dead + "/v1", "wire_format": "openai"},
         {"id": "claude-dead", "base_url": dead, "wire_format": "anthropic"},
+        {"id": "claude-cut", "base_url": an.url, "wire_format": "anthropic", "api_key_env": "OB_TEST_ANTH_KEY",
+         "model": "cut-me"},
     ]}))
     os.environ.update(OB_TEST_OPENAI_KEY=OPENAI_KEY, OB_TEST_ANTH_KEY=ANTHROPIC_KEY, OB_TEST_WRONG_KEY=WRONG_KEY)
     try:
@@ -262,6 +270,13 @@ def test_anthropic_to_anthropic_relayed(env):
     m = anth(srv).messages.create(model="claude-x", max_tokens=40, messages=[{"role": "user", "content": "Hi"}])
     assert m.content[0].text == TEXT
     assert an.last()["model"] == "claude-upstream-name"
+    n = anth(srv).messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "Hi"}])
+    assert n.input_tokens == 42 and an.requests[-1][0]["x-api-key"] == ANTHROPIC_KEY
+    r = requests.post(srv.url + "/v1/messages/count_tokens",
+                      json={"model": "gpt-x", "messages": [{"role": "user", "content": "Hi"}]})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    r = requests.post(srv.url + "/v1/completions", json={"model": "claude-x", "prompt": "Hi"})
+    assert r.status_code == 400 and "Anthropic upstream" in r.json()["error"]["message"]
 
 
 def test_streams_assemble_the_same_text(env):
@@ -368,6 +383,15 @@ def test_dead_upstream_is_502_in_the_clients_format(env):
     assert r.json()["type"] == "error" and "claude-dead" in r.json()["error"]["message"]
     r = requests.post(srv.url + "/v1/chat/completions", json={"model": "claude-dead", "messages": MSGS, "stream": True})
     assert r.status_code == 502 and r.json()["error"]["code"] == 502
+
+
+def test_cut_stream_ends_with_an_error_event(env):
+    srv, _, _ = env
+    r = requests.post(srv.url + "/v1/chat/completions", json={"model": "claude-cut", "messages": MSGS, "stream": True},
+                      stream=True)
+    assert r.status_code == 200
+    data = [l[6:] for l in r.iter_lines(decode_unicode=True) if l.startswith("data: ")]
+    assert "[DONE]" not in data and "error" in json.loads(data[-1])
 
 
 def test_upstream_error_is_502_without_the_key(env):
