@@ -91,6 +91,9 @@ void ob_srv_print_usage(const char *prog) {
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "  --chat-template T         a Jinja template, or a built-in name (chatml, llama3, ...)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
+           "  --chat-template-kwargs J  a JSON object of template variables for every request\n"
+           "                            (e.g. '{\"enable_thinking\":false}'); a request's own\n"
+           "                            chat_template_kwargs win over its keys\n"
            "  -rea, --reasoning M       on, off or auto (default): thinking in the chat template\n"
            "  --reasoning-format F      auto, deepseek (thoughts in reasoning_content),\n"
            "                            deepseek-legacy (there and in content), none (content)\n"
@@ -156,6 +159,20 @@ static bool parse_device(const char *s, ob_model_params *mp) {
     else return false;
     mp->device_index = idx;
     return true;
+}
+
+/* --chat-template-kwargs: a JSON object, its enable_thinking (if any) a boolean, as a
+ * request's chat_template_kwargs must be (prompt.c). NULL with err set otherwise. */
+static json_t *parse_template_kwargs(const char *v, char *err, size_t err_len) {
+    json_error_t je;
+    json_t *k = json_loads(v, JSON_REJECT_DUPLICATES, &je);
+    const char *why = !k ? je.text : !json_is_object(k) ? "not a JSON object"
+                      : json_object_get(k, "enable_thinking") && !json_is_boolean(json_object_get(k, "enable_thinking"))
+                          ? "enable_thinking must be true or false" : NULL;
+    if (!why) return k;
+    json_decref(k);
+    ob_fail(err, err_len, OB_ERR_ARG, "--chat-template-kwargs: %s (a JSON object such as '{\"enable_thinking\":false}')", why);
+    return NULL;
 }
 
 static bool is_flag(const char *a, const char *s1, const char *s2) {
@@ -267,6 +284,13 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
+        else if (is_flag(a, "--chat-template-kwargs", NULL)) {
+            NEED_VALUE();
+            json_t *k = parse_template_kwargs(v, err, err_len);
+            if (!k) return OB_ERR_ARG;
+            json_decref(k);
+            c->chat_template_kwargs = v;
+        }
         else if (is_flag(a, "--tags", NULL)) { NEED_VALUE(); c->tags = v; }
         else if (is_flag(a, "-rea", "--reasoning")) {
             NEED_VALUE();
@@ -469,9 +493,12 @@ int ob_cmd_serve(int argc, char **argv) {
         return 2;
     }
     cfg.grammar = gbnf;
+    /* checked by ob_srv_parse_args: parsed again here, kept for the run */
+    if (cfg.chat_template_kwargs) cfg.template_kwargs = parse_template_kwargs(cfg.chat_template_kwargs, err, sizeof err);
     /* a router's child: its stdin closing is the router asking it to exit (or gone) */
     if (cfg.exit_with_stdin && ob_serve_watch_stdin() != OB_OK) {
         fprintf(stderr, "1bit serve: --exit-with-stdin: cannot start the thread that watches stdin\n");
+        json_decref(cfg.template_kwargs);
         free(gbnf);
         free(tmpl);
         free(def);
@@ -479,6 +506,7 @@ int ob_cmd_serve(int argc, char **argv) {
         return 1;
     }
     int rc = ob_server_run(&cfg);
+    json_decref(cfg.template_kwargs);
     free(gbnf);
     free(tmpl);
     free(def);

@@ -54,6 +54,11 @@ typedef struct ob_srv_config {
     ob_grammar_flags grammar_flags;
     const char *grammar;
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
+    /* --chat-template-kwargs: a JSON object of template variables (text as given; checked
+     * by ob_srv_parse_args); template_kwargs: it parsed, set and owned by ob_cmd_serve. A
+     * request's chat_template_kwargs are merged over it, the request's keys winning. */
+    const char *chat_template_kwargs;
+    json_t *template_kwargs;
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
     const char *tags;          /* --tags: comma list, informational (/v1/models) */
     int reasoning;             /* --reasoning: OB_REASONING_* (auto: the template decides) */
