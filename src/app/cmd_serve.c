@@ -79,7 +79,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --draft-max N             most tokens drafted per step (default 16)\n"
            "  --draft-min N             drop drafts shorter than N (default 0)\n"
            "  --draft-p-min P           stop drafting below this draft probability (default 0.75)\n"
-           "  --spec-type T             none or draft (llama-server's n-gram kinds are refused)\n"
+           "  --spec-type T             none or draft; llama-server's other kinds (draft-mtp, eagle3,\n"
+           "                            ngram-*) are accepted with a warning and not run\n"
            "  --embeddings              embedding mode: /v1/embeddings, /embedding (no generation)\n"
            "  --reranking               rerank mode: /v1/rerank, /rerank (a cross-encoder model)\n"
            "                            (encoder models such as BERT are always served this way)\n"
@@ -358,11 +359,14 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
 #undef NEED_VALUE
     }
     if (c->spec_type) {
-        /* llama-server's kinds; only a draft model is implemented, "none" adds nothing */
+        /* llama-server's kinds; only a draft model is implemented, "none" adds nothing. The
+         * others are accepted with a warning, as llama-server treats flags without meaning
+         * where it runs, and decoding goes on without them. */
         static const char *const known[] = {"none", "draft", "draft-simple", "draft-eagle3", "eagle3", "draft-mtp",
                                             "draft-dflash", "draft-dspark", "ngram-cache", "ngram-simple",
                                             "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
         const char *p = c->spec_type;
+        c->spec_warning[0] = 0;
         while (*p) {
             size_t n = strcspn(p, ",");
             size_t k = 0;
@@ -370,11 +374,16 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             if (k == OB_ARRAY_LEN(known))
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type: unknown kind '%.*s' (none, draft, ngram-simple, ...)", (int)n, p);
             /* draft-simple is llama-server's newer name for draft */
-            if (k >= 3)
-                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--spec-type %.*s is not supported: only draft-model "
-                               "speculation (-md FILE) or none", (int)n, p);
-            if (k >= 1 && !c->draft_path)
+            if (k >= 1 && k < 3 && !c->draft_path)
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type draft needs a draft model (-md FILE)");
+            if (k >= 3 && !c->spec_warning[0]) {
+                const char *why = k == 5   ? "MTP layers (where a model has them) are loaded but not yet used as a drafter"
+                                  : k >= 8 ? "n-gram drafting is not implemented"
+                                           : "this drafter is not implemented";
+                snprintf(c->spec_warning, sizeof c->spec_warning, "--spec-type %s: %s here; %s", known[k], why,
+                         c->draft_path ? "the draft model (-md) drafts instead"
+                                       : "speculative decoding is off for this model");
+            }
             p += n;
             if (*p == ',') p++;
         }
@@ -505,6 +514,7 @@ int ob_cmd_serve(int argc, char **argv) {
         free(hf_draft);
         return 1;
     }
+    if (cfg.spec_warning[0]) fprintf(stderr, "1bit serve: warning: %s\n", cfg.spec_warning);
     int rc = ob_server_run(&cfg);
     json_decref(cfg.template_kwargs);
     free(gbnf);

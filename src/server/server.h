@@ -39,6 +39,7 @@ typedef struct ob_srv_config {
     int n_gpu_layers;          /* accepted for llama-server compatibility */
     const char *model_path, *alias, *draft_path, *spec_type, *chat_template;
     int draft_max, draft_min;  /* speculative decoding with draft_path (llama-server's names) */
+    char spec_warning[192];    /* set by ob_srv_parse_args: why a --spec-type kind does not run here */
     float draft_p_min;
     ob_model_params mp;
     /* llama-server's sampling flags: the defaults of every request that does not set them */
