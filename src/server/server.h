@@ -22,7 +22,10 @@ typedef struct ob_router_hooks ob_router_hooks;
 typedef struct ob_srv_config {
     const char *host;          /* bind address; default 127.0.0.1 */
     int port;                  /* default 8080 */
-    const char *api_key;       /* NULL: no auth */
+    const char *api_key;       /* --api-key: a comma list of keys, as given */
+    const char *api_key_file;  /* --api-key-file: a file of keys, one a line */
+    const char *api_keys;      /* every key of both, one a line, set by ob_cmd_serve; NULL: no auth.
+                                * Never logged nor shown by a route. */
     const char *cors_origins;  /* comma list ("*" allowed); NULL: same-origin only */
     size_t max_body;           /* request body limit, bytes */
     size_t max_header;         /* per-connection header memory, bytes */
