@@ -163,20 +163,6 @@ static bool parse_device(const char *s, ob_model_params *mp) {
     return true;
 }
 
-/* --chat-template-kwargs: a JSON object, its enable_thinking (if any) a boolean, as a
- * request's chat_template_kwargs must be (prompt.c). NULL with err set otherwise. */
-static json_t *parse_template_kwargs(const char *v, char *err, size_t err_len) {
-    json_error_t je;
-    json_t *k = json_loads(v, JSON_REJECT_DUPLICATES, &je);
-    const char *why = !k ? je.text : !json_is_object(k) ? "not a JSON object"
-                      : json_object_get(k, "enable_thinking") && !json_is_boolean(json_object_get(k, "enable_thinking"))
-                          ? "enable_thinking must be true or false" : NULL;
-    if (!why) return k;
-    json_decref(k);
-    ob_fail(err, err_len, OB_ERR_ARG, "--chat-template-kwargs: %s (a JSON object such as '{\"enable_thinking\":false}')", why);
-    return NULL;
-}
-
 /* Appends the n bytes of key to *out (one a line); false when out of memory. */
 static bool add_key(char **out, size_t *len, const char *key, size_t n) {
     char *p = realloc(*out, *len + n + 2);
@@ -346,7 +332,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
         else if (is_flag(a, "--chat-template-kwargs", NULL)) {
             NEED_VALUE();
-            json_t *k = parse_template_kwargs(v, err, err_len);
+            json_t *k = ob_parse_template_kwargs(v, err, err_len);
             if (!k) return OB_ERR_ARG;
             json_decref(k);
             c->chat_template_kwargs = v;
@@ -544,7 +530,7 @@ static int serve(ob_srv_config *cfg, ob_hf_flags *hf, int argc, char **argv) {
     }
     cfg->grammar = gbnf;
     /* checked by ob_srv_parse_args: parsed again here, kept for the run */
-    if (cfg->chat_template_kwargs) cfg->template_kwargs = parse_template_kwargs(cfg->chat_template_kwargs, err, sizeof err);
+    if (cfg->chat_template_kwargs) cfg->template_kwargs = ob_parse_template_kwargs(cfg->chat_template_kwargs, err, sizeof err);
     /* a router's child: its stdin closing is the router asking it to exit (or gone) */
     if (cfg->exit_with_stdin && ob_serve_watch_stdin() != OB_OK) {
         fprintf(stderr, "1bit serve: --exit-with-stdin: cannot start the thread that watches stdin\n");
