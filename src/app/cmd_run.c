@@ -96,6 +96,7 @@ int ob_cmd_run(int argc, char **argv) {
     ob_common_opts o;
     ob_opts_init(&o);
     const char *prompt = NULL, *system = NULL, *draft_path = NULL, *tmpl_file = NULL, *tmpl_named = NULL;
+    const char *kwargs_text = NULL;
     int n_predict = -2, cnv = 0; /* -2: not given; cnv: 1 -cnv, -1 -no-cnv */
     ob_spec_params spp = ob_spec_default_params();
     ob_grammar_flags gf = {0};
@@ -127,6 +128,7 @@ int ob_cmd_run(int argc, char **argv) {
         else if ((!strcmp(a, "-md") || !strcmp(a, "--model-draft")) && i + 1 < argc) draft_path = argv[++i];
         else if (!strcmp(a, "--chat-template-file") && i + 1 < argc) { tmpl_file = argv[++i]; tmpl_named = NULL; }
         else if (!strcmp(a, "--chat-template") && i + 1 < argc) { tmpl_named = argv[++i]; tmpl_file = NULL; }
+        else if (!strcmp(a, "--chat-template-kwargs") && i + 1 < argc) kwargs_text = argv[++i];
         else if (!strcmp(a, "-cnv") || !strcmp(a, "--conversation")) cnv = 1;
         else if (!strcmp(a, "-no-cnv") || !strcmp(a, "--no-conversation")) cnv = -1;
         else if (!strcmp(a, "--jinja")) {} /* templates are always Jinja here */
@@ -153,6 +155,8 @@ int ob_cmd_run(int argc, char **argv) {
                    "  --chat-template-file F   chat with this Jinja template (or a GGUF's or a\n"
                    "                           tokenizer_config.json's) instead of the model's\n"
                    "  --chat-template NAME     a llama-server built-in template (chatml, llama3, gemma, ...)\n"
+                   "  --chat-template-kwargs J a JSON object of more template variables\n"
+                   "                           (e.g. '{\"enable_thinking\":false}')\n"
                    "  -cnv, --conversation     chat even when the model has no template (its family's\n"
                    "                           format, or chatml)\n"
                    "  -no-cnv                  text completion even when the model has a template\n"
@@ -176,14 +180,23 @@ int ob_cmd_run(int argc, char **argv) {
         fprintf(stderr, "1bit run: %s\n", err);
         return 2;
     }
+    /* the template's extra variables, checked as serve checks them (opts.c) */
+    json_t *tmpl_kwargs = NULL;
+    if (kwargs_text && !(tmpl_kwargs = ob_parse_template_kwargs(kwargs_text, err, sizeof(err)))) {
+        fprintf(stderr, "1bit run: %s\n", err);
+        free(gbnf);
+        return 2;
+    }
     ob_model *m = NULL;
     ob_context *c = NULL;
     if (ob_opts_load_model(&o, &m)) {
+        json_decref(tmpl_kwargs);
         free(gbnf);
         return 1;
     }
     if (ob_context_new(m, &o.cp, &c, err, sizeof(err))) {
         fprintf(stderr, "1bit: %s\n", err);
+        json_decref(tmpl_kwargs);
         free(gbnf);
         ob_model_free(m);
         return 1;
@@ -229,7 +242,7 @@ int ob_cmd_run(int argc, char **argv) {
     } else {
         char *owned;
         bool bad;
-        ob_run_chat_opts co = {.system = system, .n_predict = n_predict};
+        ob_run_chat_opts co = {.system = system, .n_predict = n_predict, .template_kwargs = tmpl_kwargs};
         co.tmpl = pick_template(m, tmpl_file, tmpl_named, cnv, &owned, &bad);
         rc = bad ? 2 : ob_run_chat(&g, &co);
         free(owned);
@@ -238,6 +251,7 @@ int ob_cmd_run(int argc, char **argv) {
         fprintf(stderr, "[draft: %ld tokens proposed, %ld accepted (%.1f%%)]\n", g.n_drafted, g.n_accepted,
                 g.n_drafted ? 100.0 * (double)g.n_accepted / (double)g.n_drafted : 0.0);
     ob_run_gen_free(&g);
+    json_decref(tmpl_kwargs);
     free(gbnf);
     ob_model_free(dm);
     ob_context_free(c);

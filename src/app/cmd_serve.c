@@ -55,7 +55,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --host ADDR               bind address (default 127.0.0.1)\n"
            "  --port N                  port (default 8080)\n"
            "  --api-key KEY             require 'Authorization: Bearer KEY' or 'X-Api-Key: KEY'\n"
-           "                            (/health and /v1/models stay open)\n"
+           "                            (/health and /v1/models stay open); KEY1,KEY2: any of them\n"
+           "  --api-key-file FILE       the keys of FILE too, one a line (blank lines skipped)\n"
            "  --cors-origins LIST       comma list of allowed browser origins ('*' any, 'localhost'\n"
            "                            any page served from this machine); default: localhost,\n"
            "                            or any origin when --api-key is set\n"
@@ -79,7 +80,8 @@ void ob_srv_print_usage(const char *prog) {
            "  --draft-max N             most tokens drafted per step (default 16)\n"
            "  --draft-min N             drop drafts shorter than N (default 0)\n"
            "  --draft-p-min P           stop drafting below this draft probability (default 0.75)\n"
-           "  --spec-type T             none or draft (llama-server's n-gram kinds are refused)\n"
+           "  --spec-type T             none or draft; llama-server's other kinds (draft-mtp, eagle3,\n"
+           "                            ngram-*) are accepted with a warning and not run\n"
            "  --embeddings              embedding mode: /v1/embeddings, /embedding (no generation)\n"
            "  --reranking               rerank mode: /v1/rerank, /rerank (a cross-encoder model)\n"
            "                            (encoder models such as BERT are always served this way)\n"
@@ -91,6 +93,9 @@ void ob_srv_print_usage(const char *prog) {
            "  --no-slots, --slots       GET /slots off (501) or on (default)\n"
            "  --chat-template T         a Jinja template, or a built-in name (chatml, llama3, ...)\n"
            "  --chat-template-file F    a Jinja chat template file instead of the model's\n"
+           "  --chat-template-kwargs J  a JSON object of template variables for every request\n"
+           "                            (e.g. '{\"enable_thinking\":false}'); a request's own\n"
+           "                            chat_template_kwargs win over its keys\n"
            "  -rea, --reasoning M       on, off or auto (default): thinking in the chat template\n"
            "  --reasoning-format F      auto, deepseek (thoughts in reasoning_content),\n"
            "                            deepseek-legacy (there and in content), none (content)\n"
@@ -160,6 +165,63 @@ static bool parse_device(const char *s, ob_model_params *mp) {
     return true;
 }
 
+/* Appends the n bytes of key to *out (one a line); false when out of memory. */
+static bool add_key(char **out, size_t *len, const char *key, size_t n) {
+    char *p = realloc(*out, *len + n + 2);
+    if (!p) return false;
+    if (*len) p[(*len)++] = '\n';
+    memcpy(p + *len, key, n);
+    *len += n;
+    p[*len] = 0;
+    *out = p;
+    return true;
+}
+
+/* --api-key's comma list and --api-key-file's lines (blank ones skipped) as one list, a key
+ * a line: the form http.c matches. *keys is NULL when neither gives a key. An unreadable
+ * file, or one without a key, is an error (the server would otherwise run open). */
+static ob_status collect_api_keys(const ob_srv_config *c, char **keys, char *err, size_t err_len) {
+    char *out = NULL;
+    size_t len = 0;
+    for (const char *p = c->api_key; p && *p;) {
+        size_t n = strcspn(p, ",");
+        if (n && !add_key(&out, &len, p, n)) goto nomem;
+        p += n;
+        if (*p) p++;
+    }
+    if (c->api_key_file) {
+        size_t flen = 0, before = len;
+        char *text = ob_read_text_file(c->api_key_file, 1u << 20, &flen);
+        if (!text) {
+            free(out);
+            return ob_fail(err, err_len, OB_ERR_IO, "--api-key-file: cannot read '%s' (1 MiB of text at most)",
+                           c->api_key_file);
+        }
+        for (const char *p = text; *p;) {
+            size_t n = strcspn(p, "\n"), m = n;
+            while (m && isspace((unsigned char)p[m - 1])) m--; /* "\r\n" ends and trailing blanks */
+            size_t k = 0;
+            while (k < m && isspace((unsigned char)p[k])) k++;
+            if (m > k && !add_key(&out, &len, p + k, m - k)) {
+                free(text);
+                goto nomem;
+            }
+            p += n;
+            if (*p) p++;
+        }
+        free(text);
+        if (len == before) {
+            free(out);
+            return ob_fail(err, err_len, OB_ERR_ARG, "--api-key-file: '%s' holds no key", c->api_key_file);
+        }
+    }
+    *keys = out;
+    return OB_OK;
+nomem:
+    free(out);
+    return ob_fail(err, err_len, OB_ERR_NOMEM, "out of memory");
+}
+
 static bool is_flag(const char *a, const char *s1, const char *s2) {
     return (s1 && !strcmp(a, s1)) || (s2 && !strcmp(a, s2));
 }
@@ -193,6 +255,7 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--port", NULL)) INT_VALUE(0, 65535, c->port);
         else if (is_flag(a, "--host", NULL)) { NEED_VALUE(); c->host = v; }
         else if (is_flag(a, "--api-key", NULL)) { NEED_VALUE(); c->api_key = v; }
+        else if (is_flag(a, "--api-key-file", NULL)) { NEED_VALUE(); c->api_key_file = v; }
         else if (is_flag(a, "--cors-origins", NULL)) { NEED_VALUE(); c->cors_origins = v; }
         else if (is_flag(a, "--jinja", NULL)) c->jinja = true;
         else if (is_flag(a, "--no-jinja", NULL)) c->jinja = false;
@@ -269,6 +332,13 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
         else if (is_flag(a, "--max-body", NULL)) { int mb; INT_VALUE(1024, 1 << 30, mb); c->max_body = (size_t)mb; }
         else if (is_flag(a, "--chat-template", NULL)) { NEED_VALUE(); c->chat_template = v; c->chat_template_file = NULL; }
         else if (is_flag(a, "--chat-template-file", NULL)) { NEED_VALUE(); c->chat_template_file = v; c->chat_template = NULL; }
+        else if (is_flag(a, "--chat-template-kwargs", NULL)) {
+            NEED_VALUE();
+            json_t *k = ob_parse_template_kwargs(v, err, err_len);
+            if (!k) return OB_ERR_ARG;
+            json_decref(k);
+            c->chat_template_kwargs = v;
+        }
         else if (is_flag(a, "--tags", NULL)) { NEED_VALUE(); c->tags = v; }
         else if (is_flag(a, "-rea", "--reasoning")) {
             NEED_VALUE();
@@ -337,11 +407,14 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
 #undef NEED_VALUE
     }
     if (c->spec_type) {
-        /* llama-server's kinds; only a draft model is implemented, "none" adds nothing */
+        /* llama-server's kinds; only a draft model is implemented, "none" adds nothing. The
+         * others are accepted with a warning, as llama-server treats flags without meaning
+         * where it runs, and decoding goes on without them. */
         static const char *const known[] = {"none", "draft", "draft-simple", "draft-eagle3", "eagle3", "draft-mtp",
                                             "draft-dflash", "draft-dspark", "ngram-cache", "ngram-simple",
                                             "ngram-map-k", "ngram-map-k4v", "ngram-mod"};
         const char *p = c->spec_type;
+        c->spec_warning[0] = 0;
         while (*p) {
             size_t n = strcspn(p, ",");
             size_t k = 0;
@@ -349,11 +422,16 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
             if (k == OB_ARRAY_LEN(known))
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type: unknown kind '%.*s' (none, draft, ngram-simple, ...)", (int)n, p);
             /* draft-simple is llama-server's newer name for draft */
-            if (k >= 3)
-                return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "--spec-type %.*s is not supported: only draft-model "
-                               "speculation (-md FILE) or none", (int)n, p);
-            if (k >= 1 && !c->draft_path)
+            if (k >= 1 && k < 3 && !c->draft_path)
                 return ob_fail(err, err_len, OB_ERR_ARG, "--spec-type draft needs a draft model (-md FILE)");
+            if (k >= 3 && !c->spec_warning[0]) {
+                const char *why = k == 5   ? "MTP layers (where a model has them) are loaded but not yet used as a drafter"
+                                  : k >= 8 ? "n-gram drafting is not implemented"
+                                           : "this drafter is not implemented";
+                snprintf(c->spec_warning, sizeof c->spec_warning, "--spec-type %s: %s here; %s", known[k], why,
+                         c->draft_path ? "the draft model (-md) drafts instead"
+                                       : "speculative decoding is off for this model");
+            }
             p += n;
             if (*p == ',') p++;
         }
@@ -373,6 +451,107 @@ ob_status ob_srv_parse_args(int argc, char **argv, ob_srv_config *c, bool *help,
     if (c->n_ctx > 0 && !c->kv_unified && c->n_ctx / c->n_slots < 16)
         return ob_fail(err, err_len, OB_ERR_ARG, "--ctx-size %d leaves fewer than 16 cells for each of %d slots", c->n_ctx, c->n_slots);
     return OB_OK;
+}
+
+/* The rest of `1bit serve` once the flags are read: the model (or the router), then the
+ * server until it stops. */
+static int serve(ob_srv_config *cfg, ob_hf_flags *hf, int argc, char **argv) {
+    char err[1024];
+    /* router mode, llama-server's with no model: run as llama-server, or a --models-* flag */
+    const char *prog = strrchr(argv[0], '/');
+    prog = prog ? prog + 1 : argv[0];
+    bool no_model = !cfg->model_path && !hf->repo;
+    if (cfg->router_flag && !no_model) {
+        fprintf(stderr, "1bit serve: %s is for router mode (no -m or -hf): this server runs one model\n", cfg->router_flag);
+        return 2;
+    }
+    ob_router_hooks router_hooks;
+    ob_serve_router_ud router_ud;
+    if (no_model && (cfg->router_flag || !strcmp(prog, "llama-server"))) {
+        if (hf->draft_repo) {
+            fprintf(stderr, "1bit serve: -hfd in router mode: give each model's draft in --models-preset "
+                            "(hf-repo-draft = ORG/NAME)\n");
+            return 2;
+        }
+        cfg->router = true;
+        cfg->router_argc = argc;
+        cfg->router_argv = argv;
+        ob_serve_router_hooks(&router_hooks, &router_ud, hf);
+        cfg->router_hooks = &router_hooks;
+    }
+    char *def = NULL, *hf_draft = NULL;
+    if ((hf->repo && cfg->model_path) || (hf->draft_repo && cfg->draft_path) || (hf->file && !hf->repo)) {
+        fprintf(stderr, "1bit serve: %s\n", hf->file && !hf->repo ? "-hff needs -hf ORG/NAME"
+                                             : "give -m/-md FILE or -hf/-hfd ORG/NAME, not both");
+        return 2;
+    }
+    if ((hf->repo && ob_hf_resolve(hf, false, &def, err, sizeof err)) ||
+        (hf->draft_repo && ob_hf_resolve(hf, true, &hf_draft, err, sizeof err))) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        free(def);
+        return 1;
+    }
+    if (def) cfg->model_path = def;
+    if (hf_draft) cfg->draft_path = hf_draft;
+    if (!cfg->model_path && !cfg->router) {
+        def = ob_default_model_path(err, sizeof err);
+        if (!def) {
+            fprintf(stderr, "1bit serve: no model given (-m) and %s\n", err);
+            return 2;
+        }
+        cfg->model_path = def;
+    }
+    if (cfg->slot_save_path) {
+        /* made if missing, as llama-server does; the files go straight under it */
+        char e2[256], probe[4096];
+        snprintf(probe, sizeof(probe), "%s/.", cfg->slot_save_path);
+        if (!*cfg->slot_save_path || ob_hf_mkdirs(probe, e2, sizeof(e2)) != OB_OK) {
+            fprintf(stderr, "1bit serve: --slot-save-path: cannot make the folder '%s'\n", cfg->slot_save_path);
+            free(def);
+            free(hf_draft);
+            return 2;
+        }
+    }
+    char *tmpl = NULL, *gbnf = NULL;
+    if (cfg->chat_template_file) {
+        /* a Jinja template file, as llama-server takes it; read once, kept for the run */
+        if (!(tmpl = ob_read_text_file(cfg->chat_template_file, 16u << 20, NULL))) {
+            fprintf(stderr, "1bit serve: --chat-template-file: cannot read '%s' as a template (16 MiB of text at most)\n",
+                    cfg->chat_template_file);
+            free(def);
+            free(hf_draft);
+            return 2;
+        }
+        cfg->chat_template = tmpl;
+    }
+    if (ob_grammar_flags_gbnf(&cfg->grammar_flags, &gbnf, err, sizeof err) != OB_OK) {
+        fprintf(stderr, "1bit serve: %s\n", err);
+        free(tmpl);
+        free(def);
+        free(hf_draft);
+        return 2;
+    }
+    cfg->grammar = gbnf;
+    /* checked by ob_srv_parse_args: parsed again here, kept for the run */
+    if (cfg->chat_template_kwargs) cfg->template_kwargs = ob_parse_template_kwargs(cfg->chat_template_kwargs, err, sizeof err);
+    /* a router's child: its stdin closing is the router asking it to exit (or gone) */
+    if (cfg->exit_with_stdin && ob_serve_watch_stdin() != OB_OK) {
+        fprintf(stderr, "1bit serve: --exit-with-stdin: cannot start the thread that watches stdin\n");
+        json_decref(cfg->template_kwargs);
+        free(gbnf);
+        free(tmpl);
+        free(def);
+        free(hf_draft);
+        return 1;
+    }
+    if (cfg->spec_warning[0]) fprintf(stderr, "1bit serve: warning: %s\n", cfg->spec_warning);
+    int rc = ob_server_run(cfg);
+    json_decref(cfg->template_kwargs);
+    free(gbnf);
+    free(tmpl);
+    free(def);
+    free(hf_draft);
+    return rc;
 }
 
 int ob_cmd_serve(int argc, char **argv) {
@@ -403,94 +582,14 @@ int ob_cmd_serve(int argc, char **argv) {
         return 2;
     }
     ob_srv_cloud_free(cloud);
-    /* router mode, llama-server's with no model: run as llama-server, or a --models-* flag */
-    const char *prog = strrchr(argv[0], '/');
-    prog = prog ? prog + 1 : argv[0];
-    bool no_model = !cfg.model_path && !hf.repo;
-    if (cfg.router_flag && !no_model) {
-        fprintf(stderr, "1bit serve: %s is for router mode (no -m or -hf): this server runs one model\n", cfg.router_flag);
-        return 2;
-    }
-    ob_router_hooks router_hooks;
-    ob_serve_router_ud router_ud;
-    if (no_model && (cfg.router_flag || !strcmp(prog, "llama-server"))) {
-        if (hf.draft_repo) {
-            fprintf(stderr, "1bit serve: -hfd in router mode: give each model's draft in --models-preset "
-                            "(hf-repo-draft = ORG/NAME)\n");
-            return 2;
-        }
-        cfg.router = true;
-        cfg.router_argc = argc;
-        cfg.router_argv = argv;
-        ob_serve_router_hooks(&router_hooks, &router_ud, &hf);
-        cfg.router_hooks = &router_hooks;
-    }
-    char *def = NULL, *hf_draft = NULL;
-    if ((hf.repo && cfg.model_path) || (hf.draft_repo && cfg.draft_path) || (hf.file && !hf.repo)) {
-        fprintf(stderr, "1bit serve: %s\n", hf.file && !hf.repo ? "-hff needs -hf ORG/NAME"
-                                             : "give -m/-md FILE or -hf/-hfd ORG/NAME, not both");
-        return 2;
-    }
-    if ((hf.repo && ob_hf_resolve(&hf, false, &def, err, sizeof err)) ||
-        (hf.draft_repo && ob_hf_resolve(&hf, true, &hf_draft, err, sizeof err))) {
+    /* the keys, of --api-key and --api-key-file, for the router as for one model */
+    char *keys = NULL;
+    if (collect_api_keys(&cfg, &keys, err, sizeof err) != OB_OK) {
         fprintf(stderr, "1bit serve: %s\n", err);
-        free(def);
-        return 1;
-    }
-    if (def) cfg.model_path = def;
-    if (hf_draft) cfg.draft_path = hf_draft;
-    if (!cfg.model_path && !cfg.router) {
-        def = ob_default_model_path(err, sizeof err);
-        if (!def) {
-            fprintf(stderr, "1bit serve: no model given (-m) and %s\n", err);
-            return 2;
-        }
-        cfg.model_path = def;
-    }
-    if (cfg.slot_save_path) {
-        /* made if missing, as llama-server does; the files go straight under it */
-        char e2[256], probe[4096];
-        snprintf(probe, sizeof(probe), "%s/.", cfg.slot_save_path);
-        if (!*cfg.slot_save_path || ob_hf_mkdirs(probe, e2, sizeof(e2)) != OB_OK) {
-            fprintf(stderr, "1bit serve: --slot-save-path: cannot make the folder '%s'\n", cfg.slot_save_path);
-            free(def);
-            free(hf_draft);
-            return 2;
-        }
-    }
-    char *tmpl = NULL, *gbnf = NULL;
-    if (cfg.chat_template_file) {
-        /* a Jinja template file, as llama-server takes it; read once, kept for the run */
-        if (!(tmpl = ob_read_text_file(cfg.chat_template_file, 16u << 20, NULL))) {
-            fprintf(stderr, "1bit serve: --chat-template-file: cannot read '%s' as a template (16 MiB of text at most)\n",
-                    cfg.chat_template_file);
-            free(def);
-            free(hf_draft);
-            return 2;
-        }
-        cfg.chat_template = tmpl;
-    }
-    if (ob_grammar_flags_gbnf(&cfg.grammar_flags, &gbnf, err, sizeof err) != OB_OK) {
-        fprintf(stderr, "1bit serve: %s\n", err);
-        free(tmpl);
-        free(def);
-        free(hf_draft);
         return 2;
     }
-    cfg.grammar = gbnf;
-    /* a router's child: its stdin closing is the router asking it to exit (or gone) */
-    if (cfg.exit_with_stdin && ob_serve_watch_stdin() != OB_OK) {
-        fprintf(stderr, "1bit serve: --exit-with-stdin: cannot start the thread that watches stdin\n");
-        free(gbnf);
-        free(tmpl);
-        free(def);
-        free(hf_draft);
-        return 1;
-    }
-    int rc = ob_server_run(&cfg);
-    free(gbnf);
-    free(tmpl);
-    free(def);
-    free(hf_draft);
+    cfg.api_keys = keys;
+    int rc = serve(&cfg, &hf, argc, argv);
+    free(keys);
     return rc;
 }

@@ -305,3 +305,15 @@ ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m) {
     free(def);
     return st;
 }
+
+json_t *ob_parse_template_kwargs(const char *v, char *err, size_t err_len) {
+    json_error_t je;
+    json_t *k = json_loads(v, JSON_REJECT_DUPLICATES, &je);
+    const char *why = !k ? je.text : !json_is_object(k) ? "not a JSON object"
+                      : json_object_get(k, "enable_thinking") && !json_is_boolean(json_object_get(k, "enable_thinking"))
+                          ? "enable_thinking must be true or false" : NULL;
+    if (!why) return k;
+    json_decref(k);
+    ob_fail(err, err_len, OB_ERR_ARG, "--chat-template-kwargs: %s (a JSON object such as '{\"enable_thinking\":false}')", why);
+    return NULL;
+}

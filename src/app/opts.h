@@ -3,6 +3,7 @@
 #define OB_APP_OPTS_H
 #include "app/hf_pull.h"
 #include "onebit.h"
+#include <jansson.h>
 
 typedef struct ob_common_opts {
     const char *model;       /* -m; NULL: the default model */
@@ -39,6 +40,11 @@ int ob_parse_sampling_flag(const char *a, const char *v, ob_sampler_params *sp, 
 /* Usage lines of the RoPE flags, and of the samplers beyond top-k / top-p / min-p. */
 extern const char *ob_rope_help;
 extern const char *ob_sampler_ext_help;
+
+/* --chat-template-kwargs (serve and run): v must be a JSON object, its enable_thinking (if
+ * any) a boolean, as a request's chat_template_kwargs must be. The object (caller frees
+ * it with json_decref), or NULL with err set to one line naming the flag. */
+json_t *ob_parse_template_kwargs(const char *v, char *err, size_t err_len);
 
 /* Loads the model named by o->model (or the default one, saying where it is). */
 ob_status ob_opts_load_model(ob_common_opts *o, ob_model **m);

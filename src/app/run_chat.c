@@ -99,7 +99,7 @@ static int32_t *prompt_ids(const chat *c, const json_t *msgs, int *n) {
     char err[512];
     char *text = NULL;
     if (c->o->tmpl) {
-        if (ob_chat_render_model_with(c->g->m, c->o->tmpl, msgs, true, &text, err, sizeof(err))) {
+        if (ob_chat_render_model_with(c->g->m, c->o->tmpl, msgs, c->o->template_kwargs, true, &text, err, sizeof(err))) {
             fprintf(stderr, "1bit: %s\n", err);
             return NULL;
         }

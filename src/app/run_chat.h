@@ -8,6 +8,7 @@
 typedef struct ob_run_chat_opts {
     const char *tmpl;        /* Jinja chat template; NULL: text completion */
     const char *system;      /* system prompt (-sys), or NULL */
+    const json_t *template_kwargs; /* --chat-template-kwargs: more template variables, or NULL */
     int n_predict;           /* tokens a reply may have; -1: no cap */
 } ob_run_chat_opts;
 

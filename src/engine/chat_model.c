@@ -31,11 +31,11 @@ static json_t *piece_str(const ob_tokenizer *t, int id) {
 
 ob_status ob_chat_render_model(const ob_model *m, const json_t *messages, bool add_generation_prompt, char **out,
                                char *err, size_t err_len) {
-    return ob_chat_render_model_with(m, ob_model_template_or_builtin(m), messages, add_generation_prompt, out, err,
-                                     err_len);
+    return ob_chat_render_model_with(m, ob_model_template_or_builtin(m), messages, NULL, add_generation_prompt, out,
+                                     err, err_len);
 }
 
-ob_status ob_chat_render_model_with(const ob_model *m, const char *tmpl, const json_t *messages,
+ob_status ob_chat_render_model_with(const ob_model *m, const char *tmpl, const json_t *messages, const json_t *vars,
                                     bool add_generation_prompt, char **out, char *err, size_t err_len) {
     *out = NULL;
     if (!tmpl) return ob_fail(err, err_len, OB_ERR_UNSUPPORTED, "chat: the model has no chat template");
@@ -44,6 +44,7 @@ ob_status ob_chat_render_model_with(const ob_model *m, const char *tmpl, const j
     json_object_set_new(ctx, "add_generation_prompt", json_boolean(add_generation_prompt));
     json_object_set_new(ctx, "bos_token", piece_str(m->tok, ob_token_bos(m->tok)));
     json_object_set_new(ctx, "eos_token", piece_str(m->tok, ob_token_eos(m->tok)));
+    if (vars) json_object_update_new(ctx, json_deep_copy(vars));
     ob_status st = ob_jinja_render(tmpl, strlen(tmpl), ctx, out, err, err_len);
     json_decref(ctx);
     if (st) return st;

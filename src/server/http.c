@@ -188,7 +188,7 @@ static bool origin_allowed(const ob_srv_config *cfg, struct MHD_Connection *c, c
         if (!strcasecmp(o, host)) return true;
     }
     const char *l = cfg->cors_origins;
-    if (!l) return (cfg->api_key && cfg->api_key[0]) || origin_is_local(origin);
+    if (!l) return cfg->api_keys || origin_is_local(origin);
     size_t ol = strlen(origin);
     while (*l) {
         const char *e = strchr(l, ',');
@@ -210,12 +210,24 @@ static bool path_is_open(const char *method, const char *path) {
            !strcmp(path, "/models") || !strcmp(path, "/api/v1/health") || !strcmp(path, "/api/v1/models");
 }
 
+/* Is k one of the keys (one a line, none empty)? */
+static bool key_listed(const char *keys, const char *k) {
+    size_t n = strlen(k);
+    while (n && *keys) {
+        size_t m = strcspn(keys, "\n");
+        if (m == n && !memcmp(keys, k, n)) return true;
+        keys += m;
+        if (*keys) keys++;
+    }
+    return false;
+}
+
 static bool authorized(const ob_srv_config *cfg, struct MHD_Connection *c) {
-    if (!cfg->api_key || !cfg->api_key[0]) return true;
+    if (!cfg->api_keys) return true;
     const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (a && !strncasecmp(a, "Bearer ", 7) && !strcmp(a + 7, cfg->api_key)) return true;
+    if (a && !strncasecmp(a, "Bearer ", 7) && key_listed(cfg->api_keys, a + 7)) return true;
     const char *x = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Api-Key");
-    return x && !strcmp(x, cfg->api_key);
+    return x && key_listed(cfg->api_keys, x);
 }
 
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max);

@@ -307,7 +307,10 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opt
     /* enable_thinking is always defined, true unless turned off (templates test it bare) */
     int think = o->enable_thinking;
     if (think < 0) think = s->cfg->reasoning != OB_REASONING_OFF;
+    /* --chat-template-kwargs, then the request's own over them (llama-server's order) */
+    const json_t *srv_kw = s->cfg->template_kwargs;
     json_t *kw_think = json_object_get(o->kwargs, "enable_thinking");
+    if (!kw_think) kw_think = json_object_get(srv_kw, "enable_thinking");
     if (kw_think) think = json_is_true(kw_think);
 
     json_t *ctx = json_object();
@@ -324,6 +327,8 @@ char *ob_gen_render_chat(ob_server_state *s, json_t *messages, const ob_chat_opt
     char *fn = o->tools ? json_dumps(o->tools, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_object_set_new(ctx, "functions", json_string(fn ? fn : ""));
     free(fn);
+    /* a copy: the server's object is shared by every request's thread */
+    if (srv_kw) json_object_update_new(ctx, json_deep_copy(srv_kw));
     if (o->kwargs) json_object_update(ctx, o->kwargs);
     char err[512];
     char *out = NULL;

@@ -138,7 +138,7 @@ void ob_rt_remove(ob_router *rt, ob_rt_model *m) {
 
 /* The router's flags that are its own (with a value, then without): the children listen on
  * 127.0.0.1 without a key, under the name the router gives them. */
-static const char *const g_own_valued[] = {"--host", "--port", "--api-key", "--models-dir", "--models-preset",
+static const char *const g_own_valued[] = {"--host", "--port", "--api-key", "--api-key-file", "--models-dir", "--models-preset",
                                            "--models-max", "-a", "--alias", "--tags", "--cors-origins", "--tools",
                                            "--mcp-servers-json", "--mcp-servers-config", "--models-config", NULL};
 static const char *const g_own_switches[] = {"--models-autoload", "--no-models-autoload", "--ui-mcp-proxy",
@@ -371,7 +371,7 @@ static void split_list(json_t *arr, const char *v) {
 /* The options of one section into m: special keys into fields, the others into flags
  * (a value true/false: the switch itself or its --no- form). */
 static ob_status section_apply(ob_rt_model *m, const ini_section *s, bool *has_model, char *err, size_t err_len) {
-    static const char *const reserved[] = {"host", "port", "api-key", "models-dir", "models-preset", "models-max",
+    static const char *const reserved[] = {"host", "port", "api-key", "api-key-file", "models-dir", "models-preset", "models-max",
                                            "models-autoload", "no-models-autoload", "exit-with-stdin", NULL};
     for (int i = 0; i < s->n; i++) {
         char k[128], flag[136];

@@ -23,7 +23,10 @@ typedef struct ob_srv_cloud ob_srv_cloud;
 typedef struct ob_srv_config {
     const char *host;          /* bind address; default 127.0.0.1 */
     int port;                  /* default 8080 */
-    const char *api_key;       /* NULL: no auth */
+    const char *api_key;       /* --api-key: a comma list of keys, as given */
+    const char *api_key_file;  /* --api-key-file: a file of keys, one a line */
+    const char *api_keys;      /* every key of both, one a line, set by ob_cmd_serve; NULL: no auth.
+                                * Never logged nor shown by a route. */
     const char *cors_origins;  /* comma list ("*" allowed); NULL: same-origin only */
     size_t max_body;           /* request body limit, bytes */
     size_t max_header;         /* per-connection header memory, bytes */
@@ -40,6 +43,7 @@ typedef struct ob_srv_config {
     int n_gpu_layers;          /* accepted for llama-server compatibility */
     const char *model_path, *alias, *draft_path, *spec_type, *chat_template;
     int draft_max, draft_min;  /* speculative decoding with draft_path (llama-server's names) */
+    char spec_warning[192];    /* set by ob_srv_parse_args: why a --spec-type kind does not run here */
     float draft_p_min;
     ob_model_params mp;
     /* llama-server's sampling flags: the defaults of every request that does not set them */
@@ -55,6 +59,11 @@ typedef struct ob_srv_config {
     ob_grammar_flags grammar_flags;
     const char *grammar;
     const char *chat_template_file; /* --chat-template-file: read into chat_template by ob_cmd_serve */
+    /* --chat-template-kwargs: a JSON object of template variables (text as given; checked
+     * by ob_srv_parse_args); template_kwargs: it parsed, set and owned by ob_cmd_serve. A
+     * request's chat_template_kwargs are merged over it, the request's keys winning. */
+    const char *chat_template_kwargs;
+    json_t *template_kwargs;
     int pooling;               /* --pooling: ob_pooling for embeddings; OB_POOLING_DEFAULT = the model's */
     const char *tags;          /* --tags: comma list, informational (/v1/models) */
     int reasoning;             /* --reasoning: OB_REASONING_* (auto: the template decides) */

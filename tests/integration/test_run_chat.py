@@ -223,3 +223,21 @@ def test_piped_stdin_and_prompt_flag():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() and "text completion" not in r.stderr
+
+
+def test_chat_template_kwargs(tmp_path):
+    """--chat-template-kwargs on `1bit run` as on serve: the variables reach the template (one
+    that stops with them in its message shows them); a value that is no JSON object is a
+    flag error before the model loads."""
+    tmpl = tmp_path / "kw.jinja"
+    tmpl.write_text("{{ raise_exception('mood=' ~ mood ~ ' think=' ~ enable_thinking) }}")
+    model = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "models",
+                         "gemma3.gguf")
+    r = subprocess.run([BIN, "run", "-m", model, "--chat-template-file", str(tmpl), "--chat-template-kwargs",
+                        '{"mood": "calm", "enable_thinking": false}'], input="hi\n", capture_output=True, text=True,
+                       timeout=120)
+    assert "mood=calm think=False" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = subprocess.run([BIN, "run", "-m", model, "--chat-template-kwargs", "[1]"], capture_output=True, text=True,
+                       timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--chat-template-kwargs" in lines[0], r.stderr

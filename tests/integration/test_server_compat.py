@@ -114,6 +114,41 @@ def test_cors_with_key_and_flag():
         s.stop()
 
 
+def test_api_keys_from_list_and_file(tmp_path):
+    """llama-server's --api-key K1,K2 and --api-key-file (a key a line, blank lines skipped):
+    any listed key opens the server; a wrong one is 401; /health stays open; no key is
+    ever printed or shown by /props."""
+    kf = tmp_path / "keys.txt"
+    kf.write_text("\n  \nsk-file-one\r\n\nsk-file-two\n")
+    s = Server(["--api-key", "sk-a,sk-b", "--api-key-file", str(kf)])
+    try:
+        def status(key, header="Authorization"):
+            h = {header: ("Bearer " + key) if header == "Authorization" else key} if key is not None else {}
+            return requests.post(s.url + "/tokenize", json={"content": "hi"}, headers=h, timeout=30).status_code
+        for key in ("sk-a", "sk-b", "sk-file-one", "sk-file-two"):
+            assert status(key) == 200, key
+        assert status("sk-file-two", "X-Api-Key") == 200
+        for key in ("sk-c", "sk-a,sk-b", "sk-", "sk-file", "sk-file-one-more", None):
+            assert status(key) == 401, key
+        assert requests.get(s.url + "/health", timeout=10).status_code == 200
+        props = requests.get(s.url + "/props", headers={"Authorization": "Bearer sk-b"}, timeout=10).text
+        assert "sk-" not in props
+    finally:
+        code, out = s.stop()
+    assert "sk-a" not in out and "sk-file" not in out
+
+
+@pytest.mark.parametrize("content", [None, "", "\n  \n\n"])
+def test_api_key_file_unreadable_or_empty(tmp_path, content):
+    kf = tmp_path / "keys.txt"
+    if content is not None:
+        kf.write_text(content)
+    r = subprocess.run([BIN, "serve", "-m", default_model(), "--api-key-file", str(kf)], capture_output=True,
+                       text=True, timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--api-key-file" in lines[0], r.stderr
+
+
 # ---- /completion -------------------------------------------------------------------------
 
 def test_completion_fields(srv):

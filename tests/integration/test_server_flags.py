@@ -1,9 +1,13 @@
 """llama-server's sampling and slot flags on `1bit serve`, the way llama.cpp's own server
 tests start it (`--temp`, `--seed`, `-n`, `--no-slots`): they set the defaults of requests
 that do not carry their own, and a request's own values still win."""
+import os
+import subprocess
+
+import pytest
 import requests
 
-from serverutil import Server
+from serverutil import BIN, Server
 
 PROMPT = "The capital of France is"
 
@@ -75,6 +79,40 @@ def test_chat_template_file(tmp_path):
     r = subprocess.run([BIN, "serve", "-m", default_model(), "--chat-template-file", str(tmp_path / "missing.jinja")],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--chat-template-file" in r.stderr
+
+
+FIXTURE_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures", "models",
+                             "gemma3.gguf")
+
+
+def test_chat_template_kwargs(tmp_path):
+    """--chat-template-kwargs: variables every request's template sees; a request's own
+    chat_template_kwargs win key by key (llama-server's merge)."""
+    t = tmp_path / "kw.jinja"
+    t.write_text("[{{ preserve_thinking }}|{{ mood | default('none') }}|{{ enable_thinking }}]"
+                 "{% for m in messages %}{{ m.content }}{% endfor %}")
+    srv = Server(["--chat-template-file", str(t), "--chat-template-kwargs",
+                  '{"preserve_thinking": true, "mood": "calm", "enable_thinking": false}'], model=FIXTURE_MODEL)
+    try:
+        def prompt(**extra):
+            r = requests.post(srv.url + "/apply-template", json={"messages": [{"role": "user", "content": "hi"}],
+                                                                 **extra}, timeout=30)
+            assert r.status_code == 200, r.text
+            return r.json()["prompt"]
+        assert prompt().startswith("[True|calm|False]hi")
+        assert prompt(chat_template_kwargs={"mood": "odd", "enable_thinking": True}).startswith("[True|odd|True]hi")
+        # the next request sees the server's values again (the merge copies them)
+        assert prompt().startswith("[True|calm|False]hi")
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("bad", ["{not json", "[1, 2]", '"text"', '{"enable_thinking": "no"}'])
+def test_chat_template_kwargs_refused_at_start(bad):
+    r = subprocess.run([BIN, "serve", "-m", FIXTURE_MODEL, "--chat-template-kwargs", bad], capture_output=True,
+                       text=True, timeout=60)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "--chat-template-kwargs" in lines[0], r.stderr
 
 
 def test_deterministic_batched_equals_solo():

@@ -351,8 +351,11 @@ def test_router_flags_need_no_model():
     assert r.returncode == 2 and "--models-dir" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_api_key_is_the_routers(models_dir, hub_env):
-    rt = Router(["--api-key", "sk-router", "--models-dir", models_dir], env=hub_env, key="sk-router")
+def test_api_key_is_the_routers(models_dir, hub_env, tmp_path):
+    kf = tmp_path / "keys.txt"
+    kf.write_text("sk-from-file\n")
+    rt = Router(["--api-key", "sk-router", "--api-key-file", str(kf), "--models-dir", models_dir], env=hub_env,
+                key="sk-router")
     try:
         # listing is open, as in llama-server; everything else needs the key
         assert requests.get(rt.url + "/models", timeout=30).status_code == 200
@@ -366,6 +369,10 @@ def test_api_key_is_the_routers(models_dir, hub_env):
         assert r.status_code == 200, r.text
         args = rt.models()["tiny"]["status"]["args"]
         assert "--api-key" not in args and "sk-router" not in args  # the child has no key, only the router
+        assert "--api-key-file" not in args and str(kf) not in args
+        r = requests.post(rt.url + "/v1/completions", json={"model": "tiny", "prompt": "a", "max_tokens": 2},
+                          headers={"Authorization": "Bearer sk-from-file"}, timeout=300)
+        assert r.status_code == 200, r.text
     finally:
         rt.stop()
 
