@@ -27,31 +27,6 @@ static json_t *stop_seq(const ob_task_out *o) {
     return o->stop_word ? ob_srv_jstr(o->stop_word, strlen(o->stop_word)) : json_null();
 }
 
-/* Text of a system field: a string or an array of text blocks. */
-static bool block_text(json_t *v, const char *what, char **out, size_t *len, ob_resp *r) {
-    if (json_is_string(v)) {
-        ob_srv_buf_add(out, len, json_string_value(v), json_string_length(v));
-        return true;
-    }
-    if (!json_is_array(v)) {
-        ob_srv_error(r, 400, NULL, "%s must be a string or an array of content blocks", what);
-        return false;
-    }
-    size_t i;
-    json_t *b;
-    json_array_foreach(v, i, b) {
-        const char *ty = json_string_value(json_object_get(b, "type"));
-        json_t *t = json_object_get(b, "text");
-        if (!ty || strcmp(ty, "text") || !json_is_string(t)) {
-            ob_srv_error(r, 400, NULL, "%s[%zu]: only text blocks are supported", what, i);
-            return false;
-        }
-        if (*len) ob_srv_buf_add(out, len, "\n", 1);
-        ob_srv_buf_add(out, len, json_string_value(t), json_string_length(t));
-    }
-    return true;
-}
-
 /* An image block as an OpenAI image part (a text-only model then refuses it). */
 static json_t *image_part(json_t *b) {
     json_t *src = json_object_get(b, "source");
@@ -182,7 +157,7 @@ json_t *ob_anth_chat_messages(json_t *body, ob_resp *r) {
     if (sys && !json_is_null(sys)) {
         char *t = NULL;
         size_t tl = 0;
-        if (!block_text(sys, "system", &t, &tl, r)) {
+        if (!ob_srv_joined_text(sys, "system", true, &t, &tl, r)) {
             free(t);
             json_decref(out);
             return NULL;

@@ -176,3 +176,30 @@ bool ob_srv_get_bool(json_t *o, const char *key, bool *out, ob_resp *r) {
     *out = json_is_true(v);
     return true;
 }
+
+bool ob_srv_joined_text(json_t *v, const char *what, bool blocks, char **out, size_t *len, ob_resp *r) {
+    if (!v || json_is_null(v)) return true;
+    if (json_is_string(v)) {
+        ob_srv_buf_add(out, len, json_string_value(v), json_string_length(v));
+        return true;
+    }
+    const char *items = blocks ? "content blocks" : "parts";
+    if (!json_is_array(v)) {
+        ob_srv_error(r, 400, NULL, "%s must be a string or an array of %s", what, items);
+        return false;
+    }
+    size_t i;
+    json_t *b;
+    json_array_foreach(v, i, b) {
+        const char *ty = json_string_value(json_object_get(b, "type"));
+        json_t *t = json_object_get(b, "text");
+        if ((blocks && (!ty || strcmp(ty, "text"))) || !json_is_string(t)) {
+            ob_srv_error(r, 400, NULL, "%s[%zu]: only text %s are supported%s", what, i, blocks ? "blocks" : "parts",
+                         blocks ? "" : " here");
+            return false;
+        }
+        if (*len) ob_srv_buf_add(out, len, "\n", 1);
+        ob_srv_buf_add(out, len, json_string_value(t), json_string_length(t));
+    }
+    return true;
+}

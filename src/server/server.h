@@ -192,6 +192,10 @@ void ob_srv_buf_add(char **buf, size_t *len, const char *s, size_t n);
 bool ob_srv_get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, ob_resp *r);
 bool ob_srv_get_num(json_t *o, const char *key, double lo, double hi, double *out, ob_resp *r);
 bool ob_srv_get_bool(json_t *o, const char *key, bool *out, ob_resp *r);
+/* The text of a content field, appended to *out: a string, or an array whose items' text
+ * is joined by newlines (blocks: Anthropic blocks, each of type "text"; else OpenAI parts
+ * with a text field); null or absent adds nothing; any other item is a 400 naming what. */
+bool ob_srv_joined_text(json_t *v, const char *what, bool blocks, char **out, size_t *len, ob_resp *r);
 
 /* ---- route families ---------------------------------------------------------------- */
 

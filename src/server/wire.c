@@ -52,31 +52,6 @@ static const char *stop_to_finish(const char *s) {
 
 /* ---- requests: OpenAI -> Anthropic -------------------------------------------------- */
 
-/* Text of a content field: a string or an array of text parts (other parts refused). */
-static bool content_text(json_t *c, const char *what, char **out, size_t *len, ob_resp *r) {
-    if (!c || json_is_null(c)) return true;
-    if (json_is_string(c)) {
-        ob_srv_buf_add(out, len, json_string_value(c), json_string_length(c));
-        return true;
-    }
-    if (!json_is_array(c)) {
-        ob_srv_error(r, 400, NULL, "%s must be a string or an array of parts", what);
-        return false;
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-        json_t *t = json_object_get(p, "text");
-        if (!json_is_string(t)) {
-            ob_srv_error(r, 400, NULL, "%s[%zu]: only text parts are supported here", what, i);
-            return false;
-        }
-        if (*len) ob_srv_buf_add(out, len, "\n", 1);
-        ob_srv_buf_add(out, len, json_string_value(t), json_string_length(t));
-    }
-    return true;
-}
-
 /* An OpenAI image_url part as an Anthropic image block (a data: URL becomes base64). */
 static json_t *image_block(json_t *part) {
     json_t *iu = json_object_get(part, "image_url");
@@ -177,7 +152,7 @@ static json_t *anth_messages(json_t *msgs, char **sys, size_t *sys_len, ob_resp 
         bool ok = true;
         if (role && (!strcmp(role, "system") || !strcmp(role, "developer"))) {
             if (*sys_len) ob_srv_buf_add(sys, sys_len, "\n\n", 2);
-            ok = content_text(c, what, sys, sys_len, r);
+            ok = ob_srv_joined_text(c, what, false, sys, sys_len, r);
         } else if (role && !strcmp(role, "user")) {
             json_t *b = json_array();
             ok = content_blocks(c, what, b, r);
@@ -189,7 +164,7 @@ static json_t *anth_messages(json_t *msgs, char **sys, size_t *sys_len, ob_resp 
         } else if (role && !strcmp(role, "tool")) {
             char *t = NULL;
             size_t tl = 0;
-            ok = content_text(c, what, &t, &tl, r);
+            ok = ob_srv_joined_text(c, what, false, &t, &tl, r);
             if (ok)
                 push_turn(out, "user", json_pack("[{s:s,s:s,s:s%}]", "type", "tool_result", "tool_use_id",
                                                  json_string_value(json_object_get(m, "tool_call_id")) ?: "",
