@@ -45,32 +45,6 @@ static json_t *image_part(json_t *b) {
     return part;
 }
 
-/* Content blocks (text, image) as OpenAI content parts. */
-static bool add_parts(json_t *parts, json_t *blocks, const char *what, ob_resp *r) {
-    if (json_is_string(blocks)) {
-        json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", blocks));
-        return true;
-    }
-    if (!json_is_array(blocks)) {
-        ob_srv_error(r, 400, NULL, "%s must be a string or an array of content blocks", what);
-        return false;
-    }
-    size_t i;
-    json_t *b;
-    json_array_foreach(blocks, i, b) {
-        const char *ty = json_string_value(json_object_get(b, "type"));
-        if (ty && !strcmp(ty, "text") && json_is_string(json_object_get(b, "text")))
-            json_array_append_new(parts, json_pack("{s:s,s:O}", "type", "text", "text", json_object_get(b, "text")));
-        else if (ty && !strcmp(ty, "image"))
-            json_array_append_new(parts, image_part(b));
-        else {
-            ob_srv_error(r, 400, NULL, "%s[%zu]: unsupported block type '%s'", what, i, ty ? ty : "(none)");
-            return false;
-        }
-    }
-    return true;
-}
-
 /* One Anthropic message as OpenAI messages: a user turn's tool_result blocks become
  * "tool" messages (before its text), an assistant turn's tool_use blocks tool_calls and
  * its thinking reasoning_content. */
@@ -104,12 +78,12 @@ static bool convert_message(json_t *m, size_t i, json_t *out, ob_resp *r) {
             ok = false;
         } else if (!strcmp(ty, "text") || !strcmp(ty, "image")) {
             json_t *one = json_pack("[O]", b);
-            ok = add_parts(parts, one, what, r);
+            ok = ob_srv_convert_parts(one, what, true, "image", image_part, parts, r);
             json_decref(one);
         } else if (user && !strcmp(ty, "tool_result")) {
             json_t *tc = json_object_get(b, "content");
             json_t *tparts = json_array();
-            ok = !tc || json_is_null(tc) || add_parts(tparts, tc, what, r);
+            ok = !tc || json_is_null(tc) || ob_srv_convert_parts(tc, what, true, "image", image_part, tparts, r);
             if (ok)
                 json_array_append_new(out, json_pack("{s:s,s:s,s:o}", "role", "tool", "tool_call_id",
                                                      json_string_value(json_object_get(b, "tool_use_id")) ?: "",

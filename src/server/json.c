@@ -203,3 +203,35 @@ bool ob_srv_joined_text(json_t *v, const char *what, bool blocks, char **out, si
     }
     return true;
 }
+
+bool ob_srv_convert_parts(json_t *c, const char *what, bool blocks, const char *image_type, json_t *(*image)(json_t *),
+                          json_t *out, ob_resp *r) {
+    if (!c || json_is_null(c)) return true;
+    /* Anthropic refuses empty text blocks: from OpenAI parts (to blocks) they are left out */
+    const bool skip_empty = !blocks;
+    if (json_is_string(c)) {
+        if (!skip_empty || json_string_length(c)) json_array_append_new(out, json_pack("{s:s,s:O}", "type", "text", "text", c));
+        return true;
+    }
+    if (!json_is_array(c)) {
+        ob_srv_error(r, 400, NULL, "%s must be a string or an array of %s", what, blocks ? "content blocks" : "parts");
+        return false;
+    }
+    size_t i;
+    json_t *p;
+    json_array_foreach(c, i, p) {
+        const char *ty = json_string_value(json_object_get(p, "type"));
+        json_t *t = json_object_get(p, "text");
+        if (ty && !strcmp(ty, "text") && json_is_string(t)) {
+            if (!skip_empty || json_string_length(t))
+                json_array_append_new(out, json_pack("{s:s,s:O}", "type", "text", "text", t));
+        } else if (ty && !strcmp(ty, image_type)) {
+            json_array_append_new(out, image(p));
+        } else {
+            ob_srv_error(r, 400, NULL, "%s[%zu]: unsupported %s type '%s'", what, i, blocks ? "block" : "part",
+                         ty ? ty : "(none)");
+            return false;
+        }
+    }
+    return true;
+}

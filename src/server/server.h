@@ -196,6 +196,13 @@ bool ob_srv_get_bool(json_t *o, const char *key, bool *out, ob_resp *r);
  * is joined by newlines (blocks: Anthropic blocks, each of type "text"; else OpenAI parts
  * with a text field); null or absent adds nothing; any other item is a 400 naming what. */
 bool ob_srv_joined_text(json_t *v, const char *what, bool blocks, char **out, size_t *len, ob_resp *r);
+/* A content field's items in the other API's shape, appended to out: text items (type
+ * "text") as {"type": "text", "text": ...}, items of image_type through image(); a string is
+ * one text item, null adds nothing, any other item is a 400 naming what. blocks: the field
+ * is Anthropic's (content blocks, to OpenAI parts); else OpenAI's parts, to Anthropic
+ * blocks, where empty text is left out (Anthropic refuses it). */
+bool ob_srv_convert_parts(json_t *c, const char *what, bool blocks, const char *image_type, json_t *(*image)(json_t *),
+                          json_t *out, ob_resp *r);
 
 /* ---- route families ---------------------------------------------------------------- */
 

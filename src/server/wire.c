@@ -64,35 +64,6 @@ static json_t *image_block(json_t *part) {
     return json_pack("{s:s,s:{s:s,s:s}}", "type", "image", "source", "type", "url", "url", url);
 }
 
-/* A user or assistant content field as Anthropic blocks (empty text left out: the API
- * refuses empty text blocks). */
-static bool content_blocks(json_t *c, const char *what, json_t *blocks, ob_resp *r) {
-    if (!c || json_is_null(c)) return true;
-    if (json_is_string(c)) {
-        if (json_string_length(c)) json_array_append_new(blocks, json_pack("{s:s,s:O}", "type", "text", "text", c));
-        return true;
-    }
-    if (!json_is_array(c)) {
-        ob_srv_error(r, 400, NULL, "%s must be a string or an array of parts", what);
-        return false;
-    }
-    size_t i;
-    json_t *p;
-    json_array_foreach(c, i, p) {
-        const char *ty = json_string_value(json_object_get(p, "type"));
-        json_t *t = json_object_get(p, "text");
-        if (ty && !strcmp(ty, "text") && json_is_string(t)) {
-            if (json_string_length(t)) json_array_append_new(blocks, json_pack("{s:s,s:O}", "type", "text", "text", t));
-        } else if (ty && !strcmp(ty, "image_url")) {
-            json_array_append_new(blocks, image_block(p));
-        } else {
-            ob_srv_error(r, 400, NULL, "%s[%zu]: unsupported part type '%s'", what, i, ty ? ty : "(none)");
-            return false;
-        }
-    }
-    return true;
-}
-
 /* Appends blocks as a turn of role; a turn of the same role as the last one joins it
  * (Anthropic wants user and assistant turns to alternate). Takes blocks. */
 static void push_turn(json_t *msgs, const char *role, json_t *blocks) {
@@ -155,11 +126,11 @@ static json_t *anth_messages(json_t *msgs, char **sys, size_t *sys_len, ob_resp 
             ok = ob_srv_joined_text(c, what, false, sys, sys_len, r);
         } else if (role && !strcmp(role, "user")) {
             json_t *b = json_array();
-            ok = content_blocks(c, what, b, r);
+            ok = ob_srv_convert_parts(c, what, false, "image_url", image_block, b, r);
             push_turn(out, "user", ok ? b : (json_decref(b), json_array()));
         } else if (role && !strcmp(role, "assistant")) {
             json_t *b = json_array();
-            ok = content_blocks(c, what, b, r) && tool_calls_blocks(json_object_get(m, "tool_calls"), i, b, r);
+            ok = ob_srv_convert_parts(c, what, false, "image_url", image_block, b, r) && tool_calls_blocks(json_object_get(m, "tool_calls"), i, b, r);
             push_turn(out, "assistant", ok ? b : (json_decref(b), json_array()));
         } else if (role && !strcmp(role, "tool")) {
             char *t = NULL;
